@@ -1,0 +1,115 @@
+# Build for the YOLOv3 trainer. `make` builds ./train_yolo, the tools and build/tests;
+# `make test` builds and runs every test binary. See README.md for the knobs.
+
+# ---- knobs -----------------------------------------------------------------------------
+CUDA_HOME   ?= /usr/local/cuda
+NVCC        ?= $(shell command -v nvcc 2>/dev/null || ls $(CUDA_HOME)/bin/nvcc 2>/dev/null)
+# CUDA=1 builds the CUDA backend (needs nvcc), CUDA=0 a CPU-only build; default: CUDA if nvcc is here.
+CUDA        ?= $(if $(NVCC),1,0)
+# GPU targets as compute capabilities: 75 = T4, 80 = A100, 90 = H100/H200.
+ARCH        ?= 75 80 90
+STB_INC     ?= /usr/include/stb
+DOCTEST_INC ?= /usr/include
+NCCL_HOME   ?= $(firstword $(foreach d,$(CUDA_HOME) /usr/local /usr,$(if $(wildcard $(d)/include/nccl.h),$(d))))
+WERROR      ?= 1
+CXX         ?= g++
+BUILD       ?= build
+
+ifeq ($(CUDA),1)
+  ifeq ($(NVCC),)
+    $(error CUDA=1 but nvcc was not found; put it on PATH, set NVCC=, or build with CUDA=0)
+  endif
+endif
+
+# ---- flags -----------------------------------------------------------------------------
+# -isystem for overridden header folders only: naming /usr/include would break #include_next.
+sysinc = $(addprefix -isystem ,$(filter-out /usr/include,$(1)))
+WARN      := -Wall -Wextra -Wshadow $(if $(filter 1,$(WERROR)),-Werror)
+BASEFLAGS := -std=c++20 -O2 -g -I. -MMD -MP -pthread
+CXXFLAGS_NATIVE := $(BASEFLAGS) $(WARN) -DYOLO_CUDA=$(CUDA) -DYOLO_EMU=0 $(call sysinc,$(STB_INC) $(DOCTEST_INC))
+ifeq ($(CUDA),1)
+  CXXFLAGS_NATIVE += $(call sysinc,$(CUDA_HOME)/include $(filter-out $(CUDA_HOME)/include,$(NCCL_HOME:%=%/include)))
+  ifneq ($(NCCL_HOME),)
+    CXXFLAGS_NATIVE += -DYOLO_NCCL_HEADER=1
+  endif
+endif
+# The emulated build: every .cu compiled as C++ against runtime/emu, under ASan and UBSan.
+SANITIZE  ?= -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
+CXXFLAGS_EMU := $(BASEFLAGS) $(WARN) $(SANITIZE) -DYOLO_CUDA=0 -DYOLO_EMU=1 $(call sysinc,$(STB_INC) $(DOCTEST_INC))
+
+GENCODE   := $(foreach a,$(ARCH),-gencode=arch=compute_$(a),code=sm_$(a))
+NVCCFLAGS := -std=c++20 -O3 -g -lineinfo -I. -MMD -MP $(GENCODE) -DYOLO_CUDA=1 -DYOLO_EMU=0 \
+             $(if $(filter 1,$(WERROR)),-Werror all-warnings) -Xcompiler -Wall,-Wextra \
+             $(call sysinc,$(filter-out $(CUDA_HOME)/include,$(NCCL_HOME:%=%/include))) \
+             $(if $(NCCL_HOME),-DYOLO_NCCL_HEADER=1)
+LDLIBS_NATIVE := -pthread -ldl -static-libstdc++ -static-libgcc
+ifeq ($(CUDA),1)
+  # The CUDA runtime is linked statically so the binary starts without a driver (and says so).
+  LDLIBS_NATIVE += -L$(CUDA_HOME)/lib64 -lcudart_static -lrt
+endif
+
+# ---- sources ---------------------------------------------------------------------------
+RUNTIME_SRC := $(wildcard runtime/*.cpp)
+EMU_SRC     := $(wildcard runtime/emu/*.cpp) $(wildcard runtime/emu/*.S)
+KERNEL_SRC  := $(wildcard kernels/*.cu)
+TEST_CPP    := $(wildcard tests/*.cpp)
+TEST_CU     := $(wildcard tests/*.cu)
+
+obj = $(patsubst %,$(BUILD)/$(1)/%.o,$(2))
+
+# Native build: .cu through nvcc when CUDA=1; otherwise CUDA sources are left out.
+NATIVE_CU   := $(if $(filter 1,$(CUDA)),$(KERNEL_SRC))
+NATIVE_LIB  := $(call obj,native,$(RUNTIME_SRC) $(NATIVE_CU))
+NATIVE_TEST := $(call obj,native,$(TEST_CPP) $(if $(filter 1,$(CUDA)),$(TEST_CU)))
+EMU_LIB     := $(call obj,emu,$(RUNTIME_SRC) $(EMU_SRC) $(KERNEL_SRC))
+EMU_TEST    := $(call obj,emu,$(TEST_CPP) $(TEST_CU))
+
+TOOLS_CUDA  := $(if $(filter 1,$(CUDA)),$(BUILD)/bench_ceilings)
+BINARIES    := train_yolo $(BUILD)/tests $(BUILD)/tests_emu $(TOOLS_CUDA)
+
+.PHONY: all test deps clean
+all: $(BINARIES)
+
+# Installs missing Debian packages (or prints the command) before anything compiles.
+deps:
+	@STB_INC='$(STB_INC)' DOCTEST_INC='$(DOCTEST_INC)' tools/ensure_deps.sh
+
+$(BUILD)/native/%.cpp.o: %.cpp | deps
+	@mkdir -p $(dir $@)
+	$(CXX) $(CXXFLAGS_NATIVE) -c $< -o $@
+
+$(BUILD)/native/%.cu.o: %.cu | deps
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -c $< -o $@
+
+$(BUILD)/emu/%.cpp.o: %.cpp | deps
+	@mkdir -p $(dir $@)
+	$(CXX) $(CXXFLAGS_EMU) -c $< -o $@
+
+$(BUILD)/emu/%.cu.o: %.cu | deps
+	@mkdir -p $(dir $@)
+	$(CXX) $(CXXFLAGS_EMU) -x c++ -c $< -o $@
+
+$(BUILD)/emu/%.S.o: %.S | deps
+	@mkdir -p $(dir $@)
+	$(CXX) $(CXXFLAGS_EMU) -c $< -o $@
+
+train_yolo: $(call obj,native,tools/train_yolo.cpp) $(NATIVE_LIB)
+	$(CXX) $^ -o $@ $(LDLIBS_NATIVE)
+
+$(BUILD)/tests: $(NATIVE_TEST) $(NATIVE_LIB)
+	$(CXX) $^ -o $@ $(LDLIBS_NATIVE)
+
+$(BUILD)/tests_emu: $(EMU_TEST) $(EMU_LIB)
+	$(CXX) $(SANITIZE) $^ -o $@ -pthread -ldl
+
+$(BUILD)/bench_ceilings: $(call obj,native,tools/bench_ceilings.cu) $(NATIVE_LIB)
+	$(CXX) $^ -o $@ $(LDLIBS_NATIVE)
+
+test: $(BUILD)/tests $(BUILD)/tests_emu
+	@tools/run_tests.sh $(BUILD)/tests_emu $(BUILD)/tests
+
+clean:
+	rm -rf $(BUILD) train_yolo
+
+-include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

@@ -1,0 +1,146 @@
+// Device discovery and the --devices choice (see device.h).
+#include "runtime/device.h"
+
+#include <charconv>
+#include <sstream>
+#include <thread>
+
+#include "runtime/check.h"
+#include "runtime/nccl.h"
+
+namespace yolo {
+
+std::string Device::name() const { return is_cuda() ? "gpu:" + std::to_string(index) : "cpu"; }
+
+int cpu_threads() {
+  unsigned n = std::thread::hardware_concurrency();
+  return n == 0 ? 1 : int(n);
+}
+
+namespace {
+
+GpuDiscovery discover() {
+  GpuDiscovery found;
+#if YOLO_CUDA
+  found.cuda_built = true;
+  cudaDriverGetVersion(&found.driver_version);
+  cudaRuntimeGetVersion(&found.runtime_version);
+  int count = 0;
+  cudaError_t status = cudaGetDeviceCount(&count);
+  if (status != cudaSuccess) {
+    cudaGetLastError();  // clear the sticky error so later calls start clean
+    if (status == cudaErrorInsufficientDriver && found.driver_version == 0)
+      found.why_no_gpu = "no CUDA driver on this machine";
+    else if (status == cudaErrorNoDevice)
+      found.why_no_gpu = "the CUDA driver reports no device";
+    else
+      found.why_no_gpu = std::string("CUDA unavailable: ") + cudaGetErrorName(status) + ": " +
+                         cudaGetErrorString(status);
+    return found;
+  }
+  for (int i = 0; i < count; ++i) {
+    cudaDeviceProp prop{};
+    if (cudaGetDeviceProperties(&prop, i) != cudaSuccess) {
+      cudaGetLastError();
+      continue;
+    }
+    found.gpus.push_back({i, prop.name, prop.major, prop.minor, prop.multiProcessorCount,
+                          prop.totalGlobalMem, size_t(prop.l2CacheSize)});
+  }
+  if (found.gpus.empty()) found.why_no_gpu = "the CUDA driver reports no usable device";
+#else
+  found.why_no_gpu = "this is a CPU-only build (built without nvcc or with CUDA=0)";
+#endif
+  return found;
+}
+
+[[noreturn]] void bad_devices(const std::string& spec, const std::string& why) {
+  throw Error("--devices " + spec + ": " + why +
+              " (use auto, cpu, cpu:N, gpu or gpu:I,J,...; see --list-devices)");
+}
+
+int parse_index(const std::string& spec, std::string_view text) {
+  int value = -1;
+  auto [end, err] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (err != std::errc() || end != text.data() + text.size() || value < 0)
+    bad_devices(spec, "'" + std::string(text) + "' is not a non-negative integer");
+  return value;
+}
+
+}  // namespace
+
+const GpuDiscovery& discover_gpus() {
+  static const GpuDiscovery found = discover();
+  return found;
+}
+
+DeviceChoice choose_devices(const std::string& spec, const GpuDiscovery& found) {
+  DeviceChoice choice;
+  if (spec == "auto" || spec.empty()) {
+    if (found.gpus.empty()) {
+      choice.devices = {Device::cpu()};
+      choice.reason = "using the CPU backend: " + found.why_no_gpu;
+    } else {
+      for (const GpuInfo& g : found.gpus) choice.devices.push_back(Device::cuda(g.index));
+      choice.reason = "using " + std::to_string(found.gpus.size()) + " GPU(s)";
+    }
+    return choice;
+  }
+  std::string kind = spec.substr(0, spec.find(':'));
+  std::string list = spec.find(':') == std::string::npos ? "" : spec.substr(spec.find(':') + 1);
+  if (kind == "cpu") {
+    int replicas = list.empty() ? 1 : parse_index(spec, list);
+    if (replicas < 1 || replicas > 64) bad_devices(spec, "CPU replicas must be 1..64");
+    choice.devices.assign(size_t(replicas), Device::cpu());
+    choice.reason = "using the CPU backend as requested (" + std::to_string(replicas) + " replica(s))";
+    return choice;
+  }
+  if (kind != "gpu") bad_devices(spec, "unknown device kind '" + kind + "'");
+  if (found.gpus.empty()) bad_devices(spec, "no GPU is available: " + found.why_no_gpu);
+  if (list.empty()) return choose_devices("auto", found);
+  std::stringstream items(list);
+  for (std::string item; std::getline(items, item, ',');) {
+    int index = parse_index(spec, item);
+    if (index >= int(found.gpus.size()))
+      bad_devices(spec, "GPU " + item + " does not exist (found " + std::to_string(found.gpus.size()) + ")");
+    for (const Device& d : choice.devices)
+      if (d.index == index) bad_devices(spec, "GPU " + item + " is listed twice");
+    choice.devices.push_back(Device::cuda(index));
+  }
+  choice.reason = "using " + std::to_string(choice.devices.size()) + " GPU(s) as requested";
+  return choice;
+}
+
+std::string describe_devices(const GpuDiscovery& found) {
+  std::ostringstream out;
+  auto version = [](int v) { return std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10); };
+  if (!found.cuda_built) {
+    out << "CUDA: not in this build\n";
+  } else {
+    out << "CUDA: runtime " << version(found.runtime_version) << ", driver "
+        << (found.driver_version ? version(found.driver_version) : std::string("none")) << "\n";
+  }
+  if (found.gpus.empty()) {
+    out << "GPUs: none (" << found.why_no_gpu << ")\n";
+    out << "  -> training runs on the CPU backend\n";
+  } else {
+    out << "GPUs: " << found.gpus.size() << "\n";
+    for (const GpuInfo& g : found.gpus) {
+      char line[256];
+      std::snprintf(line, sizeof line, "  gpu:%d  %s  sm_%d%d  %d SMs  %.1f GiB  L2 %.0f MiB\n",
+                    g.index, g.name.c_str(), g.cc_major, g.cc_minor, g.multiprocessors,
+                    double(g.memory_bytes) / (1u << 30), double(g.l2_bytes) / (1u << 20));
+      out << line;
+    }
+  }
+  const NcclStatusInfo& nccl = nccl_status();
+  if (nccl.loaded)
+    out << "NCCL: " << nccl.version / 10000 << "." << nccl.version / 100 % 100 << "." << nccl.version % 100
+        << " (" << nccl.path << ")\n";
+  else
+    out << "NCCL: not loaded: " << nccl.why_not << "\n  -> multi-GPU data parallel is unavailable; one GPU or the CPU still work\n";
+  out << "CPU: " << cpu_threads() << " hardware threads\n";
+  return out.str();
+}
+
+}  // namespace yolo

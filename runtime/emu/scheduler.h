@@ -1,0 +1,48 @@
+// The emulated launch: runs a grid's blocks one after another on the calling host thread, each
+// block's threads as fibers (fiber.h). A thread runs until it reaches a barrier
+// (__syncthreads: every thread of the block that has not exited; a warp operation: the live
+// lanes of its mask), so barriers are real and threads that return early drop out of them,
+// as on the GPU. One emulated launch runs at a time in the process, which lets __shared__
+// variables be plain static storage.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+
+namespace yolo::emu {
+
+struct uint3 {
+  unsigned x = 0, y = 0, z = 0;
+};
+struct dim3 {
+  unsigned x = 1, y = 1, z = 1;
+  constexpr dim3(unsigned vx = 1, unsigned vy = 1, unsigned vz = 1) : x(vx), y(vy), z(vz) {}
+  constexpr operator uint3() const { return {x, y, z}; }
+};
+
+// Where a launch came from, for error messages.
+struct LaunchSite {
+  const char* kernel;
+  const char* file;
+  int line;
+};
+
+// Runs `body` (the kernel call with its arguments bound) for every thread of the grid. Throws
+// yolo::Error for an invalid configuration, a barrier no thread set can complete, or an
+// exception thrown by a thread.
+void run_grid(const LaunchSite& site, dim3 grid, dim3 block, size_t dynamic_shared_bytes,
+              const std::function<void()>& body);
+
+// Used by the device-side API (emu.h); valid only inside an emulated kernel.
+void block_barrier();                             // __syncthreads
+void warp_barrier(uint32_t mask);                 // __syncwarp and each warp operation's steps
+unsigned lane_id();                               // this thread's lane in its warp
+uint32_t live_lanes();                            // lanes of this warp that exist and have not exited
+unsigned char* warp_exchange_slot(unsigned lane); // 8 bytes per lane, per warp, for shuffles/votes
+void* dynamic_shared_memory();
+
+}  // namespace yolo::emu
+
+// CUDA's built-in variables, set by the scheduler before each emulated thread resumes.
+extern yolo::emu::uint3 threadIdx, blockIdx;
+extern yolo::emu::dim3 blockDim, gridDim;

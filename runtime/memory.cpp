@@ -1,0 +1,142 @@
+// Device and pinned host memory (see memory.h).
+#include "runtime/memory.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "runtime/check.h"
+#include "runtime/stream.h"
+
+namespace yolo {
+
+namespace {
+constexpr size_t kHostAlignment = 4096;
+
+void* host_alloc(size_t bytes, const char* what) {
+  size_t rounded = (bytes + kHostAlignment - 1) / kHostAlignment * kHostAlignment;
+  void* p = std::aligned_alloc(kHostAlignment, rounded == 0 ? kHostAlignment : rounded);
+  if (!p) throw Error(std::string("out of host memory allocating ") + std::to_string(bytes) + " bytes for " + what);
+  return p;
+}
+
+[[maybe_unused]] std::string gib(size_t bytes) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.2f GiB", double(bytes) / double(1ull << 30));
+  return text;
+}
+}  // namespace
+
+DeviceMemory::DeviceMemory(Device device, size_t bytes) : device_(device), bytes_(bytes) {
+  if (!device.is_cuda()) {
+    data_ = host_alloc(bytes, "CPU device memory");
+    return;
+  }
+#if YOLO_CUDA
+  set_current_device(device);
+  cudaError_t status = cudaMalloc(&data_, bytes);
+  if (status == cudaErrorMemoryAllocation) {
+    cudaGetLastError();
+    size_t free_bytes = 0, total = 0;
+    cudaMemGetInfo(&free_bytes, &total);
+    throw Error("out of memory on " + device.name() + ": asked for " + gib(bytes) + ", " +
+                gib(free_bytes) + " free of " + gib(total));
+  }
+  CHECKED(status);
+#else
+  throw Error("a CUDA device was requested from a CPU-only build");
+#endif
+}
+
+void DeviceMemory::release() {
+  if (!data_) return;
+  if (device_.is_cuda()) {
+#if YOLO_CUDA
+    cudaFree(data_);  // never throws from a destructor; errors surface on the next checked call
+#endif
+  } else {
+    std::free(data_);
+  }
+  data_ = nullptr;
+  bytes_ = 0;
+}
+
+DeviceMemory::~DeviceMemory() { release(); }
+
+DeviceMemory& DeviceMemory::operator=(DeviceMemory&& o) noexcept {
+  if (this != &o) {
+    release();
+    device_ = o.device_;
+    data_ = std::exchange(o.data_, nullptr);
+    bytes_ = std::exchange(o.bytes_, 0);
+  }
+  return *this;
+}
+
+PinnedHostBuffer::PinnedHostBuffer(size_t bytes) : bytes_(bytes) {
+#if YOLO_CUDA
+  if (!discover_gpus().gpus.empty()) {
+    CHECKED(cudaHostAlloc(&data_, bytes == 0 ? 1 : bytes, cudaHostAllocPortable));
+    pinned_ = true;
+    return;
+  }
+#endif
+  data_ = host_alloc(bytes, "a host buffer");
+}
+
+void PinnedHostBuffer::release() {
+  if (!data_) return;
+#if YOLO_CUDA
+  if (pinned_) cudaFreeHost(data_);
+#endif
+  if (!pinned_) std::free(data_);
+  data_ = nullptr;
+  bytes_ = 0;
+}
+
+PinnedHostBuffer::~PinnedHostBuffer() { release(); }
+
+PinnedHostBuffer& PinnedHostBuffer::operator=(PinnedHostBuffer&& o) noexcept {
+  if (this != &o) {
+    release();
+    data_ = std::exchange(o.data_, nullptr);
+    bytes_ = std::exchange(o.bytes_, 0);
+    pinned_ = std::exchange(o.pinned_, false);
+  }
+  return *this;
+}
+
+void copy_bytes(void* dst, const void* src, size_t bytes, Stream* stream) {
+  if (bytes == 0) return;
+  if (stream && stream->device().is_cuda()) {
+#if YOLO_CUDA
+    // Unified addressing lets the runtime tell host from device pointers.
+    CHECKED(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream->native()));
+#endif
+    return;
+  }
+  if (stream) {
+    stream->enqueue([=] { std::memcpy(dst, src, bytes); });
+    return;
+  }
+#if YOLO_CUDA
+  if (!discover_gpus().gpus.empty()) {
+    CHECKED(cudaMemcpy(dst, src, bytes, cudaMemcpyDefault));
+    return;
+  }
+#endif
+  std::memcpy(dst, src, bytes);
+}
+
+void fill_bytes(void* dst, int value, size_t bytes, Device device) {
+  if (device.is_cuda()) {
+#if YOLO_CUDA
+    set_current_device(device);
+    CHECKED(cudaMemset(dst, value, bytes));
+#endif
+    return;
+  }
+  std::memset(dst, value, bytes);
+}
+
+}  // namespace yolo

@@ -1,0 +1,83 @@
+// Streams and events with one interface for both backends.
+//   CUDA: a cudaStream_t / cudaEvent_t on the stream's device.
+//   CPU:  an in-order work queue run by its own thread; an event marks a point in a queue and
+//         another stream can wait on it, so overlap logic (compute vs communication) is real
+//         and testable without a GPU.
+// Semantics follow CUDA: wait() waits for the most recent record() made before the call; waiting
+// on an event never recorded does nothing; work on one stream runs in enqueue order.
+#pragma once
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "runtime/device.h"
+
+#if YOLO_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
+namespace yolo {
+
+enum class StreamPriority { Normal, High };  // High: communication, so all-reduces start first
+
+class Event {
+ public:
+  explicit Event(Device device);
+  ~Event();
+  Event(Event&&) noexcept;
+  Event& operator=(Event&&) noexcept;
+
+  bool query() const;        // has the most recently recorded point been reached?
+  void synchronize() const;  // host blocks until it has
+  // Milliseconds between `start`'s completion and this event's (both recorded and complete).
+  float elapsed_ms_since(const Event& start) const;
+  Device device() const { return device_; }
+#if YOLO_CUDA
+  cudaEvent_t native() const;
+#endif
+
+  struct CpuState;
+ private:
+  friend class Stream;
+  Device device_;
+  std::shared_ptr<CpuState> cpu_;
+#if YOLO_CUDA
+  cudaEvent_t cuda_ = nullptr;
+#endif
+};
+
+class Stream {
+ public:
+  Stream(Device device, StreamPriority priority = StreamPriority::Normal, std::string name = "");
+  ~Stream();  // waits for queued work
+  Stream(Stream&&) noexcept;
+  Stream& operator=(Stream&&) noexcept;
+
+  void record(Event& event);
+  void wait(const Event& event);
+  // Host work in stream order. CPU: runs on the stream's thread. CUDA: cudaLaunchHostFunc
+  // (the function must not call CUDA). Exceptions are kept and rethrown by synchronize().
+  void enqueue(std::function<void()> work);
+  void synchronize();
+  Device device() const { return device_; }
+  const std::string& name() const { return name_; }
+#if YOLO_CUDA
+  cudaStream_t native() const;
+#endif
+
+  class CpuQueue;
+ private:
+  Device device_;
+  std::string name_;
+  std::unique_ptr<CpuQueue> cpu_;
+#if YOLO_CUDA
+  cudaStream_t cuda_ = nullptr;
+  struct HostError;
+  std::shared_ptr<HostError> host_error_;
+#endif
+};
+
+// Makes `device` current for the calling thread (CUDA); no-op for the CPU.
+void set_current_device(Device device);
+
+}  // namespace yolo

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Runs each test binary given, adds up their "tests: N passed, M failed, K skipped" lines and
+# prints the total last, as CI reads it. A binary that dies without its line counts as a failure.
+set -uo pipefail
+export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0}
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1}
+passed=0 failed=0 skipped=0
+for binary in "$@"; do
+  echo "=== $binary"
+  log=$(mktemp)
+  "$binary" 2>&1 | tee "$log"
+  status=${PIPESTATUS[0]}
+  line=$(grep -E '^tests: [0-9]+ passed, [0-9]+ failed, [0-9]+ skipped$' "$log" | tail -n 1)
+  rm -f "$log"
+  if [[ -z "$line" ]]; then
+    echo "!!! $binary exited with status $status before reporting its results"
+    failed=$((failed + 1))
+    continue
+  fi
+  read -r p f s <<<"$(echo "$line" | sed -E 's/tests: ([0-9]+) passed, ([0-9]+) failed, ([0-9]+) skipped/\1 \2 \3/')"
+  passed=$((passed + p)) failed=$((failed + f)) skipped=$((skipped + s))
+  if [[ $status -ne 0 && $f -eq 0 ]]; then
+    echo "!!! $binary exited with status $status"
+    failed=$((failed + 1))
+  fi
+done
+echo "$passed passed, $failed failed, $skipped skipped"
+[[ $failed -eq 0 ]]
