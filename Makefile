@@ -67,30 +67,37 @@ EMU_TEST    := $(call obj,emu,$(TEST_CPP) $(TEST_CU))
 TOOLS_CUDA  := $(if $(filter 1,$(CUDA)),$(BUILD)/bench_ceilings)
 BINARIES    := train_yolo $(BUILD)/tests $(BUILD)/tests_emu $(TOOLS_CUDA)
 
-.PHONY: all test deps clean
+.PHONY: all test deps clean FORCE
 all: $(BINARIES)
+
+# Objects depend on the flags they were built with: `make ARCH=90` after `make` rebuilds.
+FLAGS_STAMP := $(BUILD)/flags.$(CUDA)
+$(FLAGS_STAMP): FORCE
+	@mkdir -p $(BUILD)
+	@echo '$(CXXFLAGS_NATIVE) | $(NVCCFLAGS) | $(CXXFLAGS_EMU)' | cmp -s - $@ || \
+	  echo '$(CXXFLAGS_NATIVE) | $(NVCCFLAGS) | $(CXXFLAGS_EMU)' > $@
 
 # Installs missing Debian packages (or prints the command) before anything compiles.
 deps:
 	@STB_INC='$(STB_INC)' DOCTEST_INC='$(DOCTEST_INC)' tools/ensure_deps.sh
 
-$(BUILD)/native/%.cpp.o: %.cpp | deps
+$(BUILD)/native/%.cpp.o: %.cpp $(FLAGS_STAMP) | deps
 	@mkdir -p $(dir $@)
 	$(CXX) $(CXXFLAGS_NATIVE) -c $< -o $@
 
-$(BUILD)/native/%.cu.o: %.cu | deps
+$(BUILD)/native/%.cu.o: %.cu $(FLAGS_STAMP) | deps
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -c $< -o $@
 
-$(BUILD)/emu/%.cpp.o: %.cpp | deps
+$(BUILD)/emu/%.cpp.o: %.cpp $(FLAGS_STAMP) | deps
 	@mkdir -p $(dir $@)
 	$(CXX) $(CXXFLAGS_EMU) -c $< -o $@
 
-$(BUILD)/emu/%.cu.o: %.cu | deps
+$(BUILD)/emu/%.cu.o: %.cu $(FLAGS_STAMP) | deps
 	@mkdir -p $(dir $@)
 	$(CXX) $(CXXFLAGS_EMU) -x c++ -c $< -o $@
 
-$(BUILD)/emu/%.S.o: %.S | deps
+$(BUILD)/emu/%.S.o: %.S $(FLAGS_STAMP) | deps
 	@mkdir -p $(dir $@)
 	$(CXX) $(CXXFLAGS_EMU) -c $< -o $@
 

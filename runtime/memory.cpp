@@ -13,10 +13,11 @@ namespace yolo {
 namespace {
 constexpr size_t kHostAlignment = 4096;
 
+// Exactly `bytes` (not rounded up), so AddressSanitizer sees the true end of the buffer.
 void* host_alloc(size_t bytes, const char* what) {
-  size_t rounded = (bytes + kHostAlignment - 1) / kHostAlignment * kHostAlignment;
-  void* p = std::aligned_alloc(kHostAlignment, rounded == 0 ? kHostAlignment : rounded);
-  if (!p) throw Error(std::string("out of host memory allocating ") + std::to_string(bytes) + " bytes for " + what);
+  void* p = nullptr;
+  if (posix_memalign(&p, kHostAlignment, bytes == 0 ? 1 : bytes) != 0)
+    throw Error(std::string("out of host memory allocating ") + std::to_string(bytes) + " bytes for " + what);
   return p;
 }
 

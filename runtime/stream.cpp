@@ -91,6 +91,8 @@ float Event::elapsed_ms_since(const Event& start) const {
   }
   float ms = 0;
 #if YOLO_CUDA
+  CHECKED(cudaEventSynchronize(start.cuda_));  // both points must be reached to be timed
+  CHECKED(cudaEventSynchronize(cuda_));
   CHECKED(cudaEventElapsedTime(&ms, start.cuda_, cuda_));
 #endif
   return ms;

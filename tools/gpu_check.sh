@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# The one prepared run for a GPU machine (DESIGN.md, "On a GPU"); under five minutes.
+# Runs the test suite natively, compute-sanitizer (memcheck, racecheck, synccheck, initcheck)
+# on the kernel tests, and the benchmarks; writes full logs to OUTDIR and prints a summary
+# table last. A tool that is missing is reported as unavailable, not as a failure.
+# Needs the binaries built beforehand (here or elsewhere: make ARCH=90).
+set -u
+OUT=${1:?usage: tools/gpu_check.sh OUTDIR}
+mkdir -p "$OUT"
+cd "$(dirname "$0")/.."
+summary=()
+record() { summary+=("$(printf '%-28s %-12s %s' "$1" "$2" "$3")"); }
+
+# NCCL is loaded at run time; on machines where it only ships inside a Python package, find it.
+if [[ -z "${YOLO_NCCL_LIB:-}" ]] && command -v python3 >/dev/null; then
+  dir=$(python3 -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], "lib"))' 2>/dev/null)
+  [[ -n "$dir" && -d "$dir" ]] && export YOLO_NCCL_LIB="$dir"
+fi
+
+run_step() {  # name, log file, timeout seconds, command...
+  local name=$1 log=$2 limit=$3
+  shift 3
+  local start=$SECONDS
+  timeout "$limit" "$@" >"$OUT/$log" 2>&1
+  local status=$?
+  local took=$((SECONDS - start))
+  if [[ $status -eq 0 ]]; then record "$name" "ok" "${took}s, $OUT/$log"
+  elif [[ $status -eq 124 ]]; then record "$name" "TIMEOUT" "after ${limit}s, $OUT/$log"
+  else record "$name" "FAILED($status)" "${took}s, $OUT/$log"; fi
+  return $status
+}
+
+{ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,power.draw,temperature.gpu --format=csv; nvidia-smi -L; } >"$OUT/gpu.txt" 2>&1 || true
+
+run_step "list devices" devices.log 60 ./train_yolo --list-devices
+run_step "tests (native)" tests.log 180 build/tests
+tail -n 1 "$OUT/tests.log" | grep -q '^tests:' && summary[-1]+=" | $(tail -n 1 "$OUT/tests.log")"
+
+if command -v compute-sanitizer >/dev/null; then
+  for tool in memcheck racecheck synccheck initcheck; do
+    run_step "compute-sanitizer $tool" "sanitizer_$tool.log" 120 \
+      compute-sanitizer --tool "$tool" --error-exitcode 99 build/tests -tc='kernel*' -tce='*invalid launch*'
+    summary[-1]+=" | $(grep -m1 -E '(ERROR|RACECHECK) SUMMARY' "$OUT/sanitizer_$tool.log" || echo 'no summary')"
+  done
+else
+  record "compute-sanitizer" "unavailable" "not on PATH"
+fi
+
+if [[ -x build/bench_ceilings ]]; then
+  run_step "bench_ceilings" bench_ceilings.log 120 build/bench_ceilings
+else
+  record "bench_ceilings" "unavailable" "not built (needs a CUDA build)"
+fi
+
+echo
+cat "$OUT/gpu.txt"
+echo
+[[ -f "$OUT/bench_ceilings.log" ]] && cat "$OUT/bench_ceilings.log" && echo
+printf '%-28s %-12s %s\n' "step" "status" "detail"
+printf '%s\n' "${summary[@]}"
