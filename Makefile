@@ -52,7 +52,9 @@ endif
 RUNTIME_SRC := $(wildcard runtime/*.cpp)
 EMU_SRC     := $(wildcard runtime/emu/*.cpp) $(wildcard runtime/emu/*.S)
 KERNEL_SRC  := $(wildcard kernels/*.cu)
-TEST_CPP    := $(wildcard tests/*.cpp)
+# tests/test_kernel*.cpp launch kernels: they need nvcc-built kernels (native) or the emulation.
+TEST_KERNEL := $(wildcard tests/test_kernel*.cpp)
+TEST_CPP    := $(filter-out $(TEST_KERNEL),$(wildcard tests/*.cpp))
 TEST_CU     := $(wildcard tests/*.cu)
 
 obj = $(patsubst %,$(BUILD)/$(1)/%.o,$(2))
@@ -71,7 +73,7 @@ BINARIES    := train_yolo $(BUILD)/tests $(BUILD)/tests_emu $(TOOLS_CUDA)
 all: $(BINARIES)
 
 # Objects depend on the flags they were built with: `make ARCH=90` after `make` rebuilds.
-FLAGS_STAMP := $(BUILD)/flags.$(CUDA)
+FLAGS_STAMP := $(BUILD)/flags
 $(FLAGS_STAMP): FORCE
 	@mkdir -p $(BUILD)
 	@echo '$(CXXFLAGS_NATIVE) | $(NVCCFLAGS) | $(CXXFLAGS_EMU)' | cmp -s - $@ || \

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstring>
 #include <numeric>
+#include <thread>
 
 #include "runtime/arena.h"
 #include "runtime/check.h"
@@ -230,4 +231,26 @@ TEST_CASE("emulation: an out-of-bounds write in a kernel is caught by AddressSan
   CHECK(!(WIFEXITED(status) && WEXITSTATUS(status) == 0));
   CHECK(report.find("AddressSanitizer") != std::string::npos);
   CHECK(report.find("write_index") != std::string::npos);  // the report names the kernel
+}
+
+TEST_CASE("emulation: launches from several host threads run one at a time and stay correct") {
+  if (!kernels_emulated()) SKIP_TEST("a property of the emulation");
+  Rng rng;
+  CAPTURE(rng.seed());
+  const int rows = 45, cols = 77;
+  std::vector<float> in = rng.floats(size_t(rows) * cols);
+  std::vector<std::vector<float>> results(4);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t)
+    threads.emplace_back([&, t] {
+      DeviceArray<float> d_in(Device::cpu(), in), d_out(Device::cpu(), in.size());
+      for (int repeat = 0; repeat < 3; ++repeat) launch_transpose_tiled(d_in.data(), d_out.data(), rows, cols);
+      results[size_t(t)] = d_out.download();
+    });
+  for (std::thread& t : threads) t.join();
+  for (const auto& r : results) {
+    REQUIRE(r.size() == in.size());
+    CHECK(r[size_t(5) * rows + 3] == in[size_t(3) * cols + 5]);
+    CHECK(std::memcmp(r.data(), results[0].data(), r.size() * sizeof(float)) == 0);
+  }
 }
