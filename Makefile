@@ -62,9 +62,9 @@ obj = $(patsubst %,$(BUILD)/$(1)/%.o,$(2))
 # Native build: .cu through nvcc when CUDA=1; otherwise CUDA sources are left out.
 NATIVE_CU   := $(if $(filter 1,$(CUDA)),$(KERNEL_SRC))
 NATIVE_LIB  := $(call obj,native,$(RUNTIME_SRC) $(NATIVE_CU))
-NATIVE_TEST := $(call obj,native,$(TEST_CPP) $(if $(filter 1,$(CUDA)),$(TEST_CU)))
+NATIVE_TEST := $(call obj,native,$(TEST_CPP) $(if $(filter 1,$(CUDA)),$(TEST_KERNEL) $(TEST_CU)))
 EMU_LIB     := $(call obj,emu,$(RUNTIME_SRC) $(EMU_SRC) $(KERNEL_SRC))
-EMU_TEST    := $(call obj,emu,$(TEST_CPP) $(TEST_CU))
+EMU_TEST    := $(call obj,emu,$(TEST_CPP) $(TEST_KERNEL) $(TEST_CU))
 
 TOOLS_CUDA  := $(if $(filter 1,$(CUDA)),$(BUILD)/bench_ceilings)
 BINARIES    := train_yolo $(BUILD)/tests $(BUILD)/tests_emu $(TOOLS_CUDA)
