@@ -49,25 +49,33 @@ ifeq ($(CUDA),1)
 endif
 
 # ---- sources ---------------------------------------------------------------------------
+# ONLY="conv gemm" limits the op families built (kernels/NAME.cu, tests/test_kernel_NAME.cpp,
+# tools/bench_NAME.cu): for working on one family while others are unfinished.
 RUNTIME_SRC := $(wildcard runtime/*.cpp)
 EMU_SRC     := $(wildcard runtime/emu/*.cpp) $(wildcard runtime/emu/*.S)
-KERNEL_SRC  := $(wildcard kernels/*.cu)
-# tests/test_kernel*.cpp launch kernels: they need nvcc-built kernels (native) or the emulation.
-TEST_KERNEL := $(wildcard tests/test_kernel*.cpp)
-TEST_CPP    := $(filter-out $(TEST_KERNEL),$(wildcard tests/*.cpp))
+KERNEL_CPP  := $(wildcard kernels/*.cpp)
+ifeq ($(ONLY),)
+  KERNEL_CU   := $(wildcard kernels/*.cu)
+  TEST_KERNEL := $(wildcard tests/test_kernel*.cpp)
+  BENCH_CU    := $(wildcard tools/bench_*.cu)
+else
+  KERNEL_CU   := $(wildcard $(ONLY:%=kernels/%.cu))
+  TEST_KERNEL := tests/test_kernel_emulation.cpp $(wildcard $(ONLY:%=tests/test_kernel_%.cpp))
+  BENCH_CU    := tools/bench_copy.cu $(wildcard $(ONLY:%=tools/bench_%.cu))
+endif
+TEST_CPP    := $(filter-out tests/test_kernel%,$(wildcard tests/*.cpp))
 TEST_CU     := $(wildcard tests/*.cu)
 
 obj = $(patsubst %,$(BUILD)/$(1)/%.o,$(2))
-
-# Native build: .cu through nvcc when CUDA=1; otherwise CUDA sources are left out.
-NATIVE_CU   := $(if $(filter 1,$(CUDA)),$(KERNEL_SRC))
-NATIVE_LIB  := $(call obj,native,$(RUNTIME_SRC) $(NATIVE_CU))
-NATIVE_TEST := $(call obj,native,$(TEST_CPP) $(if $(filter 1,$(CUDA)),$(TEST_KERNEL) $(TEST_CU)))
-EMU_LIB     := $(call obj,emu,$(RUNTIME_SRC) $(EMU_SRC) $(KERNEL_SRC))
+# Native build: .cu through nvcc when CUDA=1; with CUDA=0 they compile as C++ against the
+# emulation (their fast CPU versions are what the CPU backend runs; the kernels run emulated).
+NATIVE_LIB  := $(call obj,native,$(RUNTIME_SRC) $(KERNEL_CPP) $(KERNEL_CU) $(if $(filter 0,$(CUDA)),$(EMU_SRC)))
+NATIVE_TEST := $(call obj,native,$(TEST_CPP) $(TEST_KERNEL) $(TEST_CU))
+EMU_LIB     := $(call obj,emu,$(RUNTIME_SRC) $(EMU_SRC) $(KERNEL_CPP) $(KERNEL_CU))
 EMU_TEST    := $(call obj,emu,$(TEST_CPP) $(TEST_KERNEL) $(TEST_CU))
 
-TOOLS_CUDA  := $(if $(filter 1,$(CUDA)),$(BUILD)/bench_ceilings)
-BINARIES    := train_yolo $(BUILD)/tests $(BUILD)/tests_emu $(TOOLS_CUDA)
+TOOLS       := $(BUILD)/bench_kernels
+BINARIES    := train_yolo $(BUILD)/tests $(BUILD)/tests_emu $(TOOLS)
 
 .PHONY: all test deps clean FORCE
 all: $(BINARIES)
@@ -87,9 +95,19 @@ $(BUILD)/native/%.cpp.o: %.cpp $(FLAGS_STAMP) | deps
 	@mkdir -p $(dir $@)
 	$(CXX) $(CXXFLAGS_NATIVE) -c $< -o $@
 
+ifeq ($(CUDA),1)
 $(BUILD)/native/%.cu.o: %.cu $(FLAGS_STAMP) | deps
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -c $< -o $@
+else
+$(BUILD)/native/%.cu.o: %.cu $(FLAGS_STAMP) | deps
+	@mkdir -p $(dir $@)
+	$(CXX) $(CXXFLAGS_NATIVE) -x c++ -c $< -o $@
+
+$(BUILD)/native/%.S.o: %.S $(FLAGS_STAMP) | deps
+	@mkdir -p $(dir $@)
+	$(CXX) $(CXXFLAGS_NATIVE) -c $< -o $@
+endif
 
 $(BUILD)/emu/%.cpp.o: %.cpp $(FLAGS_STAMP) | deps
 	@mkdir -p $(dir $@)
@@ -112,7 +130,7 @@ $(BUILD)/tests: $(NATIVE_TEST) $(NATIVE_LIB)
 $(BUILD)/tests_emu: $(EMU_TEST) $(EMU_LIB)
 	$(CXX) $(SANITIZE) $^ -o $@ -pthread -ldl
 
-$(BUILD)/bench_ceilings: $(call obj,native,tools/bench_ceilings.cu) $(NATIVE_LIB)
+$(BUILD)/bench_kernels: $(call obj,native,tools/bench_kernels.cpp tools/ceilings.cu $(BENCH_CU)) $(NATIVE_LIB)
 	$(CXX) $^ -o $@ $(LDLIBS_NATIVE)
 
 test: $(BUILD)/tests $(BUILD)/tests_emu

@@ -1,0 +1,51 @@
+// The kernel benchmark's shared pieces: measured ceilings, a timer, and a registry that each
+// op family's tools/bench_NAME.cu adds its entries to (BENCH_ENTRY). tools/bench_kernels.cpp
+// runs them all and prints one table with achieved GB/s and TFLOP/s next to the ceilings.
+#pragma once
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "kernels/tensor.h"
+#include "runtime/device.h"
+
+namespace yolo::bench {
+
+struct Ceilings {
+  double copy_gbs = 0;      // bytes read + written per second, large copy
+  double fp32_tflops = 0;   // FMA-bound FP32 rate
+  std::string where;        // "gpu:0 NVIDIA H200" or "cpu (2 threads)"
+};
+Ceilings measure_ceilings(Device device);
+
+struct Context {
+  Device device;            // gpu:0 when there is a GPU (CUDA kernels), else cpu (fast CPU ops)
+  cudaStream_t stream = nullptr;
+  int batch = 16;           // YOLOv3-416 training batch on a GPU; smaller on the CPU (stated)
+  int repeats = 10;
+  std::string filter;       // run only entries whose name contains this
+};
+
+struct Result {
+  std::string op;           // e.g. "conv fwd"
+  std::string shape;        // e.g. "52x52 128->256 3x3 s1"
+  double ms = 0;            // median
+  double bytes = 0;         // minimum bytes moved through memory (each input read, output written once)
+  double flops = 0;         // 0 for memory-bound ops
+};
+
+// Median milliseconds of `run` (after one warm-up): CUDA events on a GPU, a steady clock on
+// the CPU.
+double time_ms(const Context& context, const std::function<void()>& run);
+
+using Entry = std::function<void(const Context&, std::vector<Result>&)>;
+int register_entry(const char* family, Entry entry);
+const std::vector<std::pair<std::string, Entry>>& entries();
+
+}  // namespace yolo::bench
+
+#define BENCH_CONCAT_(a, b) a##b
+#define BENCH_CONCAT(a, b) BENCH_CONCAT_(a, b)
+// At namespace scope in tools/bench_NAME.cu: BENCH_ENTRY("conv", [](const Context& c, std::vector<Result>& out) {...});
+#define BENCH_ENTRY(family, ...) \
+  static const int BENCH_CONCAT(bench_entry_, __LINE__) = ::yolo::bench::register_entry(family, __VA_ARGS__)

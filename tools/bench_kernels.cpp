@@ -1,0 +1,71 @@
+// bench_kernels: times every op (forward and backward) at YOLOv3-416 shapes and prints achieved
+// GB/s and TFLOP/s next to this device's measured ceilings. CUDA kernels on gpu:0 when there is
+// a GPU, the fast CPU versions otherwise (with a smaller batch, printed).
+//   bench_kernels [--filter TEXT] [--batch N] [--repeats N] [--cpu] [--ceilings-only]
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include "runtime/check.h"
+#include "runtime/device.h"
+#include "tools/bench.h"
+
+using namespace yolo;
+
+int main(int argc, char** argv) {
+  try {
+    bench::Context context;
+    bool force_cpu = false, ceilings_only = false;
+    int batch = 0;
+    for (int i = 1; i < argc; ++i) {
+      std::string arg = argv[i];
+      auto value = [&]() -> std::string {
+        if (i + 1 >= argc) throw Error(arg + " needs a value");
+        return argv[++i];
+      };
+      if (arg == "--filter") context.filter = value();
+      else if (arg == "--batch") batch = std::atoi(value().c_str());
+      else if (arg == "--repeats") context.repeats = std::atoi(value().c_str());
+      else if (arg == "--cpu") force_cpu = true;
+      else if (arg == "--ceilings-only") ceilings_only = true;
+      else throw Error("unknown option '" + arg + "' (try --filter, --batch, --repeats, --cpu, --ceilings-only)");
+    }
+    if (context.repeats < 1) throw Error("--repeats must be at least 1");
+    const GpuDiscovery& found = discover_gpus();
+    bool gpu = !force_cpu && !found.gpus.empty();
+    context.device = gpu ? Device::cuda(0) : Device::cpu();
+    // 16 is the YOLOv3 training batch per GPU; the CPU gets 1 so a run finishes in minutes.
+    context.batch = batch > 0 ? batch : (gpu ? 16 : 1);
+#if YOLO_CUDA
+    if (gpu) {
+      CHECKED(cudaSetDevice(0));
+      CHECKED(cudaStreamCreateWithFlags(&context.stream, cudaStreamNonBlocking));
+    }
+#endif
+    if (!gpu) std::printf("bench_kernels: no GPU used (%s): timing the fast CPU ops\n",
+                          force_cpu ? "--cpu" : found.why_no_gpu.c_str());
+    bench::Ceilings ceilings = bench::measure_ceilings(context.device);
+    std::printf("device: %s   ceilings: copy %.0f GB/s, FP32 %.2f TFLOP/s   batch %d, median of %d\n",
+                ceilings.where.c_str(), ceilings.copy_gbs, ceilings.fp32_tflops, context.batch, context.repeats);
+    if (ceilings_only) return 0;
+    std::printf("%-22s %-34s %10s %9s %6s %9s %6s\n", "op", "shape", "ms", "GB/s", "%copy", "TFLOP/s", "%fp32");
+    for (const auto& [family, entry] : bench::entries()) {
+      std::vector<bench::Result> results;
+      entry(context, results);
+      for (const bench::Result& r : results) {
+        if (!context.filter.empty() && (family + " " + r.op + " " + r.shape).find(context.filter) == std::string::npos)
+          continue;
+        double gbs = r.bytes / r.ms / 1e6, tflops = r.flops / r.ms / 1e9;
+        std::printf("%-22s %-34s %10.3f %9.1f %5.0f%% ", r.op.c_str(), r.shape.c_str(), r.ms, gbs,
+                    100.0 * gbs / ceilings.copy_gbs);
+        if (r.flops > 0) std::printf("%9.2f %5.0f%%\n", tflops, 100.0 * tflops / ceilings.fp32_tflops);
+        else std::printf("%9s %6s\n", "-", "-");
+      }
+      std::fflush(stdout);
+    }
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_kernels: error: %s\n", e.what());
+    return 1;
+  }
+}

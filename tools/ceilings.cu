@@ -1,0 +1,139 @@
+// Measured ceilings (see bench.h): on a GPU a device-to-device copy and an FMA-bound kernel;
+// on the CPU a large memcpy and FMA chains on every pool thread. Also the benchmark timer and
+// registry, which must live in one translation unit compiled the same way as the entries.
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <memory>
+
+#include "kernels/common.cuh"
+#include "kernels/cpu_parallel.h"
+#include "runtime/memory.h"
+#include "tools/bench.h"
+
+namespace yolo::bench {
+
+namespace {
+
+constexpr int kChains = 8, kFmaIterations = 4096;
+
+#if defined(__CUDACC__)
+__global__ void fma_chains(float* out, float a, float b) {
+  float acc[kChains];
+  for (int c = 0; c < kChains; ++c) acc[c] = threadIdx.x * 1e-3f + c;
+  for (int i = 0; i < kFmaIterations; ++i)
+#pragma unroll
+    for (int c = 0; c < kChains; ++c) acc[c] = fmaf(acc[c], a, b);
+  float sum = 0.0f;
+  for (int c = 0; c < kChains; ++c) sum += acc[c];
+  if (sum == 1234.5f) out[0] = sum;  // practically never true; keeps the work alive
+}
+
+Ceilings gpu_ceilings(Device device, const Context& context) {
+  const GpuInfo& gpu = discover_gpus().gpus[size_t(device.index)];
+  const size_t bytes = size_t(1) << 30;
+  DeviceMemory a(device, bytes), b(device, bytes);
+  fill_bytes(a.data(), 0x3c, bytes, device);
+  Ceilings c;
+  double copy_ms = time_ms(context, [&] {
+    CHECKED(cudaMemcpyAsync(b.data(), a.data(), bytes, cudaMemcpyDeviceToDevice, context.stream));
+  });
+  c.copy_gbs = 2.0 * double(bytes) / copy_ms / 1e6;
+  unsigned blocks = unsigned(gpu.multiprocessors) * 16;
+  double fma_ms = time_ms(context, [&] {
+    LAUNCH(fma_chains, dim3(blocks), dim3(256), 0, context.stream, static_cast<float*>(b.data()), 0.999f, 1e-3f);
+  });
+  c.fp32_tflops = 2.0 * kChains * kFmaIterations * double(blocks) * 256 / fma_ms / 1e9;
+  c.where = device.name() + " " + gpu.name;
+  return c;
+}
+#endif
+
+Ceilings cpu_ceilings(const Context& context) {
+  const size_t bytes = size_t(256) << 20;
+  std::unique_ptr<char[]> a(new char[bytes]), b(new char[bytes]);
+  std::memset(a.get(), 1, bytes);
+  std::memset(b.get(), 2, bytes);
+  Ceilings c;
+  size_t threads = size_t(cpu_pool_threads()), chunk = bytes / threads;
+  double copy_ms = time_ms(context, [&] {
+    parallel_for(threads, [&](size_t t) { std::memcpy(b.get() + t * chunk, a.get() + t * chunk, chunk); });
+  });
+  c.copy_gbs = 2.0 * double(bytes) / copy_ms / 1e6;
+  const int lanes = 64, iterations = 1 << 16;
+  std::vector<float> sink(threads);
+  double fma_ms = time_ms(context, [&] {
+    parallel_for(threads, [&](size_t t) {
+      float acc[lanes];
+      for (int l = 0; l < lanes; ++l) acc[l] = float(l) * 1e-3f + float(t);
+      for (int i = 0; i < iterations; ++i)
+        for (int l = 0; l < lanes; ++l) acc[l] = acc[l] * 0.999f + 1e-3f;  // vectorised multiply-add
+      float s = 0;
+      for (int l = 0; l < lanes; ++l) s += acc[l];
+      sink[t] = s;
+    });
+  });
+  c.fp32_tflops = 2.0 * lanes * double(iterations) * double(threads) / fma_ms / 1e9;
+  c.where = "cpu (" + std::to_string(threads) + " threads)";
+  return c;
+}
+
+std::vector<std::pair<std::string, Entry>>& registry() {
+  static std::vector<std::pair<std::string, Entry>> all;
+  return all;
+}
+
+}  // namespace
+
+double time_ms(const Context& context, const std::function<void()>& run) {
+  std::vector<double> times;
+#if defined(__CUDACC__)
+  if (context.device.is_cuda()) {
+    cudaEvent_t start, stop;
+    CHECKED(cudaEventCreate(&start));
+    CHECKED(cudaEventCreate(&stop));
+    run();  // warm-up
+    CHECKED(cudaStreamSynchronize(context.stream));
+    for (int r = 0; r < context.repeats; ++r) {
+      CHECKED(cudaEventRecord(start, context.stream));
+      run();
+      CHECKED(cudaEventRecord(stop, context.stream));
+      CHECKED(cudaEventSynchronize(stop));
+      float ms = 0;
+      CHECKED(cudaEventElapsedTime(&ms, start, stop));
+      times.push_back(ms);
+    }
+    CHECKED(cudaEventDestroy(start));
+    CHECKED(cudaEventDestroy(stop));
+    std::sort(times.begin(), times.end());
+    return times[times.size() / 2];
+  }
+#endif
+  run();
+  for (int r = 0; r < context.repeats; ++r) {
+    auto t0 = std::chrono::steady_clock::now();
+    run();
+    times.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+  }
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2];
+}
+
+Ceilings measure_ceilings(Device device) {
+  Context context;
+  context.device = device;
+  context.repeats = 10;
+#if defined(__CUDACC__)
+  if (device.is_cuda()) return gpu_ceilings(device, context);
+#endif
+  return cpu_ceilings(context);
+}
+
+int register_entry(const char* family, Entry entry) {
+  registry().emplace_back(family, std::move(entry));
+  return int(registry().size());
+}
+
+const std::vector<std::pair<std::string, Entry>>& entries() { return registry(); }
+
+}  // namespace yolo::bench
