@@ -37,6 +37,9 @@ endif
 SANITIZE  ?= -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 CXXFLAGS_EMU := $(BASEFLAGS) $(WARN) $(SANITIZE) -DYOLO_CUDA=0 -DYOLO_EMU=1 $(call sysinc,$(STB_INC) $(DOCTEST_INC))
 
+# .cu files as C++: g++ does not know `#pragma unroll` (nvcc's), which is only a hint.
+EMU_CU_FLAGS := -Wno-unknown-pragmas
+
 GENCODE   := $(foreach a,$(ARCH),-gencode=arch=compute_$(a),code=sm_$(a))
 NVCCFLAGS := -std=c++20 -O3 -g -lineinfo -I. -MMD -MP $(GENCODE) -DYOLO_CUDA=1 -DYOLO_EMU=0 \
              $(if $(filter 1,$(WERROR)),-Werror all-warnings) -Xcompiler -Wall,-Wextra \
@@ -102,7 +105,7 @@ $(BUILD)/native/%.cu.o: %.cu $(FLAGS_STAMP) | deps
 else
 $(BUILD)/native/%.cu.o: %.cu $(FLAGS_STAMP) | deps
 	@mkdir -p $(dir $@)
-	$(CXX) $(CXXFLAGS_NATIVE) -x c++ -c $< -o $@
+	$(CXX) $(CXXFLAGS_NATIVE) $(EMU_CU_FLAGS) -x c++ -c $< -o $@
 
 $(BUILD)/native/%.S.o: %.S $(FLAGS_STAMP) | deps
 	@mkdir -p $(dir $@)
@@ -115,7 +118,7 @@ $(BUILD)/emu/%.cpp.o: %.cpp $(FLAGS_STAMP) | deps
 
 $(BUILD)/emu/%.cu.o: %.cu $(FLAGS_STAMP) | deps
 	@mkdir -p $(dir $@)
-	$(CXX) $(CXXFLAGS_EMU) -x c++ -c $< -o $@
+	$(CXX) $(CXXFLAGS_EMU) $(EMU_CU_FLAGS) -x c++ -c $< -o $@
 
 $(BUILD)/emu/%.S.o: %.S $(FLAGS_STAMP) | deps
 	@mkdir -p $(dir $@)

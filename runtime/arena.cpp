@@ -50,19 +50,22 @@ void* Arena::allocate(size_t bytes, const std::string& tag, size_t alignment) {
   if (alignment == 0 || (alignment & (alignment - 1)) != 0)
     throw Error("arena '" + name_ + "': alignment " + std::to_string(alignment) + " for '" + tag +
                 "' is not a power of two");
-  size_t start = used_ == 0 ? 0 : used_ + red_zone_;
-  start = (start + alignment - 1) & ~(alignment - 1);
-  // Base addresses are at least 4096-aligned (host) or 256-aligned (cudaMalloc); larger
-  // alignments are honoured by the address, not just the offset.
+  if (alignment > capacity())
+    throw Error("arena '" + name_ + "': alignment " + std::to_string(alignment) + " for '" + tag +
+                "' exceeds the arena's capacity");
+  // Align the address, not just the offset (bases are 4096-aligned on the host, 256 from
+  // cudaMalloc). Every term is below capacity + alignment here, so nothing wraps.
   uintptr_t base = reinterpret_cast<uintptr_t>(memory_.data());
-  while ((base + start) % alignment != 0) start += alignment - (base + start) % alignment;
+  size_t start = used_ == 0 ? 0 : used_ + red_zone_;
+  start += (alignment - (base + start) % alignment) % alignment;
   if (start > capacity() || bytes > capacity() - start) {
     char text[512];
+    size_t usable = start > capacity() ? 0 : capacity() - start;
     std::snprintf(text, sizeof text,
                   "arena '%s' on %s is full: '%s' needs %zu bytes (aligned to %zu) but only %zu of "
-                  "%zu bytes are left (%zu used, high water %zu)",
-                  name_.c_str(), device().name().c_str(), tag.c_str(), bytes, alignment,
-                  capacity() - std::min(capacity(), used_), capacity(), used_, high_water_);
+                  "%zu bytes are left at that alignment (%zu used, high water %zu)",
+                  name_.c_str(), device().name().c_str(), tag.c_str(), bytes, alignment, usable,
+                  capacity(), used_, high_water_);
     throw Error(text);
   }
   char* p = static_cast<char*>(memory_.data()) + start;
@@ -71,6 +74,11 @@ void* Arena::allocate(size_t bytes, const std::string& tag, size_t alignment) {
   if (used_ > high_water_) high_water_ = used_;
   blocks_.push_back({tag, start, bytes});
   return p;
+}
+
+void Arena::throw_too_large(size_t count, size_t element_bytes, const std::string& tag) const {
+  throw Error("arena '" + name_ + "': '" + tag + "' asks for " + std::to_string(count) + " elements of " +
+              std::to_string(element_bytes) + " bytes, which overflows a size");
 }
 
 void Arena::reset() {

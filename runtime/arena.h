@@ -6,6 +6,7 @@
 // separates neighbours: an out-of-bounds access by a kernel or op is reported, not hidden.
 #pragma once
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -27,6 +28,7 @@ class Arena {
   void* allocate(size_t bytes, const std::string& tag, size_t alignment = kDefaultAlignment);
   template <typename T>
   T* allocate_array(size_t count, const std::string& tag) {
+    if (count > SIZE_MAX / sizeof(T)) throw_too_large(count, sizeof(T), tag);
     return static_cast<T*>(allocate(count * sizeof(T), tag, alignof(T) > kDefaultAlignment ? alignof(T) : kDefaultAlignment));
   }
   // Forgets every sub-allocation (re-poisons them); the high-water mark is kept.
@@ -41,6 +43,7 @@ class Arena {
   std::string report() const;  // one line per sub-allocation, for the memory plan
 
  private:
+  [[noreturn]] void throw_too_large(size_t count, size_t element_bytes, const std::string& tag) const;
   struct Block {
     std::string tag;
     size_t offset, bytes;

@@ -3,20 +3,24 @@
 
 #include <pthread.h>
 
+#include <cstdio>
+
 namespace yolo {
 
 void Event::CpuState::complete(uint64_t generation) {
   std::lock_guard lock(mutex);
-  if (generation > completed) {
-    completed = generation;
-    completed_at = std::chrono::steady_clock::now();
+  later[generation] = Clock::now();
+  // Fold the contiguous run after `prefix` into it (keeps `later` small).
+  for (auto it = later.find(prefix + 1); it != later.end() && it->first == prefix + 1; it = later.erase(it)) {
+    ++prefix;
+    prefix_time = it->second;
   }
   changed.notify_all();
 }
 
 void Event::CpuState::wait_for(uint64_t generation) {
   std::unique_lock lock(mutex);
-  changed.wait(lock, [&] { return completed >= generation; });
+  changed.wait(lock, [&] { return is_complete(generation); });
 }
 
 Stream::CpuQueue::CpuQueue(std::string name) : thread_([this] { run(); }) {
@@ -32,6 +36,15 @@ Stream::CpuQueue::~CpuQueue() {
   }
   changed_.notify_all();
   thread_.join();
+  if (first_error_) {  // destructors cannot throw: say it rather than lose it
+    try {
+      std::rethrow_exception(first_error_);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "warning: a CPU stream was destroyed with an unreported error: %s\n", e.what());
+    } catch (...) {
+      std::fprintf(stderr, "warning: a CPU stream was destroyed with an unreported error\n");
+    }
+  }
 }
 
 void Stream::CpuQueue::push(std::function<void()> work) {

@@ -7,6 +7,7 @@
 #include <deque>
 #include <exception>
 #include <functional>
+#include <map>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -16,17 +17,24 @@
 
 namespace yolo {
 
-// A CPU event counts records (issued on the host when record() is called) and completions
-// (when the recording stream reaches that point). Point g is reached once completed >= g.
+// A CPU event numbers its records (generation g is issued on the host when record() is called)
+// and notes each one's completion when its stream reaches it. Records on different streams may
+// complete out of order, so completion is kept per generation: all of 1..prefix are complete,
+// plus those in `later`.
 struct Event::CpuState {
+  using Clock = std::chrono::steady_clock;
   std::mutex mutex;
   std::condition_variable changed;
   uint64_t recorded = 0;
-  uint64_t completed = 0;
-  std::chrono::steady_clock::time_point completed_at{};
+  uint64_t prefix = 0;
+  std::map<uint64_t, Clock::time_point> later;
+  Clock::time_point prefix_time{};  // completion time of generation `prefix`
 
   void complete(uint64_t generation);
   void wait_for(uint64_t generation);
+  bool is_complete(uint64_t generation) const { return generation <= prefix || later.count(generation); }
+  // Completion time of the most recent record; the caller holds the mutex and it is complete.
+  Clock::time_point latest_time() const { return recorded <= prefix ? prefix_time : later.at(recorded); }
 };
 
 class Stream::CpuQueue {

@@ -50,10 +50,25 @@ Event& Event::operator=(Event&& other) noexcept {
   return *this;
 }
 
+namespace {
+[[noreturn]] void moved_from(const char* what) {
+  throw Error(std::string("use of a moved-from ") + what);
+}
+}  // namespace
+
+bool Event::valid() const {
+#if YOLO_CUDA
+  return cpu_ || cuda_;
+#else
+  return cpu_ != nullptr;
+#endif
+}
+
 bool Event::query() const {
+  if (!valid()) moved_from("event");
   if (cpu_) {
     std::lock_guard lock(cpu_->mutex);
-    return cpu_->completed >= cpu_->recorded;
+    return cpu_->is_complete(cpu_->recorded);
   }
 #if YOLO_CUDA
   cudaError_t status = cudaEventQuery(cuda_);
@@ -64,6 +79,7 @@ bool Event::query() const {
 }
 
 void Event::synchronize() const {
+  if (!valid()) moved_from("event");
   if (cpu_) {
     uint64_t target;
     {
@@ -79,15 +95,19 @@ void Event::synchronize() const {
 }
 
 float Event::elapsed_ms_since(const Event& start) const {
+  if (!valid() || !start.valid()) moved_from("event");
   if (start.device_ != device_) throw Error("elapsed_ms_since: events on different devices");
   if (cpu_) {
     synchronize();
     start.synchronize();
-    std::lock_guard lock_a(cpu_->mutex);
-    std::lock_guard lock_b(start.cpu_->mutex);
-    if (start.cpu_->completed == 0 || cpu_->completed == 0)
-      throw Error("elapsed_ms_since: an event was never recorded");
-    return std::chrono::duration<float, std::milli>(cpu_->completed_at - start.cpu_->completed_at).count();
+    auto latest = [](const CpuState& state) {  // one lock at a time: no lock-order deadlock
+      std::lock_guard lock(const_cast<std::mutex&>(state.mutex));
+      if (state.recorded == 0) throw Error("elapsed_ms_since: an event was never recorded");
+      return state.latest_time();
+    };
+    auto end_time = latest(*cpu_);
+    auto start_time = latest(*start.cpu_);
+    return std::chrono::duration<float, std::milli>(end_time - start_time).count();
   }
   float ms = 0;
 #if YOLO_CUDA
@@ -159,7 +179,17 @@ Stream& Stream::operator=(Stream&& other) noexcept {
   return *this;
 }
 
+bool Stream::valid() const {
+#if YOLO_CUDA
+  return cpu_ || cuda_;
+#else
+  return cpu_ != nullptr;
+#endif
+}
+
 void Stream::record(Event& event) {
+  if (!valid()) moved_from("stream");
+  if (!event.valid()) moved_from("event");
   if (event.device_ != device_)
     throw Error("stream '" + name_ + "' on " + device_.name() + " cannot record an event of " +
                 event.device_.name());
@@ -178,6 +208,8 @@ void Stream::record(Event& event) {
 }
 
 void Stream::wait(const Event& event) {
+  if (!valid()) moved_from("stream");
+  if (!event.valid()) moved_from("event");
   if (event.device_.kind != device_.kind)
     throw Error("stream '" + name_ + "' on " + device_.name() + " cannot wait on an event of " +
                 event.device_.name() + " (mixing CPU and CUDA streams is not supported)");
@@ -197,6 +229,7 @@ void Stream::wait(const Event& event) {
 }
 
 void Stream::enqueue(std::function<void()> work) {
+  if (!valid()) moved_from("stream");
   if (cpu_) {
     cpu_->push(std::move(work));
     return;
@@ -223,6 +256,7 @@ void Stream::enqueue(std::function<void()> work) {
 }
 
 void Stream::synchronize() {
+  if (!valid()) moved_from("stream");
   if (cpu_) {
     cpu_->drain();
     return;

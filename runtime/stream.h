@@ -32,6 +32,7 @@ class Event {
   // Milliseconds between `start`'s completion and this event's (both recorded and complete).
   float elapsed_ms_since(const Event& start) const;
   Device device() const { return device_; }
+  bool valid() const;  // false once moved from; any use then throws yolo::Error
 #if YOLO_CUDA
   cudaEvent_t native() const;
 #endif
@@ -61,6 +62,7 @@ class Stream {
   void synchronize();
   Device device() const { return device_; }
   const std::string& name() const { return name_; }
+  bool valid() const;  // false once moved from; any use then throws yolo::Error
 #if YOLO_CUDA
   cudaStream_t native() const;
 #endif

@@ -1,6 +1,8 @@
 // Kernels that exercise the CUDA emulation and, in the native build, the GPU (see the header).
 #include "tests/emu_test_kernels.h"
 
+#include <stdexcept>
+
 #include "kernels/common.cuh"
 
 namespace yolo::testing {
@@ -101,7 +103,78 @@ __global__ void divergent_barrier(float* out) {
   out[threadIdx.x] = 1.0f;
 }
 
+__global__ void mixed_masks(const int* in, int* out) {
+  int lane = threadIdx.x, v = in[lane];
+  if (lane < 16)
+    for (int offset = 8; offset > 0; offset /= 2) v += __shfl_xor_sync(0x0000ffffu, v, offset);
+  for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  out[lane] = v;
+}
+
+__global__ void votes_after_exit(const int* in, int* out, int active) {
+  int t = threadIdx.x;
+  if (t >= active) return;
+  unsigned ballot = __ballot_sync(0xffffffffu, in[t] & 1);
+  int all = __all_sync(0xffffffffu, 1);
+  __syncwarp();
+  out[2 * t] = int(ballot);
+  out[2 * t + 1] = all;
+}
+
+#if !defined(__CUDACC__)
+__global__ void divide_pairs(const float* in, float* out, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = in[2 * i] / in[2 * i + 1];
+}
+
+int g_destroyed = 0;
+struct CountsDestruction {
+  ~CountsDestruction() { ++g_destroyed; }
+};
+
+__global__ void deadlock_with_locals(float* out) {
+  CountsDestruction local;
+  if (threadIdx.x < 16) __syncthreads();
+  else __syncwarp();
+  out[threadIdx.x] = 1.0f;
+}
+
+__global__ void throwing_kernel() {
+  if (threadIdx.x == 5) throw std::runtime_error("boom from thread 5");
+  __syncthreads();
+}
+#endif
+
 }  // namespace
+
+void launch_mixed_masks(const int* in, int* out) { LAUNCH(mixed_masks, dim3(1), dim3(32), 0, 0, in, out); }
+
+void launch_votes_after_exit(const int* in, int* out, int threads, int active) {
+  LAUNCH(votes_after_exit, dim3(1), dim3(threads), 0, 0, in, out, active);
+}
+
+#if defined(__CUDACC__)
+void launch_divide_pairs(const float*, float*, int) { throw Error("launch_divide_pairs: emulation only"); }
+int launch_deadlock_counting_destructors() { throw Error("launch_deadlock_counting_destructors: emulation only"); }
+void launch_throwing_kernel() { throw Error("launch_throwing_kernel: emulation only"); }
+#else
+void launch_divide_pairs(const float* in, float* out, int n) {
+  LAUNCH(divide_pairs, dim3(ceil_div(n, 64)), dim3(64), 0, 0, in, out, n);
+}
+
+int launch_deadlock_counting_destructors() {
+  float out[32];
+  g_destroyed = 0;
+  try {
+    LAUNCH(deadlock_with_locals, dim3(1), dim3(32), 0, 0, out);
+  } catch (const Error&) {
+    return g_destroyed;
+  }
+  return -1;  // no deadlock reported
+}
+
+void launch_throwing_kernel() { LAUNCH(throwing_kernel, dim3(1), dim3(32), 0, 0); }
+#endif
 
 void launch_transpose_tiled(const float* in, float* out, int rows, int cols) {
   LAUNCH(transpose_tiled, dim3(ceil_div(cols, kTile), ceil_div(rows, kTile)), dim3(kTile, 8), 0, 0, in, out, rows, cols);

@@ -29,4 +29,20 @@ void launch_write_range(float* out, int n, int overrun);
 // Half a warp at __syncthreads, the other half at __syncwarp: a hang the emulation must report.
 void launch_divergent_barrier(float* out);
 
+// Lanes 0-15 reduce with a half-warp mask, then the whole warp reduces with a full mask:
+// out[lane] = 16 * sum(in[0..15]) + sum(in[16..31]) for all 32 lanes.
+void launch_mixed_masks(const int* in, int* out);
+// Lanes >= active return at once; the rest vote with a full mask (exited lanes drop out):
+// out[t] = ballot of (in[t] odd) over the live lanes, then all(1), then a __syncwarp.
+void launch_votes_after_exit(const int* in, int* out, int threads, int active);
+
+// Emulation only (they throw yolo::Error in a CUDA build):
+// out[i] = in[2i] / in[2i+1], computed in the launching thread's floating-point environment.
+void launch_divide_pairs(const float* in, float* out, int n);
+// A deadlocked block whose 32 threads each hold a local object; returns how many of those
+// objects were destroyed (the emulation must unwind suspended threads after an error).
+int launch_deadlock_counting_destructors();
+// Thread 5 of a 32-thread block throws std::runtime_error("boom from thread 5").
+void launch_throwing_kernel();
+
 }  // namespace yolo::testing

@@ -56,6 +56,9 @@ TEST_CASE("arena: running out names the arena, the buffer and the numbers") {
                        doctest::Contains("arena 'activations' on cpu is full: 'conv_1 output' needs 2000"), Error);
   CHECK_THROWS_WITH_AS(arena.allocate(8, "odd", 3), doctest::Contains("not a power of two"), Error);
   CHECK_THROWS_AS(arena.allocate(SIZE_MAX - 8, "huge"), Error);  // no overflow in the arithmetic
+  CHECK_THROWS_WITH_AS(arena.allocate_array<float>((SIZE_MAX >> 2) + 2, "wraps"), doctest::Contains("overflows"), Error);
+  CHECK_THROWS_WITH_AS(arena.allocate(8, "big-align", size_t(1) << 40), doctest::Contains("exceeds the arena"), Error);
+  CHECK(arena.used() >= 3000);  // failed requests change nothing
 }
 
 TEST_CASE("arena: gaps between sub-allocations are poisoned under AddressSanitizer") {

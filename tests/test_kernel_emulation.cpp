@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cfenv>
 #include <cmath>
 #include <cstring>
 #include <numeric>
@@ -252,5 +253,78 @@ TEST_CASE("emulation: launches from several host threads run one at a time and s
     REQUIRE(r.size() == in.size());
     CHECK(r[size_t(5) * rows + 3] == in[size_t(3) * cols + 5]);
     CHECK(std::memcmp(r.data(), results[0].data(), r.size() * sizeof(float)) == 0);
+  }
+}
+
+TEST_CASE("kernel: warp operations with different masks in sequence") {
+  KERNEL_TEST_DEVICE(device);
+  Rng rng;
+  CAPTURE(rng.seed());
+  std::vector<int> in(32);
+  for (int& v : in) v = rng.integer(-50, 50);
+  DeviceArray<int> d_in(device, in), d_out(device, 32);
+  d_out.poison();
+  launch_mixed_masks(d_in.data(), d_out.data());
+  int low = 0, high = 0;
+  for (int i = 0; i < 16; ++i) low += in[size_t(i)], high += in[size_t(i) + 16];
+  CHECK(d_out.download() == std::vector<int>(32, 16 * low + high));
+}
+
+TEST_CASE("kernel: votes and __syncwarp after some lanes have exited") {
+  KERNEL_TEST_DEVICE(device);
+  Rng rng;
+  CAPTURE(rng.seed());
+  const int threads = 64, active = 41;  // warp 1 keeps 9 lanes
+  std::vector<int> in(threads);
+  for (int& v : in) v = rng.integer(0, 100);
+  DeviceArray<int> d_in(device, in), d_out(device, size_t(2 * threads));
+  d_out.poison();
+  launch_votes_after_exit(d_in.data(), d_out.data(), threads, active);
+  std::vector<int> out = d_out.download();
+  for (int t = 0; t < active; ++t) {
+    CAPTURE(t);
+    unsigned ballot = 0;
+    for (int l = t / 32 * 32; l < std::min(t / 32 * 32 + 32, active); ++l) ballot |= unsigned(in[size_t(l)] & 1) << (l % 32);
+    CHECK(unsigned(out[size_t(2 * t)]) == ballot);
+    CHECK(out[size_t(2 * t + 1)] == 1);
+  }
+  for (int t = active; t < threads; ++t) CHECK(out[size_t(2 * t)] == -1);  // still poisoned
+}
+
+TEST_CASE("emulation: kernels run in the launching thread's floating-point environment") {
+  if (!kernels_emulated()) SKIP_TEST("the host rounding mode does not reach a GPU");
+  std::vector<float> in{1.0f, 3.0f, 2.0f, 7.0f, -1.0f, 3.0f};
+  std::vector<float> nearest(3), upward(3);
+  std::vector<float> host_nearest(3), host_upward(3);
+  volatile const float* v = in.data();  // volatile: divide at run time, in the current mode
+  launch_divide_pairs(in.data(), nearest.data(), 3);
+  for (int i = 0; i < 3; ++i) host_nearest[size_t(i)] = v[2 * i] / v[2 * i + 1];
+  int saved = std::fegetround();
+  std::fesetround(FE_UPWARD);
+  launch_divide_pairs(in.data(), upward.data(), 3);
+  for (int i = 0; i < 3; ++i) host_upward[size_t(i)] = v[2 * i] / v[2 * i + 1];
+  std::fesetround(saved);
+  CHECK(nearest == host_nearest);
+  CHECK(upward == host_upward);
+  CHECK(upward != nearest);  // the quotients are inexact: the two modes give different bits
+}
+
+TEST_CASE("emulation: after a deadlock every suspended thread unwinds (locals destroyed)") {
+  if (!kernels_emulated()) SKIP_TEST("a property of the emulation");
+  CHECK(launch_deadlock_counting_destructors() == 32);
+  CHECK(launch_deadlock_counting_destructors() == 32);  // and the fiber pool is reusable
+}
+
+TEST_CASE("emulation: an exception in a kernel thread names the kernel, launch site and thread") {
+  if (!kernels_emulated()) SKIP_TEST("device code cannot throw on a GPU");
+  try {
+    launch_throwing_kernel();
+    FAIL("no exception");
+  } catch (const Error& e) {
+    std::string what = e.what();
+    CHECK(what.find("throwing_kernel") != std::string::npos);
+    CHECK(what.find("emu_test_kernels.cu:") != std::string::npos);
+    CHECK(what.find("thread (5,0,0)") != std::string::npos);
+    CHECK(what.find("boom from thread 5") != std::string::npos);
   }
 }

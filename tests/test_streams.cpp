@@ -176,3 +176,41 @@ TEST_CASE("gpu streams: an event orders kernels and host work across streams") {
   producer.record(stop);
   CHECK(stop.elapsed_ms_since(start) >= 0.0f);
 }
+
+TEST_CASE("cpu events: a wait is not released by a later record completing first") {
+  // A records point 1, C waits for point 1, B records point 2 and completes at once: C must
+  // still wait for A.
+  Stream a(Device::cpu(), StreamPriority::Normal, "a");
+  Stream b(Device::cpu(), StreamPriority::Normal, "b");
+  Stream c(Device::cpu(), StreamPriority::Normal, "c");
+  Event e(Device::cpu());
+  Latch hold_a;
+  std::atomic<bool> a_done{false}, c_saw_a{false};
+  a.enqueue([&] {
+    hold_a.wait();
+    a_done = true;
+  });
+  a.record(e);
+  c.wait(e);
+  c.enqueue([&] { c_saw_a = a_done.load(); });
+  b.record(e);
+  b.synchronize();  // point 2 is complete now
+  hold_a.release();
+  c.synchronize();
+  CHECK(c_saw_a.load());
+  a.synchronize();
+  CHECK(e.query());
+}
+
+TEST_CASE("streams and events: moved-from objects refuse to be used") {
+  Stream s(Device::cpu(), StreamPriority::Normal, "moved");
+  Stream t = std::move(s);
+  CHECK_FALSE(s.valid());
+  CHECK_THROWS_WITH_AS(s.enqueue([] {}), doctest::Contains("moved-from stream"), Error);
+  Event e(Device::cpu());
+  Event f = std::move(e);
+  CHECK_THROWS_WITH_AS(t.record(e), doctest::Contains("moved-from event"), Error);
+  t.record(f);
+  t.synchronize();
+  CHECK(f.elapsed_ms_since(f) == 0.0f);  // the same event twice: no self-deadlock
+}

@@ -39,15 +39,20 @@ inline void __syncwarp(unsigned mask = 0xffffffffu) { yolo::emu::warp_barrier(ma
 // (a partial last warp), is undefined on a GPU: the emulation reports it (warp_barrier throws).
 inline void __threadfence() {}
 inline void __threadfence_block() {}
+// Approximation: every lane of the warp that has not exited (the emulation does not track
+// which side of a branch a lane is on).
 inline unsigned __activemask() { return yolo::emu::live_lanes(); }
 
 namespace yolo::emu {
 // Every lane of `mask` publishes `value`; after the barrier each reads lane `source_of(lane)`
 // (or keeps its own value where that is -1); a second barrier keeps the slots stable until
 // all have read.
+void check_shuffle_width(int width);  // a power of two in 1..32, else yolo::Error
+
 template <typename T, typename SourceOf>
-T warp_exchange(unsigned mask, T value, SourceOf source_of) {
+T warp_exchange(unsigned mask, T value, int width, SourceOf source_of) {
   static_assert(sizeof(T) <= 8 && std::is_trivially_copyable_v<T>, "shuffles move at most 8 bytes");
+  check_shuffle_width(width);
   unsigned lane = lane_id();
   std::memcpy(warp_exchange_slot(lane), &value, sizeof(T));
   warp_barrier(mask);
@@ -62,27 +67,27 @@ T warp_exchange(unsigned mask, T value, SourceOf source_of) {
 
 template <typename T>
 T __shfl_sync(unsigned mask, T value, int src_lane, int width = 32) {
-  return yolo::emu::warp_exchange(mask, value, [=](int lane) {
+  return yolo::emu::warp_exchange(mask, value, width, [=](int lane) {
     return (lane / width) * width + (src_lane % width + width) % width;
   });
 }
 template <typename T>
 T __shfl_up_sync(unsigned mask, T value, unsigned delta, int width = 32) {
-  return yolo::emu::warp_exchange(mask, value, [=](int lane) {
+  return yolo::emu::warp_exchange(mask, value, width, [=](int lane) {
     int source = lane - int(delta);
     return source < (lane / width) * width ? -1 : source;
   });
 }
 template <typename T>
 T __shfl_down_sync(unsigned mask, T value, unsigned delta, int width = 32) {
-  return yolo::emu::warp_exchange(mask, value, [=](int lane) {
+  return yolo::emu::warp_exchange(mask, value, width, [=](int lane) {
     int source = lane + int(delta);
     return source >= (lane / width + 1) * width ? -1 : source;
   });
 }
 template <typename T>
 T __shfl_xor_sync(unsigned mask, T value, int lane_mask, int width = 32) {
-  return yolo::emu::warp_exchange(mask, value, [=](int lane) {
+  return yolo::emu::warp_exchange(mask, value, width, [=](int lane) {
     int source = lane ^ lane_mask;
     return source >= (lane / width + 1) * width ? -1 : source;  // later groups: own value
   });
@@ -100,9 +105,19 @@ inline unsigned __ballot_sync(unsigned mask, int predicate) {
   return bits;
 }
 inline int __any_sync(unsigned mask, int predicate) { return __ballot_sync(mask, predicate) != 0; }
-inline int __all_sync(unsigned mask, int predicate) {
-  return __ballot_sync(mask, predicate) == (yolo::emu::live_lanes() & mask);
-}
+inline int __all_sync(unsigned mask, int predicate) { return !__any_sync(mask, !predicate); }
+
+// ---- vector types (16-byte float4 and friends, as the CUDA headers define them) ----------
+struct alignas(8) float2 { float x, y; };
+struct alignas(16) float4 { float x, y, z, w; };
+struct alignas(8) int2 { int x, y; };
+struct alignas(16) int4 { int x, y, z, w; };
+struct alignas(16) uint4 { unsigned x, y, z, w; };
+inline float2 make_float2(float x, float y) { return {x, y}; }
+inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z, w}; }
+inline int2 make_int2(int x, int y) { return {x, y}; }
+inline int4 make_int4(int x, int y, int z, int w) { return {x, y, z, w}; }
+inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) { return {x, y, z, w}; }
 
 // ---- atomics: emulated threads never run at the same time, so plain updates are atomic ----
 template <typename T>

@@ -108,7 +108,7 @@ Fiber::Fiber(size_t stack_bytes) : impl_(std::make_unique<Impl>()) {
 
 Fiber::~Fiber() {
 #if EMU_ASAN
-  // The stack may hold poisoned frames of a body abandoned after an error.
+  // Pooled fibers live until their host thread exits, suspended between bodies.
   ASAN_UNPOISON_MEMORY_REGION(impl_->stack_bottom, impl_->stack_bytes);
 #endif
   munmap(impl_->mapping, impl_->mapping_bytes);
@@ -157,14 +157,6 @@ Fiber* FiberPool::acquire() {
   Fiber* f = idle_.back();
   idle_.pop_back();
   return f;
-}
-
-void FiberPool::discard(Fiber* fiber) {
-  for (auto it = all_.begin(); it != all_.end(); ++it)
-    if (it->get() == fiber) {
-      all_.erase(it);
-      return;
-    }
 }
 
 FiberPool& fiber_pool() {

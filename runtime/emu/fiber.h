@@ -41,8 +41,6 @@ class FiberPool {
  public:
   Fiber* acquire();
   void release(Fiber* fiber) { idle_.push_back(fiber); }
-  // Drops a fiber left suspended mid-body (after an error): it can never be resumed safely.
-  void discard(Fiber* fiber);
 
  private:
   std::vector<std::unique_ptr<Fiber>> all_;

@@ -1,9 +1,11 @@
 // The emulated grid/block scheduler (see scheduler.h).
 #include "runtime/emu/scheduler.h"
 
+#include <cfenv>
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -37,8 +39,14 @@ struct BlockRun {
   std::vector<unsigned char> exchange;        // warps * 32 lanes * 8 bytes
   std::unique_ptr<unsigned char[]> shared;    // dynamic shared memory, exactly the bytes asked
   size_t shared_bytes = 0;
+  std::fenv_t fp_environment;                 // the launching thread's rounding mode etc.
   std::exception_ptr error;
+  bool cancelling = false;                    // unwinding suspended threads after an error
 };
+
+// Thrown at a barrier into threads left suspended by an error, so their stacks unwind (local
+// destructors run) and their fibers return to the pool. Never escapes the scheduler.
+struct Cancelled {};
 
 std::mutex g_launch_mutex;
 BlockRun* g_block = nullptr;  // the block being run (one launch at a time)
@@ -67,8 +75,10 @@ void validate(const LaunchSite& site, dim3 grid, dim3 block, size_t shared) {
     launch_error(site, "invalid configuration: block " + dims(block) + " exceeds 1024 threads or z > 64");
   if (grid.y > 65535 || grid.z > 65535 || grid.x > 2147483647u)
     launch_error(site, "invalid configuration: grid " + dims(grid) + " exceeds the grid limits");
-  if (shared > 227 * 1024)
-    launch_error(site, "dynamic shared memory of " + std::to_string(shared) + " bytes exceeds 227 KiB");
+  // More than 48 KiB needs a per-kernel opt-in on every GPU (and T4 stops at 64 KiB).
+  if (shared > 48 * 1024)
+    launch_error(site, "dynamic shared memory of " + std::to_string(shared) +
+                           " bytes exceeds the 48 KiB available without an opt-in");
 }
 
 uint32_t lanes_existing(const BlockRun& b, unsigned warp) {
@@ -77,24 +87,29 @@ uint32_t lanes_existing(const BlockRun& b, unsigned warp) {
 }
 
 // Releases threads whose barrier is complete; returns false when none could be released.
+// A warp barrier completes for the lanes waiting with mask M when every lane of M that exists
+// and has not exited waits with exactly M (PTX: the same membermask); exited lanes drop out,
+// as on sm_70 and newer.
 bool release_barriers(BlockRun& b) {
   bool released = false;
   for (unsigned w = 0; w < b.warps; ++w) {
-    uint32_t waiting = 0, needed = 0;
-    for (unsigned lane = 0; lane < 32 && w * 32 + lane < b.threads.size(); ++lane) {
-      const ThreadSlot& t = b.threads[w * 32 + lane];
-      if (t.state == State::AtWarpBarrier) {
-        waiting |= 1u << lane;
-        needed |= t.warp_mask;
-      }
+    ThreadSlot* lanes = &b.threads[size_t(w) * 32];
+    uint32_t existing = lanes_existing(b, w), live = 0;
+    for (unsigned lane = 0; lane < 32; ++lane)
+      if ((existing >> lane & 1) && lanes[lane].state != State::Done) live |= 1u << lane;
+    uint32_t release = 0;
+    for (unsigned lane = 0; lane < 32; ++lane) {
+      if (!(live >> lane & 1) || lanes[lane].state != State::AtWarpBarrier) continue;
+      uint32_t mask = lanes[lane].warp_mask, needed = mask & live;
+      bool complete = true;
+      for (unsigned other = 0; other < 32 && complete; ++other)
+        if (needed >> other & 1)
+          complete = lanes[other].state == State::AtWarpBarrier && lanes[other].warp_mask == mask;
+      if (complete) release |= needed;
     }
-    // A lane named in a mask that has exited can never arrive: that is a deadlock (reported),
-    // as it would hang or misbehave on a GPU.
-    if (waiting && (needed & ~waiting) == 0) {
-      for (unsigned lane = 0; lane < 32; ++lane)
-        if (waiting >> lane & 1) b.threads[w * 32 + lane].state = State::Ready;
-      released = true;
-    }
+    for (unsigned lane = 0; lane < 32; ++lane)
+      if (release >> lane & 1) lanes[lane].state = State::Ready;
+    released = released || release != 0;
   }
   if (released) return true;
   bool all_at_block = true, any_at_block = false;
@@ -108,25 +123,55 @@ bool release_barriers(BlockRun& b) {
   return true;
 }
 
-[[noreturn]] void deadlock(const BlockRun& b) {
-  std::string detail;
-  int shown = 0;
+// What each group of stuck threads waits at: one example thread per (barrier, mask).
+std::string describe_stuck(const BlockRun& b) {
+  std::map<std::pair<int, uint32_t>, std::pair<uint3, int>> groups;
   for (const ThreadSlot& t : b.threads) {
-    if (t.state == State::Done || shown == 4) continue;
-    ++shown;
-    detail += " thread " + dims(t.index) +
-              (t.state == State::AtBlockBarrier ? " waits at __syncthreads;"
-                                                : " waits at a warp operation (mask 0x" +
-                                                      hex(t.warp_mask) + ");");
+    if (t.state == State::Done) continue;
+    auto key = std::make_pair(int(t.state), t.state == State::AtWarpBarrier ? t.warp_mask : 0u);
+    auto [it, inserted] = groups.try_emplace(key, t.index, 0);
+    ++it->second.second;
   }
-  launch_error(*b.site, "block " + dims(blockIdx) + " can never pass its barriers:" + detail +
-                            " (divergent __syncthreads, or a warp mask naming lanes that exited or wait elsewhere)");
+  std::string detail;
+  for (const auto& [key, example] : groups)
+    detail += " " + std::to_string(example.second) + " thread(s) such as " + dims(example.first) +
+              (key.first == int(State::AtBlockBarrier) ? " wait at __syncthreads;"
+                                                       : " wait at a warp operation with mask 0x" + hex(key.second) + ";");
+  return detail;
 }
 
-// Abandons the fibers still suspended inside the kernel after an error.
-void abandon(BlockRun& b) {
-  for (ThreadSlot& t : b.threads)
-    if (t.fiber && t.state != State::Done) fiber_pool().discard(t.fiber);
+void resume(BlockRun& b, unsigned i) {
+  ThreadSlot& t = b.threads[i];
+  t.state = State::Running;
+  b.current = i;
+  threadIdx = t.index;
+  t.fiber->resume();
+  if (t.fiber->finished()) {
+    t.state = State::Done;
+    fiber_pool().release(t.fiber);
+    t.fiber = nullptr;
+  }
+}
+
+// After an error: resumes every suspended thread with `cancelling` set, so each barrier call
+// throws Cancelled and the thread unwinds back to its fiber's body.
+void cancel_suspended(BlockRun& b) {
+  b.cancelling = true;
+  for (unsigned i = 0; i < b.threads.size(); ++i)
+    if (b.threads[i].fiber && b.threads[i].state != State::Done) resume(b, i);
+  b.cancelling = false;
+}
+
+[[noreturn]] void rethrow_with_context(BlockRun& b, unsigned thread) {
+  std::string what;
+  try {
+    std::rethrow_exception(b.error);
+  } catch (const std::exception& e) {
+    what = e.what();
+  } catch (...) {
+    what = "a non-standard exception";
+  }
+  launch_error(*b.site, "thread " + dims(b.threads[thread].index) + " of block " + dims(blockIdx) + " threw: " + what);
 }
 
 void run_block(BlockRun& b, const std::function<void()>& kernel_call) {
@@ -138,8 +183,10 @@ void run_block(BlockRun& b, const std::function<void()>& kernel_call) {
   // writing show it in their results.
   if (b.shared_bytes) std::memset(b.shared.get(), 0xff, b.shared_bytes);
   std::function<void()> body = [&b, &kernel_call] {
+    std::fesetenv(&b.fp_environment);  // a pooled fiber must not keep an older FP environment
     try {
       kernel_call();
+    } catch (const Cancelled&) {
     } catch (...) {
       if (!b.error) b.error = std::current_exception();
     }
@@ -154,25 +201,29 @@ void run_block(BlockRun& b, const std::function<void()>& kernel_call) {
       } else if (t.state != State::Ready) {
         continue;
       }
-      t.state = State::Running;
-      b.current = i;
-      threadIdx = t.index;
-      t.fiber->resume();
-      if (t.fiber->finished()) {
-        t.state = State::Done;
-        fiber_pool().release(t.fiber);
-        --remaining;
-      }
+      resume(b, i);
+      if (t.state == State::Done) --remaining;
       if (b.error) {
-        abandon(b);
-        std::rethrow_exception(b.error);
+        cancel_suspended(b);
+        rethrow_with_context(b, i);
       }
     }
     if (remaining > 0 && !release_barriers(b)) {
-      abandon(b);
-      deadlock(b);
+      std::string stuck = describe_stuck(b);
+      cancel_suspended(b);
+      launch_error(*b.site, "block " + dims(blockIdx) + " can never pass its barriers:" + stuck +
+                                " (divergent __syncthreads, or warp operations whose masks differ)");
     }
   }
+}
+
+void suspend_at(State state, uint32_t mask) {
+  ThreadSlot& t = g_block->threads[g_block->current];
+  t.state = state;
+  t.warp_mask = mask;
+  Fiber::suspend();
+  // Resumed by the scheduler, which set threadIdx and current back to this thread.
+  if (g_block->cancelling) throw Cancelled{};
 }
 
 }  // namespace
@@ -183,6 +234,7 @@ void run_grid(const LaunchSite& site, dim3 grid, dim3 block, size_t dynamic_shar
   std::lock_guard lock(g_launch_mutex);
   BlockRun b;
   b.site = &site;
+  std::fegetenv(&b.fp_environment);
   b.threads.resize(size_t(block.x) * block.y * block.z);
   for (unsigned z = 0, i = 0; z < block.z; ++z)
     for (unsigned y = 0; y < block.y; ++y)
@@ -205,27 +257,17 @@ void run_grid(const LaunchSite& site, dim3 grid, dim3 block, size_t dynamic_shar
       }
 }
 
-static void suspend_at(State state, uint32_t mask) {
-  ThreadSlot& t = g_block->threads[g_block->current];
-  t.state = state;
-  t.warp_mask = mask;
-  Fiber::suspend();
-  // Resumed by the scheduler, which set threadIdx and current back to this thread.
-}
-
 void block_barrier() { suspend_at(State::AtBlockBarrier, 0); }
+
 void warp_barrier(uint32_t mask) {
-  unsigned warp = g_block->current / 32, lane = g_block->current % 32;
-  uint32_t existing = lanes_existing(*g_block, warp);
-  if (!(mask >> lane & 1) || (mask & ~existing))
+  unsigned lane = g_block->current % 32;
+  if (!(mask >> lane & 1))
     launch_error(*g_block->site, "thread " + dims(threadIdx) + " of block " + dims(blockIdx) +
                                      ": warp operation with mask 0x" + hex(mask) +
-                                     (!(mask >> lane & 1) ? " that leaves out the calling lane"
-                                                          : " naming lanes that do not exist (lanes 0x" +
-                                                                hex(existing) + " exist in this warp)") +
-                                     ": undefined on a GPU");
+                                     " that leaves out the calling lane: undefined on a GPU");
   suspend_at(State::AtWarpBarrier, mask);
 }
+
 unsigned lane_id() { return g_block->current % 32; }
 
 uint32_t live_lanes() {
@@ -242,5 +284,11 @@ unsigned char* warp_exchange_slot(unsigned lane) {
 }
 
 void* dynamic_shared_memory() { return g_block->shared.get(); }
+
+void check_shuffle_width(int width) {
+  if (width < 1 || width > 32 || (width & (width - 1)) != 0)
+    launch_error(*g_block->site, "thread " + dims(threadIdx) + ": shuffle width " + std::to_string(width) +
+                                     " is not a power of two in 1..32");
+}
 
 }  // namespace yolo::emu
