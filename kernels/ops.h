@@ -5,3 +5,14 @@
 #pragma once
 
 #include "kernels/tensor.h"
+#include "kernels/activation.h"
+#include "kernels/batchnorm.h"
+#include "kernels/conv.h"
+#include "kernels/gemm.h"
+#include "kernels/maxpool.h"
+#include "kernels/route.h"
+#include "kernels/sgd.h"
+#include "kernels/shortcut.h"
+#include "kernels/softmax.h"
+#include "kernels/upsample.h"
+#include "kernels/yolo_loss.h"

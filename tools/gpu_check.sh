@@ -33,13 +33,14 @@ run_step() {  # name, log file, timeout seconds, command...
 { nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,power.draw,temperature.gpu --format=csv; nvidia-smi -L; } >"$OUT/gpu.txt" 2>&1 || true
 
 run_step "list devices" devices.log 60 ./train_yolo --list-devices
-run_step "tests (native)" tests.log 180 build/tests
+run_step "tests (native)" tests.log 120 build/tests
 tail -n 1 "$OUT/tests.log" | grep -q '^tests:' && summary[-1]+=" | $(tail -n 1 "$OUT/tests.log")"
 
+# Every kernel test file (tests/test_kernel_*.cpp); SANITIZERS picks the tools.
 if command -v compute-sanitizer >/dev/null; then
-  for tool in memcheck racecheck synccheck initcheck; do
-    run_step "compute-sanitizer $tool" "sanitizer_$tool.log" 120 \
-      compute-sanitizer --tool "$tool" --error-exitcode 99 build/tests -tc='kernel*' -tce='*invalid launch*'
+  for tool in ${SANITIZERS:-memcheck racecheck synccheck initcheck}; do
+    run_step "compute-sanitizer $tool" "sanitizer_$tool.log" "${SANITIZER_TIMEOUT:-120}" \
+      compute-sanitizer --tool "$tool" --error-exitcode 99 build/tests -sf='*test_kernel_*' -tce='*invalid launch*'
     summary[-1]+=" | $(grep -m1 -E '(ERROR|RACECHECK) SUMMARY' "$OUT/sanitizer_$tool.log" || echo 'no summary')"
   done
 else
@@ -47,7 +48,7 @@ else
 fi
 
 if [[ -x build/bench_kernels ]]; then
-  run_step "bench_kernels" bench_kernels.log 150 build/bench_kernels
+  run_step "bench_kernels" bench_kernels.log 120 build/bench_kernels
 else
   record "bench_kernels" "unavailable" "not built"
 fi

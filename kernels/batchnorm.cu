@@ -1,0 +1,927 @@
+// Batchnorm (+ activation): reference loops, the fast CPU version and the CUDA kernels.
+//
+// CUDA, training forward: (1) stats: each block owns a contiguous range of pixels and up to 32
+// channel units (a unit = 4 channels as one float4 where c, stride and alignment allow, else 1
+// channel); its threads run Welford over their pixels, Chan-merge within the block in a fixed
+// tree and write (mean, M2) per channel to workspace. About one wave of blocks, each thread
+// taking >= 24 pixels (measured on an H200: many small blocks cost up to 2x); (2) finalize:
+// combines the blocks' partials per channel in a fixed order, writes the saved statistics and
+// updates the running ones; (3) apply: elementwise, ~8 pixels per thread, each thread keeping
+// its channels' scale and shift in registers. The backward has the same three steps with plain
+// sums. No atomics anywhere: same inputs, same bits.
+#include "kernels/batchnorm.h"
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kernels/common.cuh"
+#include "kernels/cpu_parallel.h"
+
+namespace yolo {
+
+namespace {
+
+// ---- shared pieces --------------------------------------------------------------------------
+
+constexpr int kThreads = 256;         // per stats/apply block: lanes (channels) x rows (pixels)
+constexpr int kStatsBlocks = 640;     // stats blocks aimed at: about one wave on an H100/H200
+constexpr int kStatsPixelsPerThread = 24;
+constexpr int kApplyPixelsPerThread = 8;
+// Finalize blocks: 8 channels x 128 rows, so even c = 32 spreads over 4 SMs with few partials per thread.
+constexpr int kFinalizeChannels = 8, kFinalizeRows = 128;
+
+// Block shape for stats/apply kernels: lanes (channel units, a power of two <= 32) x rows.
+struct Tiling {
+  int vec, units, lanes, rows, channel_blocks;
+};
+Tiling tiling_for(int c, bool vec4) {
+  Tiling t;
+  t.vec = vec4 ? 4 : 1;
+  t.units = c / t.vec;
+  t.lanes = 1;
+  while (t.lanes < t.units && t.lanes < 32) t.lanes *= 2;
+  t.rows = kThreads / t.lanes;
+  t.channel_blocks = (t.units + t.lanes - 1) / t.lanes;
+  return t;
+}
+
+// Pixel blocks of the stats passes (a function of the shape only: the workspace holds them, and
+// the summation order, hence the bits, is the same on every device): about kStatsBlocks blocks
+// in all, but each thread at least kStatsPixelsPerThread pixels.
+int stats_pixel_blocks(size_t pixels, const Tiling& t) {
+  size_t by_blocks = (size_t(kStatsBlocks) + size_t(t.channel_blocks) - 1) / size_t(t.channel_blocks);
+  size_t per_block = size_t(t.rows) * kStatsPixelsPerThread, by_work = (pixels + per_block - 1) / per_block;
+  size_t blocks = by_blocks < by_work ? by_blocks : by_work;
+  return blocks < 1 ? 1 : int(blocks);
+}
+
+// The most stats pixel blocks any launch for this shape uses (float4 path or not).
+int max_stats_pixel_blocks(size_t pixels, int c) {
+  int blocks = stats_pixel_blocks(pixels, tiling_for(c, false));
+  if (c % 4 == 0) {
+    int vec = stats_pixel_blocks(pixels, tiling_for(c, true));
+    blocks = vec > blocks ? vec : blocks;
+  }
+  return blocks;
+}
+
+// Apply passes: about kApplyPixelsPerThread pixels per thread.
+int apply_pixel_blocks(size_t pixels, const Tiling& t) {
+  size_t per_block = size_t(t.rows) * kApplyPixelsPerThread;
+  return int((pixels + per_block - 1) / per_block);
+}
+
+// Block b of `blocks` covers pixels [pixels*b/blocks, pixels*(b+1)/blocks).
+__host__ __device__ inline size_t range_begin(size_t pixels, int blocks, int b) {
+  return pixels * size_t(b) / size_t(blocks);
+}
+
+// Chan's merge of (n, mean, m2) with (nb, mean_b, m2_b).
+template <typename T>
+__host__ __device__ inline void chan_merge(T& n, T& mean, T& m2, T nb, T mean_b, T m2_b) {
+  if (nb == T(0)) return;
+  if (n == T(0)) {
+    n = nb, mean = mean_b, m2 = m2_b;
+    return;
+  }
+  T total = n + nb, delta = mean_b - mean, frac = nb / total;
+  mean += delta * frac;
+  m2 += m2_b + delta * delta * n * frac;
+  n = total;
+}
+
+template <typename T>
+void check_view(const char* op, const char* name, const NhwcView<T>& v) {
+  auto fail = [&](const std::string& why) { throw Error(std::string(op) + ": " + name + " " + why); };
+  if (v.n < 0 || v.h < 0 || v.w < 0 || v.c < 0)
+    fail("has a negative size (" + std::to_string(v.n) + "x" + std::to_string(v.h) + "x" + std::to_string(v.w) +
+         "x" + std::to_string(v.c) + ")");
+  if (v.stride < v.c) fail("stride " + std::to_string(v.stride) + " < channels " + std::to_string(v.c));
+  if (v.elements() > 0 && v.data == nullptr) fail("is null");
+}
+
+template <typename A, typename B>
+void check_same_shape(const char* op, const char* name_a, const A& a, const char* name_b, const B& b) {
+  if (a.n != b.n || a.h != b.h || a.w != b.w || a.c != b.c)
+    throw Error(std::string(op) + ": " + name_b + " is " + std::to_string(b.n) + "x" + std::to_string(b.h) + "x" +
+                std::to_string(b.w) + "x" + std::to_string(b.c) + " but " + name_a + " is " + std::to_string(a.n) +
+                "x" + std::to_string(a.h) + "x" + std::to_string(a.w) + "x" + std::to_string(a.c));
+}
+
+void check_array(const char* op, const char* name, const void* p, int c) {
+  if (c > 0 && p == nullptr) throw Error(std::string(op) + ": " + name + " is null");
+}
+
+template <typename T>
+void check_training_input(const char* op, const NhwcView<const T>& x) {
+  check_view(op, "x", x);
+  if (x.c > 0 && x.pixels() == 0)
+    throw Error(std::string(op) + ": batch statistics need at least one pixel (x is " + std::to_string(x.n) + "x" +
+                std::to_string(x.h) + "x" + std::to_string(x.w) + ")");
+}
+
+template <typename T>
+void check_forward_training(const char* op, NhwcView<const T> x, const T* gamma, const T* beta, NhwcView<T> y,
+                            const T* saved_mean, const T* saved_var, const T* running_mean, const T* running_var) {
+  check_training_input(op, x);
+  check_view(op, "y", y);
+  check_same_shape(op, "x", x, "y", y);
+  check_array(op, "gamma", gamma, x.c);
+  check_array(op, "beta", beta, x.c);
+  check_array(op, "saved_mean", saved_mean, x.c);
+  check_array(op, "saved_var", saved_var, x.c);
+  if ((running_mean == nullptr) != (running_var == nullptr))
+    throw Error(std::string(op) + ": running_mean and running_var must both be set or both be null");
+}
+
+template <typename T>
+void check_forward_inference(const char* op, NhwcView<const T> x, const T* gamma, const T* beta,
+                             const T* running_mean, const T* running_var, NhwcView<T> y) {
+  check_view(op, "x", x);
+  check_view(op, "y", y);
+  check_same_shape(op, "x", x, "y", y);
+  check_array(op, "gamma", gamma, x.c);
+  check_array(op, "beta", beta, x.c);
+  check_array(op, "running_mean", running_mean, x.c);
+  check_array(op, "running_var", running_var, x.c);
+}
+
+template <typename T>
+void check_backward(const char* op, Activation act, NhwcView<const T> y, NhwcView<const T> grad_y,
+                    NhwcView<const T> x, const T* gamma, const T* saved_mean, const T* saved_var, NhwcView<T> grad_x,
+                    const T* grad_gamma, const T* grad_beta) {
+  check_training_input(op, x);
+  check_view(op, "grad_y", grad_y);
+  check_view(op, "grad_x", grad_x);
+  check_same_shape(op, "x", x, "grad_y", grad_y);
+  check_same_shape(op, "x", x, "grad_x", grad_x);
+  if (act != Activation::Linear) {
+    check_view(op, "y", y);
+    check_same_shape(op, "x", x, "y", y);
+  }
+  check_array(op, "gamma", gamma, x.c);
+  check_array(op, "saved_mean", saved_mean, x.c);
+  check_array(op, "saved_var", saved_var, x.c);
+  check_array(op, "grad_gamma", grad_gamma, x.c);
+  check_array(op, "grad_beta", grad_beta, x.c);
+}
+
+void check_workspace(const char* op, const ConstAct& x, const void* workspace, size_t workspace_bytes) {
+  size_t need = batchnorm_workspace_bytes(x.n, x.h, x.w, x.c);
+  if (workspace_bytes < need)
+    throw Error(std::string(op) + ": workspace of " + std::to_string(workspace_bytes) + " bytes, needs " +
+                std::to_string(need) + " (batchnorm_workspace_bytes)");
+  if (need > 0 && (workspace == nullptr || reinterpret_cast<uintptr_t>(workspace) % alignof(float) != 0))
+    throw Error(std::string(op) + ": workspace is null or not float-aligned");
+}
+
+// Calls f.template operator()<A>() for the run-time kind.
+template <typename F>
+void dispatch(Activation kind, F&& f) {
+  switch (kind) {
+    case Activation::Linear: return f.template operator()<Activation::Linear>();
+    case Activation::Leaky: return f.template operator()<Activation::Leaky>();
+    case Activation::Relu: return f.template operator()<Activation::Relu>();
+    case Activation::Logistic: return f.template operator()<Activation::Logistic>();
+  }
+  throw Error("batchnorm: invalid activation kind " + std::to_string(int(kind)));
+}
+
+// ---- CPU ------------------------------------------------------------------------------------
+// Fixed pixel chunks (a function of the shape, not of the thread count), double accumulators
+// per chunk, chunks combined in order.
+
+struct CpuChunks {
+  size_t pixels;
+  size_t count;
+  size_t begin(size_t k) const { return pixels * k / count; }
+  size_t end(size_t k) const { return pixels * (k + 1) / count; }
+};
+
+CpuChunks cpu_chunks(size_t pixels, int c) {
+  size_t count = (pixels * size_t(c) + 32767) / 32768;
+  if (count > 256) count = 256;
+  if (count > pixels) count = pixels;
+  return {pixels, count < 1 ? 1 : count};
+}
+
+// One pixel's c channels, out[ch] = f(ch, in[ch]), in blocks of 8 through a local array: all
+// loads before the stores (in place is safe) and fixed-size loops that g++ vectorizes at -O2.
+template <typename F>
+inline void map_channels(const float* in, float* out, int c, F f) {
+  int ch = 0;
+  for (; ch + 8 <= c; ch += 8) {
+    float t[8];
+    for (int j = 0; j < 8; ++j) t[j] = in[ch + j];
+    for (int j = 0; j < 8; ++j) t[j] = f(ch + j, t[j]);
+    for (int j = 0; j < 8; ++j) out[ch + j] = t[j];
+  }
+  for (; ch < c; ++ch) out[ch] = f(ch, in[ch]);
+}
+
+// y = act((x - mean) * scale + beta) over the chunks.
+template <Activation A>
+void apply_cpu(ConstAct x, Act y, const float* mean, const float* scale, const float* beta) {
+  CpuChunks chunks = cpu_chunks(x.pixels(), x.c);
+  parallel_for(chunks.count, [&](size_t k) {
+    for (size_t p = chunks.begin(k); p < chunks.end(k); ++p) {
+      const float* in = x.data + p * size_t(x.stride);
+      float* out = y.data + p * size_t(y.stride);
+      map_channels(in, out, x.c,
+                   [&](int ch, float v) { return activate<A>((v - mean[ch]) * scale[ch] + beta[ch]); });
+    }
+  });
+}
+
+template <Activation A>
+void forward_training_cpu(ConstAct x, const float* gamma, const float* beta, Act y, float* saved_mean,
+                          float* saved_var, float* running_mean, float* running_var) {
+  const int c = x.c;
+  CpuChunks chunks = cpu_chunks(x.pixels(), c);
+  std::vector<double> partial(chunks.count * size_t(c) * 2);  // per chunk: mean[c], m2[c]
+  parallel_for(chunks.count, [&](size_t k) {
+    double* mean = &partial[k * size_t(c) * 2];
+    double* m2 = mean + c;
+    double n = 0;
+    for (size_t p = chunks.begin(k); p < chunks.end(k); ++p) {
+      const float* in = x.data + p * size_t(x.stride);
+      n += 1;
+      double inv = 1.0 / n;
+      for (int ch = 0; ch < c; ++ch) {
+        double v = in[ch], d = v - mean[ch];
+        mean[ch] += d * inv;
+        m2[ch] += d * (v - mean[ch]);
+      }
+    }
+  });
+  std::vector<float> mean_f(static_cast<size_t>(c)), scale(static_cast<size_t>(c));
+  const double m = double(x.pixels());
+  for (int ch = 0; ch < c; ++ch) {
+    double n = 0, mean = 0, m2 = 0;
+    for (size_t k = 0; k < chunks.count; ++k) {
+      const double* part = &partial[k * size_t(c) * 2];
+      chan_merge(n, mean, m2, double(chunks.end(k) - chunks.begin(k)), part[ch], part[c + ch]);
+    }
+    double var = m2 / m;
+    saved_mean[ch] = float(mean);
+    saved_var[ch] = float(var);
+    mean_f[size_t(ch)] = float(mean);
+    scale[size_t(ch)] = float(gamma[ch] / std::sqrt(var + kBatchNormEpsilon));
+    if (running_mean) {
+      double unbiased = m > 1 ? var * m / (m - 1) : var;
+      running_mean[ch] = (1.0f - kBatchNormMomentum) * running_mean[ch] + kBatchNormMomentum * float(mean);
+      running_var[ch] = (1.0f - kBatchNormMomentum) * running_var[ch] + kBatchNormMomentum * float(unbiased);
+    }
+  }
+  apply_cpu<A>(x, y, mean_f.data(), scale.data(), beta);
+}
+
+template <Activation A>
+void backward_cpu(ConstAct y, ConstAct grad_y, ConstAct x, const float* gamma, const float* saved_mean,
+                  const float* saved_var, Act grad_x, float* grad_gamma, float* grad_beta) {
+  const int c = x.c;
+  CpuChunks chunks = cpu_chunks(x.pixels(), c);
+  std::vector<double> partial(chunks.count * size_t(c) * 2);  // per chunk: sum g[c], sum g (x - mean)[c]
+  auto g_at = [&](size_t p, int ch) {
+    float g = grad_y.data[p * size_t(grad_y.stride) + ch];
+    if constexpr (A != Activation::Linear) g *= activation_gradient_from_output<A>(y.data[p * size_t(y.stride) + ch]);
+    return g;
+  };
+  parallel_for(chunks.count, [&](size_t k) {
+    double* sum_g = &partial[k * size_t(c) * 2];
+    double* sum_gx = sum_g + c;
+    for (size_t p = chunks.begin(k); p < chunks.end(k); ++p) {
+      const float* in = x.data + p * size_t(x.stride);
+      for (int ch = 0; ch < c; ++ch) {
+        double g = g_at(p, ch);
+        sum_g[ch] += g;
+        sum_gx[ch] += g * (double(in[ch]) - saved_mean[ch]);
+      }
+    }
+  });
+  // grad_x = a (g - g_mean - k (x - mean)), per channel (a applied last: g - g_mean cancels exactly
+  // where it should, e.g. m = 1).
+  std::vector<float> a(static_cast<size_t>(c)), g_mean(static_cast<size_t>(c)), kx(static_cast<size_t>(c));
+  const double m = double(x.pixels());
+  for (int ch = 0; ch < c; ++ch) {
+    double sum_g = 0, sum_gx = 0;
+    for (size_t k = 0; k < chunks.count; ++k) {
+      sum_g += partial[k * size_t(c) * 2 + size_t(ch)];
+      sum_gx += partial[k * size_t(c) * 2 + size_t(c + ch)];
+    }
+    double inv_std = 1.0 / std::sqrt(double(saved_var[ch]) + kBatchNormEpsilon);
+    double dgamma = sum_gx * inv_std, scale = gamma[ch] * inv_std;
+    grad_beta[ch] = float(sum_g);
+    grad_gamma[ch] = float(dgamma);
+    a[size_t(ch)] = float(scale);
+    g_mean[size_t(ch)] = float(sum_g / m);
+    kx[size_t(ch)] = float(inv_std * dgamma / m);
+  }
+  parallel_for(chunks.count, [&](size_t k) {
+    for (size_t p = chunks.begin(k); p < chunks.end(k); ++p) {
+      const float* in = x.data + p * size_t(x.stride);
+      float* out = grad_x.data + p * size_t(grad_x.stride);
+      for (int ch = 0; ch < c; ++ch)
+        out[ch] = a[size_t(ch)] * (g_at(p, ch) - g_mean[size_t(ch)] - kx[size_t(ch)] * (in[ch] - saved_mean[ch]));
+    }
+  });
+}
+
+// ---- CUDA -----------------------------------------------------------------------------------
+
+template <int V>
+__device__ __forceinline__ void load(const float* p, float (&v)[V]) {
+  if constexpr (V == 4) {
+    float4 t = *reinterpret_cast<const float4*>(p);
+    v[0] = t.x, v[1] = t.y, v[2] = t.z, v[3] = t.w;
+  } else {
+    v[0] = *p;
+  }
+}
+template <int V>
+__device__ __forceinline__ void store(float* p, const float (&v)[V]) {
+  if constexpr (V == 4) {
+    float4 t;
+    t.x = v[0], t.y = v[1], t.z = v[2], t.w = v[3];
+    *reinterpret_cast<float4*>(p) = t;
+  } else {
+    *p = v[0];
+  }
+}
+
+template <typename T>
+bool float4_ok(const NhwcView<T>& v) {
+  return v.c % 4 == 0 && v.stride % 4 == 0 && reinterpret_cast<uintptr_t>(v.data) % 16 == 0;
+}
+
+// NhwcView::pixels() is host-only.
+__device__ inline size_t pixel_count(const ConstAct& v) { return size_t(v.n) * size_t(v.h) * size_t(v.w); }
+
+// Pixels of this thread's row in [begin, end): begin + ty + i*rows for i < count.
+__device__ inline size_t row_count(size_t begin, size_t end, unsigned ty, unsigned rows) {
+  return begin + ty < end ? (end - begin - ty - 1) / rows + 1 : 0;
+}
+
+constexpr int kUnroll = 4;  // loads in flight per thread
+
+// Pass 1 of the training forward: per-block (mean, M2) of each channel -> partials[b][ch][2],
+// and the block's pixel count -> counts[b].
+template <int V>
+__global__ void __launch_bounds__(kThreads)
+    forward_stats_kernel(ConstAct x, int pixel_blocks, float* partials, float* counts) {
+  __shared__ float s_mean[kThreads * 4], s_m2[kThreads * 4], s_count[kThreads];
+  const unsigned lanes = blockDim.x, rows = blockDim.y, tx = threadIdx.x, ty = threadIdx.y;
+  const int unit = int(blockIdx.y * lanes + tx);
+  const bool active = unit * V < x.c;
+  const size_t pixels = pixel_count(x), begin = range_begin(pixels, pixel_blocks, int(blockIdx.x)),
+               end = range_begin(pixels, pixel_blocks, int(blockIdx.x) + 1);
+  float n = 0, mean[V], m2[V];
+#pragma unroll
+  for (int j = 0; j < V; ++j) mean[j] = 0, m2[j] = 0;
+  auto step = [&](const float (&v)[V]) {
+    n += 1.0f;
+    float inv = 1.0f / n;
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      float d = v[j] - mean[j];
+      mean[j] += d * inv;
+      m2[j] += d * (v[j] - mean[j]);
+    }
+  };
+  if (active) {
+    const float* base = x.data + size_t(unit) * V + (begin + ty) * size_t(x.stride);
+    const size_t step_elems = size_t(rows) * x.stride, count = row_count(begin, end, ty, rows);
+    size_t i = 0;
+    for (; i + kUnroll <= count; i += kUnroll) {
+      float v[kUnroll][V];
+#pragma unroll
+      for (int k = 0; k < kUnroll; ++k) load<V>(base + (i + k) * step_elems, v[k]);
+#pragma unroll
+      for (int k = 0; k < kUnroll; ++k) step(v[k]);
+    }
+    for (; i < count; ++i) {
+      float v[V];
+      load<V>(base + i * step_elems, v);
+      step(v);
+    }
+  }
+  // Tree over rows, fixed pairing: row r absorbs row r + s for s = rows/2, rows/4, ..., 1.
+  const unsigned cols = lanes * V;
+#pragma unroll
+  for (int j = 0; j < V; ++j) s_mean[ty * cols + tx * V + j] = mean[j], s_m2[ty * cols + tx * V + j] = m2[j];
+  if (tx == 0) s_count[ty] = n;
+  __syncthreads();
+  for (unsigned s = rows / 2; s > 0; s /= 2) {
+    if (ty < s) {
+      float nb = s_count[ty + s], n_merged = 0;
+#pragma unroll
+      for (int j = 0; j < V; ++j) {
+        n_merged = n;
+        chan_merge(n_merged, mean[j], m2[j], nb, s_mean[(ty + s) * cols + tx * V + j], s_m2[(ty + s) * cols + tx * V + j]);
+        s_mean[ty * cols + tx * V + j] = mean[j], s_m2[ty * cols + tx * V + j] = m2[j];
+      }
+      n = n_merged;
+      if (tx == 0) s_count[ty] = n;
+    }
+    __syncthreads();
+  }
+  if (ty == 0 && active) {
+    float* out = partials + (size_t(blockIdx.x) * x.c + size_t(unit) * V) * 2;
+#pragma unroll
+    for (int j = 0; j < V; ++j) out[2 * j] = mean[j], out[2 * j + 1] = m2[j];
+    if (blockIdx.y == 0 && tx == 0) counts[blockIdx.x] = float(end - begin);
+  }
+}
+
+// Sum of v over the finalize block's rows in a fixed tree; the total ends in row 0.
+__device__ inline float sum_over_rows(float v, float (&scratch)[kFinalizeRows][kFinalizeChannels]) {
+  const unsigned tx = threadIdx.x, ty = threadIdx.y;
+  scratch[ty][tx] = v;
+  __syncthreads();
+  for (unsigned s = kFinalizeRows / 2; s > 0; s /= 2) {
+    if (ty < s) scratch[ty][tx] = v = v + scratch[ty + s][tx];
+    __syncthreads();
+  }
+  return v;
+}
+
+// Pass 2 of the training forward: combines the blocks' (count, mean, M2) per channel, writes the
+// saved statistics and updates the running ones. Each row of a finalize block takes every
+// kFinalizeRows-th pixel block; rows are added in a fixed tree. Two passes over the (L2-resident)
+// partials and no divisions: mean = sum n_b mean_b / m, then M2 = sum M2_b + n_b (mean_b - mean)^2.
+__global__ void __launch_bounds__(kFinalizeChannels* kFinalizeRows)
+    forward_finalize_kernel(int c, size_t pixels, int pixel_blocks, const float* partials, const float* counts,
+                            float* saved_mean, float* saved_var, float* running_mean, float* running_var) {
+  __shared__ float scratch[kFinalizeRows][kFinalizeChannels];
+  __shared__ float s_mean[kFinalizeChannels];
+  const unsigned tx = threadIdx.x, ty = threadIdx.y;
+  const int ch = int(blockIdx.x * kFinalizeChannels + tx);
+  const bool active = ch < c;
+  const float m = float(pixels);
+  float sum = 0;
+  if (active) {
+#pragma unroll 8
+    for (int b = int(ty); b < pixel_blocks; b += kFinalizeRows) sum += counts[b] * partials[(size_t(b) * c + ch) * 2];
+  }
+  sum = sum_over_rows(sum, scratch);
+  if (ty == 0) s_mean[tx] = sum / m;
+  __syncthreads();
+  const float mean = s_mean[tx];
+  float m2 = 0;
+  if (active) {
+#pragma unroll 8
+    for (int b = int(ty); b < pixel_blocks; b += kFinalizeRows) {
+      const float* part = partials + (size_t(b) * c + ch) * 2;
+      float d = part[0] - mean;
+      m2 += part[1] + counts[b] * d * d;
+    }
+  }
+  m2 = sum_over_rows(m2, scratch);
+  if (ty == 0 && active) {
+    float var = m2 / m;
+    saved_mean[ch] = mean;
+    saved_var[ch] = var;
+    if (running_mean) {
+      float unbiased = pixels > 1 ? var * (m / (m - 1.0f)) : var;
+      running_mean[ch] = (1.0f - kBatchNormMomentum) * running_mean[ch] + kBatchNormMomentum * mean;
+      running_var[ch] = (1.0f - kBatchNormMomentum) * running_var[ch] + kBatchNormMomentum * unbiased;
+    }
+  }
+}
+
+// y = act((x - mean) * gamma / sqrt(var + eps) + beta), mean/var being the batch's (training)
+// or the running ones (inference). Block b covers pixel range b of apply_pixel_blocks.
+template <Activation A, int V>
+__global__ void __launch_bounds__(kThreads) apply_kernel(ConstAct x, Act y, int pixel_blocks, const float* mean,
+                                                         const float* var, const float* gamma, const float* beta) {
+  const unsigned lanes = blockDim.x, rows = blockDim.y, tx = threadIdx.x, ty = threadIdx.y;
+  const int unit = int(blockIdx.y * lanes + tx);
+  if (unit * V >= x.c) return;
+  const int ch0 = unit * V;
+  float mu[V], scale[V], shift[V];
+#pragma unroll
+  for (int j = 0; j < V; ++j) {
+    mu[j] = mean[ch0 + j];
+    scale[j] = gamma[ch0 + j] / sqrtf(var[ch0 + j] + kBatchNormEpsilon);
+    shift[j] = beta[ch0 + j];
+  }
+  const int block = int(blockIdx.x);
+  const size_t pixels = pixel_count(x), begin = range_begin(pixels, pixel_blocks, block),
+               end = range_begin(pixels, pixel_blocks, block + 1);
+  const size_t count = row_count(begin, end, ty, rows), first = begin + ty;
+  auto transform = [&](float (&v)[V]) {
+#pragma unroll
+    for (int j = 0; j < V; ++j) v[j] = activate<A>((v[j] - mu[j]) * scale[j] + shift[j]);
+  };
+  size_t i = 0;
+  for (; i + kUnroll <= count; i += kUnroll) {
+    float v[kUnroll][V];
+#pragma unroll
+    for (int k = 0; k < kUnroll; ++k) load<V>(x.data + (first + (i + k) * rows) * x.stride + ch0, v[k]);
+#pragma unroll
+    for (int k = 0; k < kUnroll; ++k) {
+      transform(v[k]);
+      store<V>(y.data + (first + (i + k) * rows) * y.stride + ch0, v[k]);
+    }
+  }
+  for (; i < count; ++i) {
+    float v[V];
+    load<V>(x.data + (first + i * rows) * x.stride + ch0, v);
+    transform(v);
+    store<V>(y.data + (first + i * rows) * y.stride + ch0, v);
+  }
+}
+
+// g = grad_y * act'(y) for V channels of one pixel.
+template <Activation A, int V>
+__device__ __forceinline__ void load_g(const ConstAct& y, const ConstAct& grad_y, size_t p, int ch0, float (&g)[V]) {
+  load<V>(grad_y.data + p * grad_y.stride + ch0, g);
+  if constexpr (A != Activation::Linear) {
+    float out[V];
+    load<V>(y.data + p * y.stride + ch0, out);
+#pragma unroll
+    for (int j = 0; j < V; ++j) g[j] *= activation_gradient_from_output<A>(out[j]);
+  }
+}
+
+// Pass 1 of the backward: per-block sum g and sum g (x - mean) -> partials[b][ch][2].
+template <Activation A, int V>
+__global__ void __launch_bounds__(kThreads)
+    backward_stats_kernel(ConstAct y, ConstAct grad_y, ConstAct x, const float* saved_mean, int pixel_blocks,
+                          float* partials) {
+  __shared__ float s_g[kThreads * 4], s_gx[kThreads * 4];
+  const unsigned lanes = blockDim.x, rows = blockDim.y, tx = threadIdx.x, ty = threadIdx.y;
+  const int unit = int(blockIdx.y * lanes + tx);
+  const bool active = unit * V < x.c;
+  const int ch0 = active ? unit * V : 0;
+  const size_t pixels = pixel_count(x), begin = range_begin(pixels, pixel_blocks, int(blockIdx.x)),
+               end = range_begin(pixels, pixel_blocks, int(blockIdx.x) + 1);
+  float sum_g[V], sum_gx[V], mu[V];
+#pragma unroll
+  for (int j = 0; j < V; ++j) sum_g[j] = 0, sum_gx[j] = 0, mu[j] = active ? saved_mean[ch0 + j] : 0.0f;
+  if (active) {
+    const size_t count = row_count(begin, end, ty, rows), first = begin + ty;
+    auto accumulate = [&](const float (&g)[V], const float (&v)[V]) {
+#pragma unroll
+      for (int j = 0; j < V; ++j) sum_g[j] += g[j], sum_gx[j] += g[j] * (v[j] - mu[j]);
+    };
+    size_t i = 0;
+    for (; i + kUnroll <= count; i += kUnroll) {
+      float g[kUnroll][V], v[kUnroll][V];
+#pragma unroll
+      for (int k = 0; k < kUnroll; ++k) {
+        size_t p = first + (i + k) * rows;
+        load_g<A, V>(y, grad_y, p, ch0, g[k]);
+        load<V>(x.data + p * x.stride + ch0, v[k]);
+      }
+#pragma unroll
+      for (int k = 0; k < kUnroll; ++k) accumulate(g[k], v[k]);
+    }
+    for (; i < count; ++i) {
+      size_t p = first + i * rows;
+      float g[V], v[V];
+      load_g<A, V>(y, grad_y, p, ch0, g);
+      load<V>(x.data + p * x.stride + ch0, v);
+      accumulate(g, v);
+    }
+  }
+  const unsigned cols = lanes * V;
+#pragma unroll
+  for (int j = 0; j < V; ++j) s_g[ty * cols + tx * V + j] = sum_g[j], s_gx[ty * cols + tx * V + j] = sum_gx[j];
+  __syncthreads();
+  for (unsigned s = rows / 2; s > 0; s /= 2) {
+    if (ty < s) {
+#pragma unroll
+      for (int j = 0; j < V; ++j) {
+        sum_g[j] += s_g[(ty + s) * cols + tx * V + j];
+        sum_gx[j] += s_gx[(ty + s) * cols + tx * V + j];
+        s_g[ty * cols + tx * V + j] = sum_g[j], s_gx[ty * cols + tx * V + j] = sum_gx[j];
+      }
+    }
+    __syncthreads();
+  }
+  if (ty == 0 && active) {
+    float* out = partials + (size_t(blockIdx.x) * x.c + size_t(ch0)) * 2;
+#pragma unroll
+    for (int j = 0; j < V; ++j) out[2 * j] = sum_g[j], out[2 * j + 1] = sum_gx[j];
+  }
+}
+
+// Pass 2 of the backward: sums the partials per channel in a fixed order -> grad_beta, grad_gamma.
+__global__ void __launch_bounds__(kFinalizeChannels* kFinalizeRows)
+    backward_finalize_kernel(int c, int pixel_blocks, const float* partials, const float* saved_var,
+                             float* grad_gamma, float* grad_beta) {
+  __shared__ float scratch[kFinalizeRows][kFinalizeChannels];
+  const unsigned tx = threadIdx.x, ty = threadIdx.y;
+  const int ch = int(blockIdx.x * kFinalizeChannels + tx);
+  float sum_g = 0, sum_gx = 0;
+  if (ch < c) {
+#pragma unroll 8
+    for (int b = int(ty); b < pixel_blocks; b += kFinalizeRows) {
+      const float* part = partials + (size_t(b) * c + ch) * 2;
+      sum_g += part[0], sum_gx += part[1];
+    }
+  }
+  sum_g = sum_over_rows(sum_g, scratch);  // ends with a barrier: scratch is free again
+  sum_gx = sum_over_rows(sum_gx, scratch);
+  if (ty == 0 && ch < c) {
+    grad_beta[ch] = sum_g;
+    grad_gamma[ch] = sum_gx / sqrtf(saved_var[ch] + kBatchNormEpsilon);
+  }
+}
+
+// Pass 3 of the backward: grad_x = a (g - grad_beta/m - xhat grad_gamma/m), a = gamma/sqrt(var+eps)
+// (a applied last, so g - grad_beta/m cancels exactly where it should, e.g. m = 1).
+template <Activation A, int V>
+__global__ void __launch_bounds__(kThreads)
+    backward_apply_kernel(ConstAct y, ConstAct grad_y, ConstAct x, Act grad_x, int pixel_blocks, const float* gamma,
+                          const float* saved_mean, const float* saved_var, const float* grad_gamma,
+                          const float* grad_beta) {
+  const unsigned lanes = blockDim.x, rows = blockDim.y, tx = threadIdx.x, ty = threadIdx.y;
+  const int unit = int(blockIdx.y * lanes + tx);
+  if (unit * V >= x.c) return;
+  const int ch0 = unit * V;
+  const size_t pixels = pixel_count(x);
+  const float inv_m = 1.0f / float(pixels);
+  float mu[V], a[V], g_mean[V], k_x[V];
+#pragma unroll
+  for (int j = 0; j < V; ++j) {
+    float inv_std = 1.0f / sqrtf(saved_var[ch0 + j] + kBatchNormEpsilon);
+    mu[j] = saved_mean[ch0 + j];
+    a[j] = gamma[ch0 + j] * inv_std;
+    g_mean[j] = grad_beta[ch0 + j] * inv_m;
+    k_x[j] = inv_std * grad_gamma[ch0 + j] * inv_m;
+  }
+  const int block = int(blockIdx.x);
+  const size_t begin = range_begin(pixels, pixel_blocks, block), end = range_begin(pixels, pixel_blocks, block + 1);
+  const size_t count = row_count(begin, end, ty, rows), first = begin + ty;
+  auto finish = [&](float (&g)[V], const float (&v)[V], size_t p) {
+#pragma unroll
+    for (int j = 0; j < V; ++j) g[j] = a[j] * (g[j] - g_mean[j] - k_x[j] * (v[j] - mu[j]));
+    store<V>(grad_x.data + p * grad_x.stride + ch0, g);
+  };
+  size_t i = 0;
+  for (; i + kUnroll <= count; i += kUnroll) {
+    float g[kUnroll][V], v[kUnroll][V];
+#pragma unroll
+    for (int k = 0; k < kUnroll; ++k) {
+      size_t p = first + (i + k) * rows;
+      load_g<A, V>(y, grad_y, p, ch0, g[k]);
+      load<V>(x.data + p * x.stride + ch0, v[k]);
+    }
+#pragma unroll
+    for (int k = 0; k < kUnroll; ++k) finish(g[k], v[k], first + (i + k) * rows);
+  }
+  for (; i < count; ++i) {
+    size_t p = first + i * rows;
+    float g[V], v[V];
+    load_g<A, V>(y, grad_y, p, ch0, g);
+    load<V>(x.data + p * x.stride + ch0, v);
+    finish(g, v, p);
+  }
+}
+
+template <Activation A, int V>
+void launch_apply(const Tiling& t, ConstAct x, Act y, const float* mean, const float* var, const float* gamma,
+                  const float* beta, cudaStream_t stream) {
+  const int pixel_blocks = apply_pixel_blocks(x.pixels(), t);
+  LAUNCH((apply_kernel<A, V>), dim3(unsigned(pixel_blocks), unsigned(t.channel_blocks)),
+         dim3(unsigned(t.lanes), unsigned(t.rows)), 0, stream, x, y, pixel_blocks, mean, var, gamma, beta);
+}
+
+template <Activation A>
+void forward_training_cuda(ConstAct x, const float* gamma, const float* beta, Act y, float* saved_mean,
+                           float* saved_var, float* running_mean, float* running_var, float* partials,
+                           cudaStream_t stream) {
+  const bool vec4 = float4_ok(x) && float4_ok(y);
+  const Tiling t = tiling_for(x.c, vec4);
+  const int blocks = stats_pixel_blocks(x.pixels(), t);
+  const dim3 grid(unsigned(blocks), unsigned(t.channel_blocks)), block(unsigned(t.lanes), unsigned(t.rows));
+  float* counts = partials + size_t(blocks) * size_t(x.c) * 2;
+  if (vec4) LAUNCH(forward_stats_kernel<4>, grid, block, 0, stream, x, blocks, partials, counts);
+  else LAUNCH(forward_stats_kernel<1>, grid, block, 0, stream, x, blocks, partials, counts);
+  LAUNCH(forward_finalize_kernel, dim3(ceil_div(size_t(x.c), kFinalizeChannels)),
+         dim3(kFinalizeChannels, kFinalizeRows), 0, stream, x.c, x.pixels(), blocks,
+         static_cast<const float*>(partials), static_cast<const float*>(counts), saved_mean, saved_var, running_mean,
+         running_var);
+  if (vec4) launch_apply<A, 4>(t, x, y, saved_mean, saved_var, gamma, beta, stream);
+  else launch_apply<A, 1>(t, x, y, saved_mean, saved_var, gamma, beta, stream);
+}
+
+template <Activation A>
+void backward_cuda(ConstAct y, ConstAct grad_y, ConstAct x, const float* gamma, const float* saved_mean,
+                   const float* saved_var, Act grad_x, float* grad_gamma, float* grad_beta, float* partials,
+                   cudaStream_t stream) {
+  const bool vec4 = float4_ok(grad_y) && float4_ok(x) && float4_ok(grad_x) && (A == Activation::Linear || float4_ok(y));
+  const Tiling t = tiling_for(x.c, vec4);
+  const int blocks = stats_pixel_blocks(x.pixels(), t);
+  const dim3 grid(unsigned(blocks), unsigned(t.channel_blocks)), block(unsigned(t.lanes), unsigned(t.rows));
+  if (vec4) LAUNCH((backward_stats_kernel<A, 4>), grid, block, 0, stream, y, grad_y, x, saved_mean, blocks, partials);
+  else LAUNCH((backward_stats_kernel<A, 1>), grid, block, 0, stream, y, grad_y, x, saved_mean, blocks, partials);
+  LAUNCH(backward_finalize_kernel, dim3(ceil_div(size_t(x.c), kFinalizeChannels)),
+         dim3(kFinalizeChannels, kFinalizeRows), 0, stream, x.c, blocks, static_cast<const float*>(partials),
+         saved_var, grad_gamma, grad_beta);
+  const float* gg = grad_gamma;
+  const float* gb = grad_beta;
+  const int apply_blocks = apply_pixel_blocks(x.pixels(), t);
+  const dim3 apply_grid(unsigned(apply_blocks), unsigned(t.channel_blocks));
+  if (vec4)
+    LAUNCH((backward_apply_kernel<A, 4>), apply_grid, block, 0, stream, y, grad_y, x, grad_x, apply_blocks, gamma,
+           saved_mean, saved_var, gg, gb);
+  else
+    LAUNCH((backward_apply_kernel<A, 1>), apply_grid, block, 0, stream, y, grad_y, x, grad_x, apply_blocks, gamma,
+           saved_mean, saved_var, gg, gb);
+}
+
+}  // namespace
+
+// ---- public entry points --------------------------------------------------------------------
+
+size_t batchnorm_workspace_bytes(int n, int h, int w, int c) {
+  if (n < 0 || h < 0 || w < 0 || c < 0)
+    throw Error("batchnorm_workspace_bytes: negative size " + std::to_string(n) + "x" + std::to_string(h) + "x" +
+                std::to_string(w) + "x" + std::to_string(c));
+  size_t pixels = size_t(n) * size_t(h) * size_t(w);
+  if (pixels == 0 || c == 0) return 0;
+  size_t blocks = size_t(max_stats_pixel_blocks(pixels, c));
+  return (blocks * size_t(c) * 2 + blocks) * sizeof(float);  // partials [block][c][2], counts [block]
+}
+
+template <typename T>
+void batchnorm_activation_forward_training_reference(Activation act, NhwcView<const T> x, const T* gamma,
+                                                     const T* beta, NhwcView<T> y, T* saved_mean, T* saved_var,
+                                                     T* running_mean, T* running_var) {
+  check_forward_training("batchnorm_activation_forward_training_reference", x, gamma, beta, y, saved_mean, saved_var,
+                         running_mean, running_var);
+  const double m = double(x.pixels());
+  for (int ch = 0; ch < x.c; ++ch) {
+    double sum = 0, squares = 0;
+    for (int b = 0; b < x.n; ++b)
+      for (int i = 0; i < x.h; ++i)
+        for (int j = 0; j < x.w; ++j) sum += double(x.data[x.at(b, i, j, ch)]);
+    double mean = sum / m;
+    for (int b = 0; b < x.n; ++b)
+      for (int i = 0; i < x.h; ++i)
+        for (int j = 0; j < x.w; ++j) {
+          double d = double(x.data[x.at(b, i, j, ch)]) - mean;
+          squares += d * d;
+        }
+    double var = squares / m;
+    T mean_t = T(mean), var_t = T(var);
+    T inv_std = T(1) / std::sqrt(var_t + T(kBatchNormEpsilon));
+    // Statistics are written before y: y may alias x, and x's channel ch is not read again.
+    for (int b = 0; b < x.n; ++b)
+      for (int i = 0; i < x.h; ++i)
+        for (int j = 0; j < x.w; ++j)
+          y.data[y.at(b, i, j, ch)] = activate(act, gamma[ch] * (x.data[x.at(b, i, j, ch)] - mean_t) * inv_std + beta[ch]);
+    saved_mean[ch] = mean_t;
+    saved_var[ch] = var_t;
+    if (running_mean) {
+      T unbiased = m > 1 ? T(var * m / (m - 1)) : var_t;
+      running_mean[ch] = T(1 - kBatchNormMomentum) * running_mean[ch] + T(kBatchNormMomentum) * mean_t;
+      running_var[ch] = T(1 - kBatchNormMomentum) * running_var[ch] + T(kBatchNormMomentum) * unbiased;
+    }
+  }
+}
+
+template <typename T>
+void batchnorm_activation_forward_inference_reference(Activation act, NhwcView<const T> x, const T* gamma,
+                                                      const T* beta, const T* running_mean, const T* running_var,
+                                                      NhwcView<T> y) {
+  check_forward_inference("batchnorm_activation_forward_inference_reference", x, gamma, beta, running_mean,
+                          running_var, y);
+  for (int b = 0; b < x.n; ++b)
+    for (int i = 0; i < x.h; ++i)
+      for (int j = 0; j < x.w; ++j)
+        for (int ch = 0; ch < x.c; ++ch) {
+          T inv_std = T(1) / std::sqrt(running_var[ch] + T(kBatchNormEpsilon));
+          y.data[y.at(b, i, j, ch)] =
+              activate(act, gamma[ch] * (x.data[x.at(b, i, j, ch)] - running_mean[ch]) * inv_std + beta[ch]);
+        }
+}
+
+template <typename T>
+void batchnorm_activation_backward_reference(Activation act, NhwcView<const T> y, NhwcView<const T> grad_y,
+                                             NhwcView<const T> x, const T* gamma, const T* saved_mean,
+                                             const T* saved_var, NhwcView<T> grad_x, T* grad_gamma, T* grad_beta) {
+  check_backward("batchnorm_activation_backward_reference", act, y, grad_y, x, gamma, saved_mean, saved_var, grad_x,
+                 grad_gamma, grad_beta);
+  const double m = double(x.pixels());
+  auto g_at = [&](int b, int i, int j, int ch) {
+    double g = double(grad_y.data[grad_y.at(b, i, j, ch)]);
+    if (act != Activation::Linear) g *= double(activation_gradient_from_output(act, y.data[y.at(b, i, j, ch)]));
+    return g;
+  };
+  for (int ch = 0; ch < x.c; ++ch) {
+    double inv_std = 1.0 / std::sqrt(double(saved_var[ch]) + double(kBatchNormEpsilon)), mean = double(saved_mean[ch]);
+    double sum_g = 0, sum_g_xhat = 0;
+    for (int b = 0; b < x.n; ++b)
+      for (int i = 0; i < x.h; ++i)
+        for (int j = 0; j < x.w; ++j) {
+          double g = g_at(b, i, j, ch);
+          sum_g += g;
+          sum_g_xhat += g * (double(x.data[x.at(b, i, j, ch)]) - mean) * inv_std;
+        }
+    // grad_x is written last: it may alias grad_y, whose channel ch is not read again.
+    double scale = double(gamma[ch]) * inv_std / m;
+    for (int b = 0; b < x.n; ++b)
+      for (int i = 0; i < x.h; ++i)
+        for (int j = 0; j < x.w; ++j) {
+          double xhat = (double(x.data[x.at(b, i, j, ch)]) - mean) * inv_std;
+          grad_x.data[grad_x.at(b, i, j, ch)] = T(scale * (m * g_at(b, i, j, ch) - sum_g - xhat * sum_g_xhat));
+        }
+    grad_beta[ch] = T(sum_g);
+    grad_gamma[ch] = T(sum_g_xhat);
+  }
+}
+
+void batchnorm_activation_forward_training_cpu(Activation act, ConstAct x, const float* gamma, const float* beta,
+                                               Act y, float* saved_mean, float* saved_var, float* running_mean,
+                                               float* running_var, void* /*workspace*/, size_t /*workspace_bytes*/) {
+  check_forward_training("batchnorm_activation_forward_training_cpu", x, gamma, beta, y, saved_mean, saved_var,
+                         running_mean, running_var);
+  if (x.c == 0) return;
+  dispatch(act, [&]<Activation A>() {
+    forward_training_cpu<A>(x, gamma, beta, y, saved_mean, saved_var, running_mean, running_var);
+  });
+}
+
+void batchnorm_activation_forward_inference_cpu(Activation act, ConstAct x, const float* gamma, const float* beta,
+                                                const float* running_mean, const float* running_var, Act y) {
+  check_forward_inference("batchnorm_activation_forward_inference_cpu", x, gamma, beta, running_mean, running_var, y);
+  if (x.elements() == 0) return;
+  std::vector<float> scale(static_cast<size_t>(x.c));
+  for (int ch = 0; ch < x.c; ++ch)
+    scale[size_t(ch)] = float(gamma[ch] / std::sqrt(double(running_var[ch]) + kBatchNormEpsilon));
+  dispatch(act, [&]<Activation A>() { apply_cpu<A>(x, y, running_mean, scale.data(), beta); });
+}
+
+void batchnorm_activation_backward_cpu(Activation act, ConstAct y, ConstAct grad_y, ConstAct x, const float* gamma,
+                                       const float* saved_mean, const float* saved_var, Act grad_x,
+                                       float* grad_gamma, float* grad_beta, void* /*workspace*/,
+                                       size_t /*workspace_bytes*/) {
+  check_backward("batchnorm_activation_backward_cpu", act, y, grad_y, x, gamma, saved_mean, saved_var, grad_x,
+                 grad_gamma, grad_beta);
+  if (x.c == 0) return;
+  dispatch(act, [&]<Activation A>() {
+    backward_cpu<A>(y, grad_y, x, gamma, saved_mean, saved_var, grad_x, grad_gamma, grad_beta);
+  });
+}
+
+void batchnorm_activation_forward_training_cuda(Activation act, ConstAct x, const float* gamma, const float* beta,
+                                                Act y, float* saved_mean, float* saved_var, float* running_mean,
+                                                float* running_var, void* workspace, size_t workspace_bytes,
+                                                cudaStream_t stream) {
+  const char* op = "batchnorm_activation_forward_training_cuda";
+  check_forward_training(op, x, gamma, beta, y, saved_mean, saved_var, running_mean, running_var);
+  check_workspace(op, x, workspace, workspace_bytes);
+  if (x.c == 0) return;
+  dispatch(act, [&]<Activation A>() {
+    forward_training_cuda<A>(x, gamma, beta, y, saved_mean, saved_var, running_mean, running_var,
+                             static_cast<float*>(workspace), stream);
+  });
+}
+
+void batchnorm_activation_forward_inference_cuda(Activation act, ConstAct x, const float* gamma, const float* beta,
+                                                 const float* running_mean, const float* running_var, Act y,
+                                                 cudaStream_t stream) {
+  check_forward_inference("batchnorm_activation_forward_inference_cuda", x, gamma, beta, running_mean, running_var,
+                          y);
+  if (x.elements() == 0) return;
+  const bool vec4 = float4_ok(x) && float4_ok(y);
+  const Tiling t = tiling_for(x.c, vec4);
+  dispatch(act, [&]<Activation A>() {
+    if (vec4) launch_apply<A, 4>(t, x, y, running_mean, running_var, gamma, beta, stream);
+    else launch_apply<A, 1>(t, x, y, running_mean, running_var, gamma, beta, stream);
+  });
+}
+
+void batchnorm_activation_backward_cuda(Activation act, ConstAct y, ConstAct grad_y, ConstAct x, const float* gamma,
+                                        const float* saved_mean, const float* saved_var, Act grad_x,
+                                        float* grad_gamma, float* grad_beta, void* workspace, size_t workspace_bytes,
+                                        cudaStream_t stream) {
+  const char* op = "batchnorm_activation_backward_cuda";
+  check_backward(op, act, y, grad_y, x, gamma, saved_mean, saved_var, grad_x, grad_gamma, grad_beta);
+  check_workspace(op, x, workspace, workspace_bytes);
+  if (x.c == 0) return;
+  dispatch(act, [&]<Activation A>() {
+    backward_cuda<A>(y, grad_y, x, gamma, saved_mean, saved_var, grad_x, grad_gamma, grad_beta,
+                     static_cast<float*>(workspace), stream);
+  });
+}
+
+#define INSTANTIATE(T)                                                                                          \
+  template void batchnorm_activation_forward_training_reference<T>(Activation, NhwcView<const T>, const T*,     \
+                                                                   const T*, NhwcView<T>, T*, T*, T*, T*);      \
+  template void batchnorm_activation_forward_inference_reference<T>(Activation, NhwcView<const T>, const T*,    \
+                                                                    const T*, const T*, const T*, NhwcView<T>); \
+  template void batchnorm_activation_backward_reference<T>(Activation, NhwcView<const T>, NhwcView<const T>,    \
+                                                           NhwcView<const T>, const T*, const T*, const T*,     \
+                                                           NhwcView<T>, T*, T*);
+INSTANTIATE(float)
+INSTANTIATE(double)
+#undef INSTANTIATE
+
+}  // namespace yolo

@@ -1,0 +1,902 @@
+// 2-D convolution: reference loops, the fast CPU versions (blocked, threaded over fixed work
+// items, the channel loop innermost and contiguous) and the CUDA implicit GEMMs.
+//
+// The three passes as GEMMs (P = output pixels, Q = input pixels, KK = k*k*c_in):
+//   forward        out[P x c_out]     = im2col(in)[P x KK] * W^T            (W is c_out x KK)
+//   backward data  grad_in[Q x c_in]  = gather(grad_out)[Q x k*k*c_out] * W' (W rows read as is)
+//   backward wts   dW[c_out x KK]     = grad_out^T[c_out x P] * im2col(in)[P x KK]
+// The im2col operands are never built: loaders gather them tile by tile into shared memory.
+// Backward data at stride S runs S*S "parity classes" of input pixels (y % S, x % S); in each,
+// only every S-th kernel tap reaches an output pixel, so no work is masked away.
+#define YOLO_GEMM_TILE_KERNELS 1
+#include "kernels/conv.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "kernels/common.cuh"
+#include "kernels/cpu_parallel.h"
+#include "kernels/gemm.h"
+
+namespace yolo {
+
+void Conv2dShape::validate() const {
+  auto fail = [&](const std::string& why) {
+    throw Error("conv2d: " + why + " (n " + std::to_string(n) + ", " + std::to_string(h) + "x" + std::to_string(w) +
+                ", " + std::to_string(c_in) + "->" + std::to_string(c_out) + ", k " + std::to_string(k) + ", stride " +
+                std::to_string(stride) + ")");
+  };
+  if (n < 0) fail("negative batch");
+  if (h < 1 || w < 1) fail("image height and width must be at least 1");
+  if (c_in < 1 || c_out < 1) fail("channel counts must be at least 1");
+  if (k < 1 || k % 2 == 0) fail("kernel size must be odd and positive");
+  if (stride < 1 || stride > 64) fail("stride must be 1..64");
+  const double limit = double(std::numeric_limits<int>::max());
+  if (double(n) * h * w > limit || double(n) * out_h() * out_w() > limit) fail("too many pixels");
+  // (k*k*c_in and c_out also bound the CUDA grids' y extent: 65535 tiles of 64.)
+  if (double(k) * k * std::max(c_in, c_out) > 4e6 || double(weight_count()) > limit) fail("too many weights");
+}
+
+namespace {
+
+template <typename V>
+void check_view(const char* op, const char* name, const V& v, int n, int h, int w, int c) {
+  auto dims = [](int a, int b, int cc, int d) {
+    return std::to_string(a) + "x" + std::to_string(b) + "x" + std::to_string(cc) + "x" + std::to_string(d);
+  };
+  if (v.n != n || v.h != h || v.w != w || v.c != c)
+    throw Error(std::string(op) + ": " + name + " is " + dims(v.n, v.h, v.w, v.c) + ", expected " + dims(n, h, w, c));
+  if (v.stride < v.c)
+    throw Error(std::string(op) + ": " + name + " stride " + std::to_string(v.stride) + " < channels " +
+                std::to_string(v.c));
+  if (v.elements() > 0 && v.data == nullptr) throw Error(std::string(op) + ": " + name + " is null");
+}
+
+template <typename In, typename Out>
+void check_conv(const char* op, const Conv2dShape& s, const In& in, const char* in_name, bool in_is_input,
+                const Out& out, const char* out_name, const void* weights, const char* weights_name = "weights") {
+  s.validate();
+  const int oh = s.out_h(), ow = s.out_w();
+  if (in_is_input) {
+    check_view(op, in_name, in, s.n, s.h, s.w, s.c_in);
+    check_view(op, out_name, out, s.n, oh, ow, s.c_out);
+  } else {  // backward data: in is grad_out, out is grad_in
+    check_view(op, in_name, in, s.n, oh, ow, s.c_out);
+    check_view(op, out_name, out, s.n, s.h, s.w, s.c_in);
+  }
+  if (weights == nullptr) throw Error(std::string(op) + ": " + weights_name + " is null");
+}
+
+// ---- CPU -------------------------------------------------------------------------------------
+// All three passes run register-blocked kMr x kNr output blocks (micro_kernel of gemm.h, or
+// outer_product_sum below). Work items own their outputs and sum in a fixed order: results do
+// not depend on the thread count.
+
+using cpu_tiles::Float4;
+using cpu_tiles::kMr;
+using cpu_tiles::kNr;
+using cpu_tiles::load_float4;
+using cpu_tiles::micro_kernel;
+using cpu_tiles::cpu_scratch;
+
+// Forward: weights packed as [c_out / kNr][tap][ci][kNr] (zero-padded channels); outputs in
+// blocks of kMr pixels of a row x kNr channels, reduced over taps then input channels.
+void forward_cpu(const Conv2dShape& s, ConstAct in, const float* weights, const float* bias, Act out) {
+  const int oh = s.out_h(), ow = s.out_w(), pad = s.pad(), k = s.k, c_in = s.c_in;
+  const size_t depth = size_t(k) * k * c_in, blocks = size_t(s.c_out + kNr - 1) / kNr;
+  std::vector<float>& packed = cpu_scratch(0, blocks * depth * kNr);
+  parallel_for(blocks, [&](size_t cb) {
+    float* dst = packed.data() + cb * depth * kNr;
+    for (int j = 0; j < kNr; ++j) {
+      const size_t co = cb * kNr + j;
+      const float* src = weights + co * depth;
+      for (size_t t = 0; t < depth; ++t) dst[t * kNr + j] = co < size_t(s.c_out) ? src[t] : 0.0f;
+    }
+  });
+  const std::vector<float> zeros(size_t(c_in), 0.0f);
+  parallel_for(size_t(s.n) * oh, [&](size_t item) {
+    const int b = int(item / oh), oy = int(item % oh);
+    for (size_t cb = 0; cb < blocks; ++cb) {
+      const int co0 = int(cb) * kNr, couts = std::min(kNr, s.c_out - co0);
+      const float* wb = packed.data() + cb * depth * kNr;
+      for (int ox0 = 0; ox0 < ow; ox0 += kMr) {
+        const int pixels = std::min(kMr, ow - ox0);
+        float acc[kMr][kNr] = {};
+        for (int r = 0; r < k; ++r) {
+          const int iy = oy * s.stride - pad + r;
+          if (iy < 0 || iy >= s.h) continue;
+          for (int sx = 0; sx < k; ++sx) {
+            const float* a[kMr];
+            bool any = false;
+            for (int i = 0; i < kMr; ++i) {
+              const int ix = (ox0 + i) * s.stride - pad + sx;
+              const bool ok = i < pixels && ix >= 0 && ix < s.w;
+              a[i] = ok ? in.data + in.at(b, iy, ix, 0) : zeros.data();
+              any = any || ok;
+            }
+            if (any) micro_kernel(a, wb + (size_t(r) * k + sx) * c_in * kNr, c_in, acc);
+          }
+        }
+        for (int i = 0; i < pixels; ++i) {
+          float* dst = out.data + out.at(b, oy, ox0 + i, co0);
+          for (int j = 0; j < couts; ++j) dst[j] = acc[i][j] + (bias ? bias[co0 + j] : 0.0f);
+        }
+      }
+    }
+  });
+}
+
+// Backward data: weights packed as [c_in / kNr][tap][co][kNr]; input pixels in blocks of kMr
+// of one parity (x % stride), which the same taps reach, reduced over taps then output channels.
+void backward_data_cpu(const Conv2dShape& s, ConstAct grad_out, const float* weights, Act grad_in, bool accumulate) {
+  const int oh = s.out_h(), ow = s.out_w(), pad = s.pad(), k = s.k, c_in = s.c_in, c_out = s.c_out, S = s.stride;
+  const size_t taps = size_t(k) * k, blocks = size_t(c_in + kNr - 1) / kNr, per_block = taps * c_out * kNr;
+  std::vector<float>& packed = cpu_scratch(0, blocks * per_block);
+  parallel_for(blocks, [&](size_t cb) {
+    float* dst = packed.data() + cb * per_block;
+    for (int co = 0; co < c_out; ++co)
+      for (size_t tap = 0; tap < taps; ++tap) {
+        const float* src = weights + (co * taps + tap) * c_in;
+        float* d = dst + (tap * c_out + co) * kNr;
+        for (int j = 0; j < kNr; ++j) d[j] = cb * kNr + j < size_t(c_in) ? src[cb * kNr + j] : 0.0f;
+      }
+  });
+  const std::vector<float> zeros(size_t(c_out), 0.0f);
+  parallel_for(size_t(s.n) * s.h, [&](size_t item) {
+    const int b = int(item / s.h), iy = int(item % s.h);
+    for (size_t cb = 0; cb < blocks; ++cb) {
+      const int ci0 = int(cb) * kNr, cins = std::min(kNr, c_in - ci0);
+      const float* wb = packed.data() + cb * per_block;
+      for (int px = 0; px < S && px < s.w; ++px)
+        for (int x0 = px; x0 < s.w; x0 += kMr * S) {
+          float acc[kMr][kNr] = {};
+          for (int r = 0; r < k; ++r) {
+            const int ty = iy + pad - r;  // = oy * S for a tap that reaches this row
+            if (ty < 0 || ty % S != 0 || ty / S >= oh) continue;
+            for (int sx = 0; sx < k; ++sx) {
+              const float* a[kMr];
+              bool any = false;
+              for (int i = 0; i < kMr; ++i) {
+                const int ix = x0 + i * S, tx = ix + pad - sx;
+                const bool ok = ix < s.w && tx >= 0 && tx % S == 0 && tx / S < ow;
+                a[i] = ok ? grad_out.data + grad_out.at(b, ty / S, tx / S, 0) : zeros.data();
+                any = any || ok;
+              }
+              if (any) micro_kernel(a, wb + (size_t(r) * k + sx) * c_out * kNr, c_out, acc);
+            }
+          }
+          for (int i = 0; i < kMr && x0 + i * S < s.w; ++i) {
+            float* dst = grad_in.data + grad_in.at(b, iy, x0 + i * S, ci0);
+            for (int j = 0; j < cins; ++j) dst[j] = accumulate ? dst[j] + acc[i][j] : acc[i][j];
+          }
+        }
+    }
+  });
+}
+
+// acc[i][j] = sum over `count` pixels of g[i] * x[j], g and x stepping by their pixel pitches
+// (a full kMr x kNr block; the caller handles channel tails).
+inline void outer_product_sum(const float* g, size_t g_step, const float* x, size_t x_step, int count,
+                              float (&acc)[kMr][kNr]) {
+  Float4 sum[kMr][2] = {};
+  for (int p = 0; p < count; ++p, g += g_step, x += x_step) {
+    const Float4 x0 = load_float4(x), x1 = load_float4(x + 4);
+    for (int i = 0; i < kMr; ++i) {
+      const float gv = g[i];
+      sum[i][0] += gv * x0;
+      sum[i][1] += gv * x1;
+    }
+  }
+  std::memcpy(acc, sum, sizeof sum);
+}
+
+// The same for a partial block (couts <= kMr, cins <= kNr).
+inline void outer_product_sum_tail(const float* g, size_t g_step, const float* x, size_t x_step, int count, int couts,
+                                   int cins, float (&acc)[kMr][kNr]) {
+  for (int i = 0; i < kMr; ++i)
+    for (int j = 0; j < kNr; ++j) acc[i][j] = 0.0f;
+  for (int p = 0; p < count; ++p, g += g_step, x += x_step)
+    for (int i = 0; i < couts; ++i)
+      for (int j = 0; j < cins; ++j) acc[i][j] += g[i] * x[j];
+}
+
+// Backward weights: work item = kMr output channels x one tap; blocks of kNr input channels
+// summed over the pixels of each image row, then the rows in order (shorter float sums).
+void backward_weights_cpu(const Conv2dShape& s, ConstAct in, ConstAct grad_out, float* grad_weights,
+                          float* grad_bias) {
+  const int oh = s.out_h(), ow = s.out_w(), pad = s.pad(), k = s.k, c_in = s.c_in, S = s.stride;
+  const size_t taps = size_t(k) * k, co_blocks = size_t(s.c_out + kMr - 1) / kMr;
+  parallel_for(co_blocks * taps, [&](size_t item) {
+    const int co0 = int(item / taps) * kMr, couts = std::min(kMr, s.c_out - co0);
+    const int tap = int(item % taps), r = tap / k, sx = tap % k;
+    // Output columns whose input column ox*S - pad + sx lies inside the image.
+    const int ox_lo = std::max(0, (pad - sx + S - 1) / S);
+    const int last = s.w - 1 + pad - sx, ox_hi = last < 0 ? 0 : std::min(ow, last / S + 1);
+    const int count = ox_hi - ox_lo, ci_blocks = (c_in + kNr - 1) / kNr;
+    // Per input-channel block, in order: one image row's sum, added to the running total. The
+    // row's pixels stay in cache while every channel block reads them.
+    std::vector<float> totals(size_t(ci_blocks) * kMr * kNr, 0.0f);
+    for (int b = 0; b < s.n && count > 0; ++b)
+      for (int oy = 0; oy < oh; ++oy) {
+        const int iy = oy * S - pad + r;
+        if (iy < 0 || iy >= s.h) continue;
+        const float* g = grad_out.data + grad_out.at(b, oy, ox_lo, co0);
+        const float* x = in.data + in.at(b, iy, ox_lo * S - pad + sx, 0);
+        const size_t g_step = size_t(grad_out.stride), x_step = size_t(S) * in.stride;
+        for (int cb = 0; cb < ci_blocks; ++cb) {
+          const int cins = std::min(kNr, c_in - cb * kNr);
+          float row[kMr][kNr];
+          if (couts == kMr && cins == kNr) outer_product_sum(g, g_step, x + cb * kNr, x_step, count, row);
+          else outer_product_sum_tail(g, g_step, x + cb * kNr, x_step, count, couts, cins, row);
+          float* total = totals.data() + size_t(cb) * kMr * kNr;
+          for (int i = 0; i < kMr; ++i)
+            for (int j = 0; j < kNr; ++j) total[i * kNr + j] += row[i][j];
+        }
+      }
+    for (int i = 0; i < couts; ++i)
+      for (int ci = 0; ci < c_in; ++ci)
+        grad_weights[(size_t(co0 + i) * taps + tap) * c_in + ci] = totals[(size_t(ci / kNr) * kMr + i) * kNr + ci % kNr];
+  });
+  if (!grad_bias) return;
+  parallel_for(co_blocks, [&](size_t block) {
+    const int co0 = int(block) * kMr, couts = std::min(kMr, s.c_out - co0);
+    float total[kMr] = {};
+    for (int b = 0; b < s.n; ++b)
+      for (int oy = 0; oy < oh; ++oy) {
+        float row[kMr] = {};
+        for (int ox = 0; ox < ow; ++ox) {
+          const float* g = grad_out.data + grad_out.at(b, oy, ox, co0);
+          for (int i = 0; i < couts; ++i) row[i] += g[i];
+        }
+        for (int i = 0; i < kMr; ++i) total[i] += row[i];
+      }
+    for (int i = 0; i < couts; ++i) grad_bias[co0 + i] = total[i];
+  });
+}
+
+// ---- CUDA ------------------------------------------------------------------------------------
+
+using namespace tiled;
+
+struct ConvGeom {
+  int n, h, w, c_in, c_out, k, stride, pad, oh, ow;
+};
+
+ConvGeom geometry(const Conv2dShape& s) {
+  return ConvGeom{s.n, s.h, s.w, s.c_in, s.c_out, s.k, s.stride, s.pad(), s.out_h(), s.out_w()};
+}
+
+// Steps a (major, middle, minor) position whose minor index counts to minor_size and middle to
+// middle_size forward by `by` (minor_size may be below `by`).
+__device__ __forceinline__ void advance3(int& major, int& middle, int& minor, int by, int middle_size, int minor_size) {
+  minor += by;
+  while (minor >= minor_size) {
+    minor -= minor_size;
+    if (++middle == middle_size) middle = 0, ++major;
+  }
+}
+
+// Forward A: rows = output pixels, K = (r, s, ci) of the receptive field (K-major gather).
+template <int R>
+struct ForwardInputLoader {
+  KMajorSlot slot;
+  const ConvGeom& g;
+  const float* data;
+  int pitch, img_row0, iy0, ix0, k_pos, k_size, r, s, ci;
+  bool row_ok, vec;
+  float v[4];
+
+  __device__ __forceinline__ ForwardInputLoader(const ConvGeom& geom, ConstAct in, int m0, int k_begin, bool vector)
+      : g(geom), data(in.data), pitch(in.stride), vec(vector) {
+    slot.init<R>();
+    const int p = m0 + slot.row;
+    row_ok = slot.active && p < g.n * g.oh * g.ow;
+    const int q = row_ok ? p : 0, ox = q % g.ow, t = q / g.ow, oy = t % g.oh;
+    img_row0 = t / g.oh * g.h, iy0 = oy * g.stride - g.pad, ix0 = ox * g.stride - g.pad;
+    k_pos = k_begin + slot.kq, k_size = g.k * g.k * g.c_in;
+    ci = k_pos % g.c_in;
+    const int rs = k_pos / g.c_in;
+    s = rs % g.k, r = rs / g.k;
+  }
+  __device__ __forceinline__ const float* pixel(int rr, int ss) const {
+    const int iy = iy0 + rr, ix = ix0 + ss;
+    if (unsigned(iy) >= unsigned(g.h) || unsigned(ix) >= unsigned(g.w)) return nullptr;
+    return data + (size_t(img_row0 + iy) * g.w + ix) * pitch;
+  }
+  __device__ __forceinline__ void fetch() {
+    if (vec) {  // c_in % 4 == 0: the 4 values share one tap
+      Vec4 t{0.0f, 0.0f, 0.0f, 0.0f};
+      const float* p = row_ok && k_pos < k_size ? pixel(r, s) : nullptr;
+      if (p) t = load4(p + ci);
+      v[0] = t.x, v[1] = t.y, v[2] = t.z, v[3] = t.w;
+    } else {
+      int rr = r, ss = s, cc = ci;
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float* p = row_ok && k_pos + e < k_size ? pixel(rr, ss) : nullptr;
+        v[e] = p ? p[cc] : 0.0f;
+        advance3(rr, ss, cc, 1, g.k, g.c_in);
+      }
+    }
+    k_pos += kBK;
+    advance3(r, s, ci, kBK, g.k, g.c_in);
+  }
+  __device__ __forceinline__ void stash(Stage<R>& stage) { slot.stash<R>(stage, v); }
+};
+
+struct ForwardEpilogue {
+  Act out;
+  const float* bias;
+  int pixels, c_out;
+  bool vec;
+  __device__ __forceinline__ void put(int p, int co, const float (&v)[4]) {
+    if (p >= pixels || co >= c_out) return;
+    float* dst = out.data + size_t(p) * out.stride + co;
+    float r[4];
+#pragma unroll
+    for (int e = 0; e < 4; ++e) r[e] = v[e] + (bias && co + e < c_out ? bias[co + e] : 0.0f);
+    if (vec && co + 3 < c_out) store4(dst, r);
+    else
+      for (int e = 0; e < 4 && co + e < c_out; ++e) dst[e] = r[e];
+  }
+};
+
+template <int BM, int BN>
+__global__ void __launch_bounds__(kThreads, 2)
+    conv_forward_kernel(ConvGeom g, ConstAct in, const float* weights, const float* bias, Act out, bool vec_in,
+                        bool vec_w, bool vec_out) {
+  __align__(16) __shared__ float as[2][kBK][BM + kPad];
+  __align__(16) __shared__ float bs[2][kBK][BN + kPad];
+  const int m0 = int(blockIdx.x) * BM, n0 = int(blockIdx.y) * BN, k_size = g.k * g.k * g.c_in;
+  ForwardInputLoader<BM> la(g, in, m0, 0, vec_in);
+  KMajorMatrixLoader<BN> lb;
+  lb.init(weights, k_size, g.c_out, k_size, n0, 0, vec_w);
+  float acc[BM / 16][BN / 16];
+  mainloop<BM, BN>(la, lb, 0, k_size, acc, as, bs);
+  ForwardEpilogue epilogue{out, bias, g.n * g.oh * g.ow, g.c_out, vec_out};
+  write_tile<BM, BN>(acc, m0, n0, epilogue);
+}
+
+// Backward data: one parity class (py, px) of input pixels, qy = py + S*y', qx = px + S*x'.
+// The taps reaching them are r = ry0 + S*jr (jr < nr), s = rx0 + S*js (js < ns), and the
+// output pixel of tap (jr, js) is (y' + dy - jr, x' + dx - js).
+struct ParityClass {
+  int py, px, ry0, rx0, nr, ns, dy, dx, hc, wc;
+
+  __device__ __forceinline__ ParityClass(const ConvGeom& g, int index) {
+    const int S = g.stride;
+    py = index / S, px = index % S;
+    ry0 = (py + g.pad) % S, rx0 = (px + g.pad) % S;
+    nr = (g.k - ry0 + S - 1) / S, ns = (g.k - rx0 + S - 1) / S;
+    dy = (py + g.pad - ry0) / S, dx = (px + g.pad - rx0) / S;
+    hc = g.h > py ? (g.h - py + S - 1) / S : 0, wc = g.w > px ? (g.w - px + S - 1) / S : 0;
+  }
+  __device__ __forceinline__ int rows(const ConvGeom& g) const { return g.n * hc * wc; }
+  __device__ __forceinline__ int k_size(const ConvGeom& g) const { return nr * ns * g.c_out; }
+  // Input pixel index (b*h + qy)*w + qx of class row m.
+  __device__ __forceinline__ int input_pixel(const ConvGeom& g, int m) const {
+    const int xq = m % wc, t = m / wc, yq = t % hc, b = t / hc;
+    return (b * g.h + py + g.stride * yq) * g.w + px + g.stride * xq;
+  }
+};
+
+// Backward data A: rows = class pixels, K = (jr, js, co) (K-major gather of grad_out).
+template <int R>
+struct BackwardDataGradLoader {
+  KMajorSlot slot;
+  const ConvGeom& g;
+  const float* data;
+  int pitch, ns, img_row0, oy0, ox0, k_pos, k_size, jr, js, co;
+  bool row_ok, vec;
+  float v[4];
+
+  __device__ __forceinline__ BackwardDataGradLoader(const ConvGeom& geom, const ParityClass& pc, ConstAct grad_out,
+                                                    int m0, int k_begin, bool vector)
+      : g(geom), data(grad_out.data), pitch(grad_out.stride), ns(max(pc.ns, 1)), vec(vector) {  // ns = 0: K = 0
+    slot.init<R>();
+    const int m = m0 + slot.row;
+    row_ok = slot.active && m < pc.rows(g);
+    const int q = row_ok ? m : 0, xq = q % pc.wc, t = q / pc.wc, yq = t % pc.hc;
+    img_row0 = t / pc.hc * g.oh, oy0 = yq + pc.dy, ox0 = xq + pc.dx;
+    k_pos = k_begin + slot.kq, k_size = pc.k_size(g);
+    co = k_pos % g.c_out;
+    const int t2 = k_pos / g.c_out;
+    js = t2 % ns, jr = t2 / ns;
+  }
+  __device__ __forceinline__ const float* pixel(int a, int b) const {
+    const int oy = oy0 - a, ox = ox0 - b;
+    if (unsigned(oy) >= unsigned(g.oh) || unsigned(ox) >= unsigned(g.ow)) return nullptr;
+    return data + (size_t(img_row0 + oy) * g.ow + ox) * pitch;
+  }
+  __device__ __forceinline__ void fetch() {
+    if (vec) {  // c_out % 4 == 0
+      Vec4 t{0.0f, 0.0f, 0.0f, 0.0f};
+      const float* p = row_ok && k_pos < k_size ? pixel(jr, js) : nullptr;
+      if (p) t = load4(p + co);
+      v[0] = t.x, v[1] = t.y, v[2] = t.z, v[3] = t.w;
+    } else {
+      int a = jr, b = js, c = co;
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float* p = row_ok && k_pos + e < k_size ? pixel(a, b) : nullptr;
+        v[e] = p ? p[c] : 0.0f;
+        advance3(a, b, c, 1, ns, g.c_out);
+      }
+    }
+    k_pos += kBK;
+    advance3(jr, js, co, kBK, ns, g.c_out);
+  }
+  __device__ __forceinline__ void stash(Stage<R>& stage) { slot.stash<R>(stage, v); }
+};
+
+// Backward data B: rows = K (jr, js, co), columns = ci: weights[co][r][s][ci..] (MN-major).
+template <int R>
+struct BackwardDataWeightLoader {
+  MnMajorSlot slot;
+  const ConvGeom& g;
+  const float* weights;
+  int ry0, rx0, ns, ci, k_pos, k_size, jr, js, co;
+  bool vec;
+  float v[4];
+
+  __device__ __forceinline__ BackwardDataWeightLoader(const ConvGeom& geom, const ParityClass& pc, const float* w,
+                                                      int n0, int k_begin, bool vector)
+      : g(geom), weights(w), ry0(pc.ry0), rx0(pc.rx0), ns(max(pc.ns, 1)), vec(vector) {
+    slot.init<R>();
+    ci = n0 + slot.rq;
+    k_pos = k_begin + slot.k_local, k_size = pc.k_size(g);
+    co = k_pos % g.c_out;
+    const int t = k_pos / g.c_out;
+    js = t % ns, jr = t / ns;
+  }
+  __device__ __forceinline__ void fetch() {
+    const bool ok = slot.active && k_pos < k_size;
+    const int r = ry0 + g.stride * jr, s = rx0 + g.stride * js;
+    const float* p = weights + ((size_t(ok ? co : 0) * g.k + (ok ? r : 0)) * g.k + (ok ? s : 0)) * g.c_in + ci;
+    if (vec) {  // c_in % 4 == 0
+      Vec4 t{0.0f, 0.0f, 0.0f, 0.0f};
+      if (ok && ci < g.c_in) t = load4(p);
+      v[0] = t.x, v[1] = t.y, v[2] = t.z, v[3] = t.w;
+    } else {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) v[e] = ok && ci + e < g.c_in ? p[e] : 0.0f;
+    }
+    k_pos += kBK;
+    advance3(jr, js, co, kBK, ns, g.c_out);
+  }
+  __device__ __forceinline__ void stash(Stage<R>& stage) { slot.stash<R>(stage, v); }
+};
+
+// Writes grad_in (splits == 1: = or += ) or this split's partial sums [split][Q][c_in].
+struct BackwardDataEpilogue {
+  const ConvGeom& g;
+  const ParityClass& pc;
+  float* dst;
+  int pitch, rows;
+  bool accumulate, vec;
+  __device__ __forceinline__ void put(int m, int ci, const float (&v)[4]) {
+    if (m >= rows || ci >= g.c_in) return;
+    float* p = dst + size_t(pc.input_pixel(g, m)) * pitch + ci;
+    if (vec && ci + 3 < g.c_in) {
+      float r[4] = {v[0], v[1], v[2], v[3]};
+      if (accumulate) {
+        Vec4 old = load4(p);
+        r[0] += old.x, r[1] += old.y, r[2] += old.z, r[3] += old.w;
+      }
+      store4(p, r);
+    } else {
+      for (int e = 0; e < 4 && ci + e < g.c_in; ++e) p[e] = accumulate ? p[e] + v[e] : v[e];
+    }
+  }
+};
+
+// grid: (row tiles of the largest class, c_in tiles, classes * splits).
+template <int BM, int BN>
+__global__ void __launch_bounds__(kThreads, 2)
+    conv_backward_data_kernel(ConvGeom g, ConstAct grad_out, const float* weights, Act grad_in, bool accumulate,
+                              float* partials, int splits, bool vec_grad, bool vec_w, bool vec_dst) {
+  __align__(16) __shared__ float as[2][kBK][BM + kPad];
+  __align__(16) __shared__ float bs[2][kBK][BN + kPad];
+  const ParityClass pc(g, int(blockIdx.z) / splits);
+  const int split = int(blockIdx.z) % splits, rows = pc.rows(g);
+  const int m0 = int(blockIdx.x) * BM, n0 = int(blockIdx.y) * BN;
+  if (m0 >= rows) return;  // a smaller class: the whole block leaves
+  const int k_size = pc.k_size(g), chunk = int(split_chunk(k_size, splits));
+  const int k_begin = min(k_size, split * chunk), k_end = min(k_size, k_begin + chunk);
+  BackwardDataGradLoader<BM> la(g, pc, grad_out, m0, k_begin, vec_grad);
+  BackwardDataWeightLoader<BN> lb(g, pc, weights, n0, k_begin, vec_w);
+  float acc[BM / 16][BN / 16];
+  mainloop<BM, BN>(la, lb, k_begin, k_end, acc, as, bs);
+  const bool direct = splits == 1;
+  float* dst = direct ? grad_in.data : partials + size_t(split) * g.n * g.h * g.w * g.c_in;
+  BackwardDataEpilogue epilogue{g, pc, dst, direct ? grad_in.stride : g.c_in, rows, direct && accumulate, vec_dst};
+  write_tile<BM, BN>(acc, m0, n0, epilogue);
+}
+
+// Backward weights B: rows = K (output pixels p), columns = (r, s, ci) (MN-major gather of in).
+template <int R>
+struct BackwardWeightInputLoader {
+  MnMajorSlot slot;
+  const ConvGeom& g;
+  const float* data;
+  int pitch, col, r, s, ci, k_pos, pixels, b, oy, ox;
+  bool vec;
+  float v[4];
+
+  __device__ __forceinline__ BackwardWeightInputLoader(const ConvGeom& geom, ConstAct in, int n0, int k_begin,
+                                                       bool vector)
+      : g(geom), data(in.data), pitch(in.stride), vec(vector) {
+    slot.init<R>();
+    col = n0 + slot.rq;
+    ci = col % g.c_in;
+    const int rs = col / g.c_in;
+    s = rs % g.k, r = rs / g.k;
+    k_pos = k_begin + slot.k_local, pixels = g.n * g.oh * g.ow;
+    ox = k_pos % g.ow;
+    const int t = k_pos / g.ow;
+    oy = t % g.oh, b = t / g.oh;
+  }
+  __device__ __forceinline__ const float* pixel(int rr, int ss) const {
+    const int iy = oy * g.stride - g.pad + rr, ix = ox * g.stride - g.pad + ss;
+    if (unsigned(iy) >= unsigned(g.h) || unsigned(ix) >= unsigned(g.w)) return nullptr;
+    return data + (size_t(b * g.h + iy) * g.w + ix) * pitch;
+  }
+  __device__ __forceinline__ void fetch() {
+    const bool ok = slot.active && k_pos < pixels;
+    const int cols = g.k * g.k * g.c_in;
+    if (vec) {  // c_in % 4 == 0: the 4 columns share one tap
+      Vec4 t{0.0f, 0.0f, 0.0f, 0.0f};
+      const float* p = ok && col < cols ? pixel(r, s) : nullptr;
+      if (p) t = load4(p + ci);
+      v[0] = t.x, v[1] = t.y, v[2] = t.z, v[3] = t.w;
+    } else {
+      int rr = r, ss = s, cc = ci;
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float* p = ok && col + e < cols ? pixel(rr, ss) : nullptr;
+        v[e] = p ? p[cc] : 0.0f;
+        advance3(rr, ss, cc, 1, g.k, g.c_in);
+      }
+    }
+    k_pos += kBK;
+    advance3(b, oy, ox, kBK, g.oh, g.ow);
+  }
+  __device__ __forceinline__ void stash(Stage<R>& stage) { slot.stash<R>(stage, v); }
+};
+
+// Writes dW [c_out][KK] (splits == 1) or this split's partial sums [split][c_out][KK].
+struct BackwardWeightEpilogue {
+  float* dst;
+  int c_out, cols;
+  bool vec;
+  __device__ __forceinline__ void put(int co, int col, const float (&v)[4]) {
+    if (co >= c_out || col >= cols) return;
+    float* p = dst + size_t(co) * cols + col;
+    if (vec && col + 3 < cols) store4(p, v);
+    else
+      for (int e = 0; e < 4 && col + e < cols; ++e) p[e] = v[e];
+  }
+};
+
+// grid: (c_out tiles, KK tiles, splits).
+template <int BM, int BN>
+__global__ void __launch_bounds__(kThreads, 2)
+    conv_backward_weights_kernel(ConvGeom g, ConstAct in, ConstAct grad_out, float* grad_weights, float* partials,
+                                 int splits, bool vec_grad, bool vec_in, bool vec_dst) {
+  __align__(16) __shared__ float as[2][kBK][BM + kPad];
+  __align__(16) __shared__ float bs[2][kBK][BN + kPad];
+  const int m0 = int(blockIdx.x) * BM, n0 = int(blockIdx.y) * BN, split = int(blockIdx.z);
+  const int pixels = g.n * g.oh * g.ow, cols = g.k * g.k * g.c_in, chunk = int(split_chunk(pixels, splits));
+  const int k_begin = min(pixels, split * chunk), k_end = min(pixels, k_begin + chunk);
+  MnMajorMatrixLoader<BM> la;  // grad_out as [pixels][c_out]
+  la.init(grad_out.data, grad_out.stride, g.c_out, pixels, m0, k_begin, vec_grad);
+  BackwardWeightInputLoader<BN> lb(g, in, n0, k_begin, vec_in);
+  float acc[BM / 16][BN / 16];
+  mainloop<BM, BN>(la, lb, k_begin, k_end, acc, as, bs);
+  float* dst = splits == 1 ? grad_weights : partials + size_t(split) * g.c_out * cols;
+  BackwardWeightEpilogue epilogue{dst, g.c_out, cols, vec_dst};
+  write_tile<BM, BN>(acc, m0, n0, epilogue);
+}
+
+// out[row][col] (pitch out_pitch) = (accumulate ? out : 0) + sum over s, in order, of
+// parts[s][row][col] (parts dense, rows x cols each). 4 columns per thread when vec.
+__global__ void sum_splits_kernel(const float* parts, int splits, int rows, int cols, float* out, int out_pitch,
+                                  bool accumulate, bool vec) {
+  const int width = vec ? 4 : 1, units = cols / width;
+  const size_t total = size_t(rows) * units, part = size_t(rows) * cols;
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < total; i += size_t(gridDim.x) * blockDim.x) {
+    const size_t row = i / units, col = (i % units) * width;
+    const float* src = parts + row * cols + col;
+    float* dst = out + row * out_pitch + col;
+    if (vec) {
+      float sum[4];
+      Vec4 t = accumulate ? load4(dst) : Vec4{0.0f, 0.0f, 0.0f, 0.0f};
+      sum[0] = t.x, sum[1] = t.y, sum[2] = t.z, sum[3] = t.w;
+      for (int s = 0; s < splits; ++s) {
+        Vec4 x = load4(src + s * part);
+        sum[0] += x.x, sum[1] += x.y, sum[2] += x.z, sum[3] += x.w;
+      }
+      store4(dst, sum);
+    } else {
+      float sum = accumulate ? *dst : 0.0f;
+      for (int s = 0; s < splits; ++s) sum += src[s * part];
+      *dst = sum;
+    }
+  }
+}
+
+// out[chunk][col] = sum of data[row][col] (row pitch `pitch`) over the chunk's rows, in a fixed
+// order. Block (32, 8): 32 columns, 8 row lanes added in order at the end.
+__global__ void column_sums_kernel(const float* data, int pitch, int rows, int cols, int rows_per_chunk, float* out) {
+  __shared__ float lanes[8][33];
+  const int col = int(blockIdx.x) * 32 + int(threadIdx.x), chunk = int(blockIdx.y);
+  const int r_end = min(rows, (chunk + 1) * rows_per_chunk);
+  float sum = 0.0f;
+  if (col < cols)
+    for (int r = chunk * rows_per_chunk + int(threadIdx.y); r < r_end; r += 8) sum += data[size_t(r) * pitch + col];
+  lanes[threadIdx.y][threadIdx.x] = sum;
+  __syncthreads();
+  if (threadIdx.y == 0 && col < cols) {
+    float total = 0.0f;
+    for (int y = 0; y < 8; ++y) total += lanes[y][threadIdx.x];
+    out[size_t(chunk) * cols + col] = total;
+  }
+}
+
+void launch_column_sums(const float* data, int pitch, int rows, int cols, int rows_per_chunk, float* out,
+                        cudaStream_t stream) {
+  const unsigned chunks = std::max(1u, ceil_div(size_t(rows), size_t(rows_per_chunk)));  // rows == 0: zeros
+  LAUNCH(column_sums_kernel, dim3(ceil_div(size_t(cols), 32), chunks), dim3(32, 8), 0, stream, data, pitch, rows, cols,
+         rows_per_chunk, out);
+}
+
+void launch_sum_splits(const float* parts, int splits, int rows, int cols, float* out, int out_pitch, bool accumulate,
+                       cudaStream_t stream) {
+  const bool vec = cols % 4 == 0 && out_pitch % 4 == 0 && aligned16(out) && aligned16(parts);
+  const size_t units = size_t(rows) * (vec ? cols / 4 : cols);
+  const unsigned blocks = unsigned(std::min<size_t>(ceil_div(units, 256), 8192));
+  LAUNCH(sum_splits_kernel, dim3(blocks), dim3(256), 0, stream, parts, splits, rows, cols, out, out_pitch, accumulate,
+         vec);
+}
+
+// Calls launch.template operator()<BM, BN>() for the plan's tile.
+template <typename F>
+void with_tile(const TilePlan& plan, F&& launch) {
+  switch (plan.tile) {
+    case 0: return launch.template operator()<128, 128>();
+    case 1: return launch.template operator()<128, 64>();
+    case 2: return launch.template operator()<64, 128>();
+    default: return launch.template operator()<64, 64>();
+  }
+}
+
+template <typename V>
+bool vec_ok(const V& v) {
+  return v.c % 4 == 0 && v.stride % 4 == 0 && aligned16(v.data);
+}
+
+constexpr int kMaxSplits = 256;
+constexpr long long kMinSplitK = 256;  // K per split: enough stages to hide the prologue
+
+size_t round_up(size_t bytes) { return (bytes + 255) / 256 * 256; }
+
+// Backward data: the classes' average K stands for all of them (the larger classes dominate).
+TilePlan backward_data_plan(const Conv2dShape& s) {
+  const int S = s.stride, classes = S * S;
+  const long long rows = (long long)s.n * ((s.h + S - 1) / S) * ((s.w + S - 1) / S);
+  const long long k = (long long)s.k * s.k * s.c_out / classes + 1;
+  return plan_tiles(rows, s.c_in, k, classes, std::min(kMaxSplits, 65535 / classes), kMinSplitK);
+}
+
+TilePlan backward_weights_plan(const Conv2dShape& s) {
+  const long long pixels = (long long)s.n * s.out_h() * s.out_w();
+  return plan_tiles(s.c_out, (long long)s.k * s.k * s.c_in, pixels, 1, kMaxSplits, kMinSplitK);
+}
+
+// Bias gradient: the pixel sum in chunks of rows_per_chunk, at most 1024 chunks.
+int bias_rows_per_chunk(long long pixels) { return int(std::max<long long>(256, (pixels + 1023) / 1024)); }
+
+size_t bias_partials_bytes(const Conv2dShape& s) {
+  const long long pixels = (long long)s.n * s.out_h() * s.out_w();
+  const long long chunks = (pixels + bias_rows_per_chunk(pixels) - 1) / bias_rows_per_chunk(pixels);
+  return round_up(size_t(chunks) * s.c_out * sizeof(float));
+}
+
+void check_workspace(const char* op, size_t need, const void* workspace, size_t workspace_bytes) {
+  if (need == 0) return;
+  if (workspace == nullptr || workspace_bytes < need)
+    throw Error(std::string(op) + ": needs " + std::to_string(need) + " bytes of workspace, got " +
+                std::to_string(workspace == nullptr ? 0 : workspace_bytes));
+  if (!aligned16(workspace)) throw Error(std::string(op) + ": workspace is not 16-byte aligned");
+}
+
+}  // namespace
+
+// ---- public entry points -------------------------------------------------------------------------
+
+template <typename T>
+void conv2d_forward_reference(const Conv2dShape& s, NhwcView<const T> in, const T* weights, const T* bias,
+                              NhwcView<T> out) {
+  check_conv("conv2d_forward_reference", s, in, "in", true, out, "out", weights);
+  const int pad = s.pad();
+  for (int b = 0; b < s.n; ++b)
+    for (int oy = 0; oy < s.out_h(); ++oy)
+      for (int ox = 0; ox < s.out_w(); ++ox)
+        for (int co = 0; co < s.c_out; ++co) {
+          T sum = 0;
+          for (int r = 0; r < s.k; ++r)
+            for (int sx = 0; sx < s.k; ++sx) {
+              const int iy = oy * s.stride - pad + r, ix = ox * s.stride - pad + sx;
+              if (iy < 0 || iy >= s.h || ix < 0 || ix >= s.w) continue;
+              for (int ci = 0; ci < s.c_in; ++ci)
+                sum += in.data[in.at(b, iy, ix, ci)] * weights[((size_t(co) * s.k + r) * s.k + sx) * s.c_in + ci];
+            }
+          out.data[out.at(b, oy, ox, co)] = sum + (bias ? bias[co] : T(0));
+        }
+}
+
+template <typename T>
+void conv2d_backward_data_reference(const Conv2dShape& s, NhwcView<const T> grad_out, const T* weights,
+                                    NhwcView<T> grad_in, bool accumulate, void*, size_t) {
+  check_conv("conv2d_backward_data_reference", s, grad_out, "grad_out", false, grad_in, "grad_in", weights);
+  const int pad = s.pad(), S = s.stride;
+  for (int b = 0; b < s.n; ++b)
+    for (int iy = 0; iy < s.h; ++iy)
+      for (int ix = 0; ix < s.w; ++ix)
+        for (int ci = 0; ci < s.c_in; ++ci) {
+          T sum = 0;
+          for (int r = 0; r < s.k; ++r)
+            for (int sx = 0; sx < s.k; ++sx) {
+              const int ty = iy + pad - r, tx = ix + pad - sx;  // = output pixel * stride
+              if (ty < 0 || tx < 0 || ty % S != 0 || tx % S != 0 || ty / S >= s.out_h() || tx / S >= s.out_w())
+                continue;
+              for (int co = 0; co < s.c_out; ++co)
+                sum += grad_out.data[grad_out.at(b, ty / S, tx / S, co)] *
+                       weights[((size_t(co) * s.k + r) * s.k + sx) * s.c_in + ci];
+            }
+          T& dst = grad_in.data[grad_in.at(b, iy, ix, ci)];
+          dst = accumulate ? dst + sum : sum;
+        }
+}
+
+template <typename T>
+void conv2d_backward_weights_reference(const Conv2dShape& s, NhwcView<const T> in, NhwcView<const T> grad_out,
+                                       T* grad_weights, T* grad_bias, void*, size_t) {
+  check_conv("conv2d_backward_weights_reference", s, in, "in", true, grad_out, "grad_out", grad_weights, "grad_weights");
+  const int pad = s.pad();
+  for (int co = 0; co < s.c_out; ++co) {
+    for (int r = 0; r < s.k; ++r)
+      for (int sx = 0; sx < s.k; ++sx)
+        for (int ci = 0; ci < s.c_in; ++ci) {
+          T sum = 0;
+          for (int b = 0; b < s.n; ++b)
+            for (int oy = 0; oy < s.out_h(); ++oy)
+              for (int ox = 0; ox < s.out_w(); ++ox) {
+                const int iy = oy * s.stride - pad + r, ix = ox * s.stride - pad + sx;
+                if (iy < 0 || iy >= s.h || ix < 0 || ix >= s.w) continue;
+                sum += grad_out.data[grad_out.at(b, oy, ox, co)] * in.data[in.at(b, iy, ix, ci)];
+              }
+          grad_weights[((size_t(co) * s.k + r) * s.k + sx) * s.c_in + ci] = sum;
+        }
+    if (grad_bias) {
+      T sum = 0;
+      for (int b = 0; b < s.n; ++b)
+        for (int oy = 0; oy < s.out_h(); ++oy)
+          for (int ox = 0; ox < s.out_w(); ++ox) sum += grad_out.data[grad_out.at(b, oy, ox, co)];
+      grad_bias[co] = sum;
+    }
+  }
+}
+
+void conv2d_forward_cpu(const Conv2dShape& s, ConstAct in, const float* weights, const float* bias, Act out) {
+  check_conv("conv2d_forward_cpu", s, in, "in", true, out, "out", weights);
+  forward_cpu(s, in, weights, bias, out);
+}
+
+void conv2d_backward_data_cpu(const Conv2dShape& s, ConstAct grad_out, const float* weights, Act grad_in,
+                              bool accumulate, void*, size_t) {
+  check_conv("conv2d_backward_data_cpu", s, grad_out, "grad_out", false, grad_in, "grad_in", weights);
+  backward_data_cpu(s, grad_out, weights, grad_in, accumulate);
+}
+
+void conv2d_backward_weights_cpu(const Conv2dShape& s, ConstAct in, ConstAct grad_out, float* grad_weights,
+                                 float* grad_bias, void*, size_t) {
+  check_conv("conv2d_backward_weights_cpu", s, in, "in", true, grad_out, "grad_out", grad_weights, "grad_weights");
+  backward_weights_cpu(s, in, grad_out, grad_weights, grad_bias);
+}
+
+void conv2d_forward_cuda(const Conv2dShape& s, ConstAct in, const float* weights, const float* bias, Act out,
+                         cudaStream_t stream) {
+  check_conv("conv2d_forward_cuda", s, in, "in", true, out, "out", weights);
+  if (s.n == 0) return;
+  const ConvGeom g = geometry(s);
+  const long long pixels = (long long)s.n * g.oh * g.ow;
+  const bool vec_in = vec_ok(in), vec_w = s.c_in % 4 == 0 && aligned16(weights), vec_out = vec_ok(out);
+  with_tile(plan_tiles(pixels, s.c_out, (long long)s.k * s.k * s.c_in, 1, 1, 0), [&]<int BM, int BN>() {
+    LAUNCH((conv_forward_kernel<BM, BN>), dim3(ceil_div(pixels, BM), ceil_div(s.c_out, BN)), dim3(kThreads), 0,
+           stream, g, in, weights, bias, out, vec_in, vec_w, vec_out);
+  });
+}
+
+size_t conv2d_backward_data_workspace_bytes(const Conv2dShape& s) {
+  s.validate();
+  const TilePlan plan = backward_data_plan(s);
+  return plan.splits > 1 ? round_up(size_t(plan.splits) * s.n * s.h * s.w * s.c_in * sizeof(float)) : 0;
+}
+
+void conv2d_backward_data_cuda(const Conv2dShape& s, ConstAct grad_out, const float* weights, Act grad_in,
+                               bool accumulate, void* workspace, size_t workspace_bytes, cudaStream_t stream) {
+  const char* op = "conv2d_backward_data_cuda";
+  check_conv(op, s, grad_out, "grad_out", false, grad_in, "grad_in", weights);
+  if (s.n == 0) return;
+  const TilePlan plan = backward_data_plan(s);
+  check_workspace(op, conv2d_backward_data_workspace_bytes(s), workspace, workspace_bytes);
+  const ConvGeom g = geometry(s);
+  const int S = s.stride;
+  float* partials = static_cast<float*>(workspace);
+  const bool vec_grad = vec_ok(grad_out), vec_w = s.c_in % 4 == 0 && aligned16(weights);
+  const bool vec_dst = plan.splits > 1 ? s.c_in % 4 == 0 : vec_ok(grad_in);
+  const long long class_rows = (long long)s.n * ((s.h + S - 1) / S) * ((s.w + S - 1) / S);  // class (0, 0): the largest
+  with_tile(plan, [&]<int BM, int BN>() {
+    LAUNCH((conv_backward_data_kernel<BM, BN>),
+           dim3(ceil_div(class_rows, BM), ceil_div(s.c_in, BN), unsigned(S * S * plan.splits)), dim3(kThreads), 0,
+           stream, g, grad_out, weights, grad_in, accumulate, partials, plan.splits, vec_grad, vec_w, vec_dst);
+  });
+  if (plan.splits > 1)
+    launch_sum_splits(partials, plan.splits, s.n * s.h * s.w, s.c_in, grad_in.data, grad_in.stride, accumulate, stream);
+}
+
+size_t conv2d_backward_weights_workspace_bytes(const Conv2dShape& s) {
+  s.validate();
+  const TilePlan plan = backward_weights_plan(s);
+  const size_t partials = plan.splits > 1 ? round_up(size_t(plan.splits) * s.weight_count() * sizeof(float)) : 0;
+  return partials + bias_partials_bytes(s);
+}
+
+void conv2d_backward_weights_cuda(const Conv2dShape& s, ConstAct in, ConstAct grad_out, float* grad_weights,
+                                  float* grad_bias, void* workspace, size_t workspace_bytes, cudaStream_t stream) {
+  const char* op = "conv2d_backward_weights_cuda";
+  check_conv(op, s, in, "in", true, grad_out, "grad_out", grad_weights, "grad_weights");
+  const TilePlan plan = backward_weights_plan(s);
+  check_workspace(op, conv2d_backward_weights_workspace_bytes(s), workspace, workspace_bytes);
+  const ConvGeom g = geometry(s);
+  const int cols = s.k * s.k * s.c_in, pixels = s.n * g.oh * g.ow;
+  float* partials = static_cast<float*>(workspace);
+  float* bias_partials =
+      reinterpret_cast<float*>(static_cast<char*>(workspace) +
+                               (plan.splits > 1 ? round_up(size_t(plan.splits) * s.weight_count() * sizeof(float)) : 0));
+  const bool vec_grad = vec_ok(grad_out), vec_in = vec_ok(in);
+  const bool vec_dst = cols % 4 == 0 && (plan.splits > 1 || aligned16(grad_weights));
+  with_tile(plan, [&]<int BM, int BN>() {
+    LAUNCH((conv_backward_weights_kernel<BM, BN>),
+           dim3(ceil_div(s.c_out, BM), ceil_div(cols, BN), unsigned(plan.splits)), dim3(kThreads), 0, stream, g, in,
+           grad_out, grad_weights, partials, plan.splits, vec_grad, vec_in, vec_dst);
+  });
+  if (plan.splits > 1) launch_sum_splits(partials, plan.splits, s.c_out, cols, grad_weights, cols, false, stream);
+  if (grad_bias) {
+    if (pixels == 0) return launch_column_sums(grad_out.data, grad_out.stride, 0, s.c_out, 1, grad_bias, stream);
+    const int per_chunk = bias_rows_per_chunk(pixels);
+    const int chunks = (pixels + per_chunk - 1) / per_chunk;
+    launch_column_sums(grad_out.data, grad_out.stride, pixels, s.c_out, per_chunk, bias_partials, stream);
+    launch_column_sums(bias_partials, s.c_out, chunks, s.c_out, chunks, grad_bias, stream);
+  }
+}
+
+template void conv2d_forward_reference<float>(const Conv2dShape&, NhwcView<const float>, const float*, const float*,
+                                              NhwcView<float>);
+template void conv2d_forward_reference<double>(const Conv2dShape&, NhwcView<const double>, const double*,
+                                               const double*, NhwcView<double>);
+template void conv2d_backward_data_reference<float>(const Conv2dShape&, NhwcView<const float>, const float*,
+                                                    NhwcView<float>, bool, void*, size_t);
+template void conv2d_backward_data_reference<double>(const Conv2dShape&, NhwcView<const double>, const double*,
+                                                     NhwcView<double>, bool, void*, size_t);
+template void conv2d_backward_weights_reference<float>(const Conv2dShape&, NhwcView<const float>,
+                                                       NhwcView<const float>, float*, float*, void*, size_t);
+template void conv2d_backward_weights_reference<double>(const Conv2dShape&, NhwcView<const double>,
+                                                        NhwcView<const double>, double*, double*, void*, size_t);
+
+}  // namespace yolo

@@ -1,0 +1,63 @@
+// 2-D convolution, NHWC activations (views: channel slices allowed), KRSC weights
+// [c_out][k][k][c_in], odd square kernels with padding k/2 ("same" at stride 1), any stride,
+// optional bias. Forward, backward to the input (data) and backward to the weights (and bias).
+// The CUDA versions are implicit GEMMs on the shared tiled main loop of gemm.h (no im2col
+// buffer); backward passes may split their reduction, which needs a workspace (sizes below).
+#pragma once
+#include <cstddef>
+
+#include "kernels/tensor.h"
+
+namespace yolo {
+
+struct Conv2dShape {
+  int n = 0, h = 0, w = 0;       // batch and input height, width
+  int c_in = 0, c_out = 0;
+  int k = 1, stride = 1;         // kernel size (odd), stride
+
+  int pad() const { return k / 2; }
+  int out_h() const { return (h + 2 * pad() - k) / stride + 1; }
+  int out_w() const { return (w + 2 * pad() - k) / stride + 1; }
+  size_t weight_count() const { return size_t(c_out) * k * k * c_in; }
+  // Throws yolo::Error for nonsense: n < 0, h, w, c_in, c_out, stride < 1, an even or
+  // non-positive k, or sizes whose indices overflow 32 bits.
+  void validate() const;
+};
+
+// out[b, y, x, o] = bias[o] + sum_{r, s, i} in[b, y*stride - pad + r, x*stride - pad + s, i] *
+// weights[o, r, s, i] (zero outside the image). in is n x h x w x c_in, out n x out_h x out_w x
+// c_out; bias may be null (none).
+template <typename T>
+void conv2d_forward_reference(const Conv2dShape& shape, NhwcView<const T> in, const T* weights, const T* bias,
+                              NhwcView<T> out);
+void conv2d_forward_cpu(const Conv2dShape& shape, ConstAct in, const float* weights, const float* bias, Act out);
+void conv2d_forward_cuda(const Conv2dShape& shape, ConstAct in, const float* weights, const float* bias, Act out,
+                         cudaStream_t stream);
+
+// grad_in (=, or += when accumulate) d loss / d in for the forward above, given grad_out.
+// The CUDA version needs conv2d_backward_data_workspace_bytes(shape) bytes of device
+// workspace, 16-byte aligned (0 for many shapes; then workspace may be null); the others
+// ignore it. Workspace sizes are for the current device (they depend on its SM count).
+size_t conv2d_backward_data_workspace_bytes(const Conv2dShape& shape);
+template <typename T>
+void conv2d_backward_data_reference(const Conv2dShape& shape, NhwcView<const T> grad_out, const T* weights,
+                                    NhwcView<T> grad_in, bool accumulate, void* workspace, size_t workspace_bytes);
+void conv2d_backward_data_cpu(const Conv2dShape& shape, ConstAct grad_out, const float* weights, Act grad_in,
+                              bool accumulate, void* workspace, size_t workspace_bytes);
+void conv2d_backward_data_cuda(const Conv2dShape& shape, ConstAct grad_out, const float* weights, Act grad_in,
+                               bool accumulate, void* workspace, size_t workspace_bytes, cudaStream_t stream);
+
+// grad_weights (=) d loss / d weights, summed over the batch and every pixel; grad_bias (=) the
+// sum of grad_out per channel, skipped when null. The CUDA version splits the pixel sum into
+// chunks (partials in the workspace, then a fixed-order second pass: deterministic) and needs
+// conv2d_backward_weights_workspace_bytes(shape) bytes; the others ignore it.
+size_t conv2d_backward_weights_workspace_bytes(const Conv2dShape& shape);
+template <typename T>
+void conv2d_backward_weights_reference(const Conv2dShape& shape, NhwcView<const T> in, NhwcView<const T> grad_out,
+                                       T* grad_weights, T* grad_bias, void* workspace, size_t workspace_bytes);
+void conv2d_backward_weights_cpu(const Conv2dShape& shape, ConstAct in, ConstAct grad_out, float* grad_weights,
+                                 float* grad_bias, void* workspace, size_t workspace_bytes);
+void conv2d_backward_weights_cuda(const Conv2dShape& shape, ConstAct in, ConstAct grad_out, float* grad_weights,
+                                  float* grad_bias, void* workspace, size_t workspace_bytes, cudaStream_t stream);
+
+}  // namespace yolo

@@ -1,0 +1,294 @@
+// Max pooling with darknet's padding: reference, fast CPU version and CUDA kernels (see
+// maxpool.h). The fast CPU version and the kernels share the per-element window arithmetic.
+#include "kernels/maxpool.h"
+
+#include <algorithm>
+#include <climits>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "kernels/common.cuh"
+#include "kernels/cpu_parallel.h"
+
+namespace yolo {
+namespace {
+
+template <typename T>
+std::string dims(const NhwcView<T>& v) {
+  return std::to_string(v.n) + "x" + std::to_string(v.h) + "x" + std::to_string(v.w) + "x" + std::to_string(v.c);
+}
+
+template <typename T>
+void check_view(const NhwcView<T>& v, const char* op, const char* name) {
+  std::string prefix = std::string(op) + ": " + name + " ";
+  if (v.n < 0 || v.h < 0 || v.w < 0 || v.c < 0) throw Error(prefix + "has a negative size (" + dims(v) + ")");
+  if (v.stride < v.c)
+    throw Error(prefix + "has pixel stride " + std::to_string(v.stride) + " < channels " + std::to_string(v.c));
+  if (v.data == nullptr && v.elements() > 0) throw Error(prefix + "is a null pointer");
+  if (size_t(v.n) * v.h > INT_MAX || size_t(v.w) * v.stride > INT_MAX)
+    throw Error(prefix + "is too large (" + dims(v) + ", kernels index rows with int)");
+}
+
+// big: the pooled op's input side (in or grad_in), small: its output side.
+template <typename B, typename S>
+void check_shapes(const NhwcView<B>& big, const NhwcView<S>& small, int size, int stride, const char* op,
+                  const char* big_name, const char* small_name) {
+  check_view(big, op, big_name);
+  check_view(small, op, small_name);
+  if (size < 1 || stride < 1)
+    throw Error(std::string(op) + ": size " + std::to_string(size) + " and stride " + std::to_string(stride) +
+                " must be at least 1");
+  if (long(big.h) * big.w > INT_MAX) throw Error(std::string(op) + ": " + big_name + " plane too large for int32 argmax");
+  int oh = maxpool_output_size(big.h, size, stride), ow = maxpool_output_size(big.w, size, stride);
+  if (small.n != big.n || small.c != big.c || small.h != oh || small.w != ow)
+    throw Error(std::string(op) + ": " + small_name + " is " + dims(small) + " but " + big_name + " " + dims(big) +
+                " pooled by size " + std::to_string(size) + " stride " + std::to_string(stride) + " gives " +
+                std::to_string(big.n) + "x" + std::to_string(oh) + "x" + std::to_string(ow) + "x" +
+                std::to_string(big.c));
+}
+
+// Darknet's window offset: -pad/2 with pad = size - 1 (0 for size 2).
+__host__ __device__ inline int window_offset(int size) { return (size - 1) / 2; }
+
+// Rows [first, last) of the input inside output row o's window (the same for columns).
+struct Span {
+  int first, last;
+};
+__host__ __device__ inline Span window_rows(int o, int size, int stride, int extent) {
+  int start = o * stride - window_offset(size);
+  return {start < 0 ? 0 : start, start + size < extent ? start + size : extent};
+}
+// Output rows [first, last) whose windows contain input row i.
+__host__ __device__ inline Span covering_outputs(int i, int size, int stride, int out_extent) {
+  int low = i + window_offset(size) - size + 1, high = (i + window_offset(size)) / stride + 1;
+  return {low <= 0 ? 0 : (low + stride - 1) / stride, high < out_extent ? high : out_extent};
+}
+
+// Dense argmax index of output element (b, oy, ox, ch).
+__host__ __device__ inline size_t argmax_at(const ConstAct& out_shape, int b, int oy, int ox, int ch) {
+  return ((size_t(b) * out_shape.h + oy) * out_shape.w + ox) * out_shape.c + ch;
+}
+
+// The maximum of output element (b, oy, ox, ch)'s window; *index gets its pixel, iy * w + ix.
+__host__ __device__ inline float window_max(const ConstAct& in, int b, int oy, int ox, int ch, int size, int stride,
+                                            int* index) {
+  Span rows = window_rows(oy, size, stride, in.h), cols = window_rows(ox, size, stride, in.w);
+  float best = 0.0f;
+  int best_index = -1;
+  for (int y = rows.first; y < rows.last; ++y)
+    for (int x = cols.first; x < cols.last; ++x) {
+      float v = in.data[in.at(b, y, x, ch)];
+      if (best_index < 0 || v > best) best = v, best_index = y * in.w + x;  // strict: first maximum wins
+    }
+  *index = best_index;
+  return best;
+}
+
+// Sum of grad_out over the outputs (row-major) that chose input element (b, iy, ix, ch).
+__host__ __device__ inline float gathered_gradient(const ConstAct& grad_out, const int* argmax, int b, int iy, int ix,
+                                                   int ch, int in_w, int size, int stride) {
+  Span rows = covering_outputs(iy, size, stride, grad_out.h), cols = covering_outputs(ix, size, stride, grad_out.w);
+  int self = iy * in_w + ix;
+  float sum = 0.0f;
+  for (int oy = rows.first; oy < rows.last; ++oy)
+    for (int ox = cols.first; ox < cols.last; ++ox)
+      if (argmax[argmax_at(grad_out, b, oy, ox, ch)] == self) sum += grad_out.data[grad_out.at(b, oy, ox, ch)];
+  return sum;
+}
+
+// ---- CUDA -------------------------------------------------------------------------------
+// Launch shape over NHWC rows: grid y strides over the n*h rows, x over a row's w*c items; a
+// thread's index arithmetic is then one 32-bit division per item (64-bit division is slow).
+struct RowLaunch {
+  dim3 grid, block;
+};
+RowLaunch row_launch(size_t rows, size_t per_row) {
+  unsigned threads = per_row >= 256 ? 256u : unsigned((per_row + 31) / 32 * 32);
+  size_t blocks = (per_row + threads - 1) / threads;
+  return {dim3(unsigned(blocks < 1024 ? blocks : 1024), unsigned(rows < 65535 ? rows : 65535)), dim3(threads)};
+}
+
+__global__ void maxpool_forward_kernel(ConstAct in, Act out, int* argmax, int size, int stride) {
+  ConstAct out_shape{out.data, out.n, out.h, out.w, out.c, out.c};
+  int rows = out.n * out.h, per_row = out.w * out.c;
+  for (int row = int(blockIdx.y); row < rows; row += int(gridDim.y)) {
+    int b = row / out.h, oy = row % out.h;
+    for (int i = int(blockIdx.x * blockDim.x + threadIdx.x); i < per_row; i += int(gridDim.x * blockDim.x)) {
+      int ox = i / out.c, ch = i - ox * out.c;
+      int index;
+      out.data[out.at(b, oy, ox, ch)] = window_max(in, b, oy, ox, ch, size, stride, &index);
+      if (argmax) argmax[argmax_at(out_shape, b, oy, ox, ch)] = index;
+    }
+  }
+}
+
+__global__ void maxpool_backward_kernel(ConstAct grad_out, const int* argmax, Act grad_in, int size, int stride,
+                                        bool accumulate) {
+  int rows = grad_in.n * grad_in.h, per_row = grad_in.w * grad_in.c;
+  for (int row = int(blockIdx.y); row < rows; row += int(gridDim.y)) {
+    int b = row / grad_in.h, iy = row % grad_in.h;
+    for (int i = int(blockIdx.x * blockDim.x + threadIdx.x); i < per_row; i += int(gridDim.x * blockDim.x)) {
+      int ix = i / grad_in.c, ch = i - ix * grad_in.c;
+      float sum = gathered_gradient(grad_out, argmax, b, iy, ix, ch, grad_in.w, size, stride);
+      float& target = grad_in.data[grad_in.at(b, iy, ix, ch)];
+      target = accumulate ? target + sum : sum;
+    }
+  }
+}
+
+// Branch-free selection for the CPU loops: the baseline x86-64 target turns a float ?: into a
+// branch, which random data mispredicts about half the time.
+inline uint32_t mask(bool take) { return 0u - uint32_t(take); }
+inline float pick(uint32_t take, float a, float b) {
+  uint32_t ia, ib;
+  std::memcpy(&ia, &a, sizeof ia);
+  std::memcpy(&ib, &b, sizeof ib);
+  uint32_t r = (ia & take) | (ib & ~take);
+  float out;
+  std::memcpy(&out, &r, sizeof out);
+  return out;
+}
+
+}  // namespace
+
+int maxpool_output_size(int input, int size, int stride) {
+  if (size < 1 || stride < 1 || input < 0)
+    throw Error("maxpool: size " + std::to_string(size) + " and stride " + std::to_string(stride) +
+                " must be at least 1 and the input size " + std::to_string(input) + " not negative");
+  if (input == 0) return 0;
+  return (input + (size - 1) - size) / stride + 1;
+}
+
+// ---- reference: plain loops, scatter backward -------------------------------------------
+template <typename T>
+void maxpool_forward_reference(NhwcView<const T> in, NhwcView<T> out, int* argmax, int size, int stride) {
+  check_shapes(in, out, size, stride, "maxpool_forward", "in", "out");
+  int offset = -((size - 1) / 2);
+  for (int b = 0; b < out.n; ++b)
+    for (int oy = 0; oy < out.h; ++oy)
+      for (int ox = 0; ox < out.w; ++ox)
+        for (int ch = 0; ch < out.c; ++ch) {
+          T best = 0;
+          int best_index = -1;
+          for (int dy = 0; dy < size; ++dy)
+            for (int dx = 0; dx < size; ++dx) {
+              int y = oy * stride + offset + dy, x = ox * stride + offset + dx;
+              if (y < 0 || y >= in.h || x < 0 || x >= in.w) continue;
+              T v = in.data[in.at(b, y, x, ch)];
+              if (best_index < 0 || v > best) best = v, best_index = y * in.w + x;
+            }
+          out.data[out.at(b, oy, ox, ch)] = best;
+          if (argmax) argmax[((size_t(b) * out.h + oy) * out.w + ox) * out.c + ch] = best_index;
+        }
+}
+
+template <typename T>
+void maxpool_backward_reference(NhwcView<const T> grad_out, const int* argmax, NhwcView<T> grad_in, int size, int stride,
+                                bool accumulate) {
+  check_shapes(grad_in, grad_out, size, stride, "maxpool_backward", "grad_in", "grad_out");
+  if (!argmax && grad_out.elements() > 0) throw Error("maxpool_backward: argmax is a null pointer");
+  int offset = -((size - 1) / 2);
+  std::vector<T> sums(grad_in.elements(), T(0));  // dense [n][h][w][c]
+  for (int b = 0; b < grad_out.n; ++b)
+    for (int oy = 0; oy < grad_out.h; ++oy)
+      for (int ox = 0; ox < grad_out.w; ++ox)
+        for (int ch = 0; ch < grad_out.c; ++ch) {
+          int index = argmax[((size_t(b) * grad_out.h + oy) * grad_out.w + ox) * grad_out.c + ch];
+          int y = index < 0 ? -1 : index / grad_in.w, x = index < 0 ? -1 : index % grad_in.w;
+          int dy = y - (oy * stride + offset), dx = x - (ox * stride + offset);
+          if (index < 0 || y >= grad_in.h || dy < 0 || dy >= size || dx < 0 || dx >= size)
+            throw Error("maxpool_backward: argmax " + std::to_string(index) + " of output (" + std::to_string(b) + ", " +
+                        std::to_string(oy) + ", " + std::to_string(ox) + ", " + std::to_string(ch) +
+                        ") is not in its window");
+          sums[((size_t(b) * grad_in.h + y) * grad_in.w + x) * grad_in.c + ch] +=
+              grad_out.data[grad_out.at(b, oy, ox, ch)];
+        }
+  for (int b = 0; b < grad_in.n; ++b)
+    for (int y = 0; y < grad_in.h; ++y)
+      for (int x = 0; x < grad_in.w; ++x)
+        for (int ch = 0; ch < grad_in.c; ++ch) {
+          T sum = sums[((size_t(b) * grad_in.h + y) * grad_in.w + x) * grad_in.c + ch];
+          T& target = grad_in.data[grad_in.at(b, y, x, ch)];
+          target = accumulate ? target + sum : sum;
+        }
+}
+
+template void maxpool_forward_reference<float>(NhwcView<const float>, NhwcView<float>, int*, int, int);
+template void maxpool_forward_reference<double>(NhwcView<const double>, NhwcView<double>, int*, int, int);
+template void maxpool_backward_reference<float>(NhwcView<const float>, const int*, NhwcView<float>, int, int, bool);
+template void maxpool_backward_reference<double>(NhwcView<const double>, const int*, NhwcView<double>, int, int, bool);
+
+// ---- fast CPU: one work item per output (forward) or input (backward) row ---------------
+void maxpool_forward_cpu(ConstAct in, Act out, int* argmax, int size, int stride) {
+  check_shapes(in, out, size, stride, "maxpool_forward", "in", "out");
+  parallel_for(size_t(out.n) * out.h, [&](size_t row) {
+    int b = int(row / out.h), oy = int(row % out.h);
+    Span rows = window_rows(oy, size, stride, in.h);
+    std::vector<int> scratch(argmax ? 0 : size_t(out.c));
+    for (int ox = 0; ox < out.w; ++ox) {
+      Span cols = window_rows(ox, size, stride, in.w);
+      float* __restrict__ best = out.data + out.at(b, oy, ox, 0);
+      int* __restrict__ index = argmax ? argmax + ((size_t(b) * out.h + oy) * out.w + ox) * out.c : scratch.data();
+      // Channels innermost (contiguous); cells in row-major window order, strict > keeps the first.
+      const float* first = in.data + in.at(b, rows.first, cols.first, 0);
+      for (int ch = 0; ch < out.c; ++ch) best[ch] = first[ch], index[ch] = rows.first * in.w + cols.first;
+      for (int y = rows.first; y < rows.last; ++y)
+        for (int x = cols.first; x < cols.last; ++x) {
+          if (y == rows.first && x == cols.first) continue;
+          const float* __restrict__ cell = in.data + in.at(b, y, x, 0);
+          int cell_index = y * in.w + x;
+          for (int ch = 0; ch < out.c; ++ch) {
+            uint32_t take = mask(cell[ch] > best[ch]);
+            best[ch] = pick(take, cell[ch], best[ch]);
+            index[ch] = int((uint32_t(cell_index) & take) | (uint32_t(index[ch]) & ~take));
+          }
+        }
+    }
+  });
+}
+
+void maxpool_backward_cpu(ConstAct grad_out, const int* argmax, Act grad_in, int size, int stride, bool accumulate) {
+  check_shapes(grad_in, grad_out, size, stride, "maxpool_backward", "grad_in", "grad_out");
+  if (!argmax && grad_out.elements() > 0) throw Error("maxpool_backward: argmax is a null pointer");
+  parallel_for(size_t(grad_in.n) * grad_in.h, [&](size_t row) {
+    int b = int(row / grad_in.h), iy = int(row % grad_in.h);
+    Span rows = covering_outputs(iy, size, stride, grad_out.h);
+    std::vector<float> sums(size_t(grad_in.c));
+    for (int ix = 0; ix < grad_in.w; ++ix) {
+      Span cols = covering_outputs(ix, size, stride, grad_out.w);
+      int self = iy * grad_in.w + ix;
+      std::fill(sums.begin(), sums.end(), 0.0f);
+      for (int oy = rows.first; oy < rows.last; ++oy)  // the kernel's order: outputs row-major
+        for (int ox = cols.first; ox < cols.last; ++ox) {
+          const int* chosen = argmax + ((size_t(b) * grad_out.h + oy) * grad_out.w + ox) * grad_out.c;
+          const float* g = grad_out.data + grad_out.at(b, oy, ox, 0);
+          for (int ch = 0; ch < grad_in.c; ++ch)  // adding +0 where not chosen: the same bits
+            sums[size_t(ch)] += pick(mask(chosen[ch] == self), g[ch], 0.0f);
+        }
+      float* target = grad_in.data + grad_in.at(b, iy, ix, 0);
+      for (int ch = 0; ch < grad_in.c; ++ch) target[ch] = accumulate ? target[ch] + sums[size_t(ch)] : sums[size_t(ch)];
+    }
+  });
+}
+
+// ---- CUDA launchers ---------------------------------------------------------------------
+void maxpool_forward_cuda(ConstAct in, Act out, int* argmax, int size, int stride, cudaStream_t stream) {
+  check_shapes(in, out, size, stride, "maxpool_forward", "in", "out");
+  if (out.elements() == 0) return;
+  RowLaunch shape = row_launch(size_t(out.n) * out.h, size_t(out.w) * out.c);
+  LAUNCH(maxpool_forward_kernel, shape.grid, shape.block, 0, stream, in, out, argmax, size, stride);
+}
+
+void maxpool_backward_cuda(ConstAct grad_out, const int* argmax, Act grad_in, int size, int stride, bool accumulate,
+                           cudaStream_t stream) {
+  check_shapes(grad_in, grad_out, size, stride, "maxpool_backward", "grad_in", "grad_out");
+  if (!argmax && grad_out.elements() > 0) throw Error("maxpool_backward: argmax is a null pointer");
+  if (grad_in.elements() == 0) return;
+  RowLaunch shape = row_launch(size_t(grad_in.n) * grad_in.h, size_t(grad_in.w) * grad_in.c);
+  LAUNCH(maxpool_backward_kernel, shape.grid, shape.block, 0, stream, grad_out, argmax, grad_in, size, stride,
+         accumulate);
+}
+
+}  // namespace yolo

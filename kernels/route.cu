@@ -1,0 +1,217 @@
+// Route (channel concatenation): reference, fast CPU version and CUDA kernel (see route.h).
+// Both directions are the same operation: copy (or add) up to four (source, destination)
+// pairs of equal shape, where one side of each pair is a channel slice of the wide view.
+#include "kernels/route.h"
+
+#include <climits>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "kernels/common.cuh"
+#include "kernels/cpu_parallel.h"
+
+namespace yolo {
+namespace {
+
+template <typename T>
+std::string dims(const NhwcView<T>& v) {
+  return std::to_string(v.n) + "x" + std::to_string(v.h) + "x" + std::to_string(v.w) + "x" + std::to_string(v.c);
+}
+
+template <typename T>
+void check_view(const NhwcView<T>& v, const std::string& op, const std::string& name) {
+  std::string prefix = op + ": " + name + " ";
+  if (v.n < 0 || v.h < 0 || v.w < 0 || v.c < 0) throw Error(prefix + "has a negative size (" + dims(v) + ")");
+  if (v.stride < v.c)
+    throw Error(prefix + "has pixel stride " + std::to_string(v.stride) + " < channels " + std::to_string(v.c));
+  if (v.data == nullptr && v.elements() > 0) throw Error(prefix + "is a null pointer");
+  if (size_t(v.n) * v.h > INT_MAX || size_t(v.w) * v.stride > INT_MAX)
+    throw Error(prefix + "is too large (" + dims(v) + ", kernels index rows with int)");
+}
+
+// Up to four (src, dst) pairs of the same shape; the kernel takes it by value.
+struct CopyPairs {
+  ConstAct src[kRouteMaxInputs];
+  Act dst[kRouteMaxInputs];
+  int count = 0;
+};
+
+// Checks the parts against the wide view and pairs each part with its slice of the wide view.
+// forward: parts are sources, wide is the destination; backward: the other way round.
+template <typename Part, typename Wide>
+void pair_up(std::span<const NhwcView<Part>> parts, NhwcView<Wide> wide, const char* op, const char* part_name,
+             const char* wide_name, const std::function<void(NhwcView<Part>, NhwcView<Wide>)>& add_pair) {
+  if (parts.size() < 1 || parts.size() > size_t(kRouteMaxInputs))
+    throw Error(std::string(op) + ": takes 1 to " + std::to_string(kRouteMaxInputs) + " inputs, got " +
+                std::to_string(parts.size()));
+  check_view(wide, op, wide_name);
+  int offset = 0;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const NhwcView<Part>& part = parts[i];
+    std::string name = std::string(part_name) + "[" + std::to_string(i) + "]";
+    check_view(part, op, name);
+    if (part.n != wide.n || part.h != wide.h || part.w != wide.w)
+      throw Error(std::string(op) + ": " + name + " is " + dims(part) + " but " + wide_name + " is " + dims(wide) +
+                  " (same batch and spatial size required)");
+    NhwcView<Wide> slice = wide;
+    slice.data = wide.data ? wide.data + offset : nullptr;
+    slice.c = part.c;
+    add_pair(part, slice);
+    offset += part.c;
+  }
+  if (offset != wide.c)
+    throw Error(std::string(op) + ": the inputs have " + std::to_string(offset) + " channels in all but " +
+                wide_name + " has " + std::to_string(wide.c));
+}
+
+CopyPairs forward_pairs(std::span<const ConstAct> inputs, Act out) {
+  CopyPairs pairs;
+  pair_up<const float, float>(inputs, out, "route_forward", "inputs", "out", [&](ConstAct part, Act slice) {
+    pairs.src[pairs.count] = part;
+    pairs.dst[pairs.count++] = slice;
+  });
+  return pairs;
+}
+
+CopyPairs backward_pairs(ConstAct grad_out, std::span<const Act> grad_inputs) {
+  CopyPairs pairs;
+  pair_up<float, const float>(grad_inputs, grad_out, "route_backward", "grad_inputs", "grad_out",
+                              [&](Act part, ConstAct slice) {
+                                pairs.src[pairs.count] = slice;
+                                pairs.dst[pairs.count++] = part;
+                              });
+  return pairs;
+}
+
+// A pair whose source already is its destination needs no copy (a producer that wrote straight
+// into its slice); with accumulate it would double, so only plain copies are skipped.
+bool in_place(const ConstAct& src, const Act& dst, bool accumulate) {
+  return !accumulate && src.data == dst.data && src.stride == dst.stride;
+}
+
+void copy_pairs_cpu(const CopyPairs& pairs, bool accumulate) {
+  if (pairs.count == 0) return;
+  const ConstAct& any = pairs.src[0];
+  parallel_for(size_t(any.n) * any.h, [&](size_t row) {
+    int b = int(row / any.h), y = int(row % any.h);
+    for (int i = 0; i < pairs.count; ++i) {
+      const ConstAct& src = pairs.src[i];
+      const Act& dst = pairs.dst[i];
+      if (in_place(src, dst, accumulate)) continue;
+      for (int x = 0; x < src.w; ++x) {
+        const float* s = src.data + src.at(b, y, x, 0);
+        float* d = dst.data + dst.at(b, y, x, 0);
+        if (accumulate)
+          for (int ch = 0; ch < src.c; ++ch) d[ch] += s[ch];
+        else
+          std::memcpy(d, s, sizeof(float) * src.c);
+      }
+    }
+  });
+}
+
+// ---- CUDA -------------------------------------------------------------------------------
+struct alignas(16) Vec4 {
+  float x, y, z, w;
+};
+__device__ __forceinline__ float add(float a, float b) { return a + b; }
+__device__ __forceinline__ Vec4 add(Vec4 a, Vec4 b) { return {a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w}; }
+template <int V>
+using Pack = std::conditional_t<V == 4, Vec4, float>;
+
+// Launch shape: grid z picks the pair, y strides over the n*h rows, x over a row's items; a
+// thread's index arithmetic is then one 32-bit division per item (64-bit division is slow).
+template <int V>
+__global__ void copy_pairs_kernel(CopyPairs pairs, bool accumulate) {
+  ConstAct src = pairs.src[blockIdx.z];
+  Act dst = pairs.dst[blockIdx.z];
+  if (!accumulate && src.data == dst.data && src.stride == dst.stride) return;  // in place already
+  int packs = src.c / V, rows = src.n * src.h, per_row = src.w * packs;
+  for (int row = int(blockIdx.y); row < rows; row += int(gridDim.y))
+    for (int i = int(blockIdx.x * blockDim.x + threadIdx.x); i < per_row; i += int(gridDim.x * blockDim.x)) {
+      int x = i / packs, ch = (i - x * packs) * V;
+      size_t pixel = size_t(row) * src.w + x;
+      Pack<V> value = *reinterpret_cast<const Pack<V>*>(src.data + pixel * src.stride + ch);
+      Pack<V>* target = reinterpret_cast<Pack<V>*>(dst.data + pixel * dst.stride + ch);
+      *target = accumulate ? add(*target, value) : value;
+    }
+}
+
+void copy_pairs_cuda(const CopyPairs& pairs, bool accumulate, cudaStream_t stream) {
+  auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  bool vec4 = true;
+  int widest = 0;
+  for (int i = 0; i < pairs.count; ++i) {
+    const ConstAct& s = pairs.src[i];
+    const Act& d = pairs.dst[i];
+    vec4 = vec4 && s.c % 4 == 0 && s.stride % 4 == 0 && d.stride % 4 == 0 && aligned(s.data) && aligned(d.data);
+    widest = s.c > widest ? s.c : widest;
+  }
+  const ConstAct& any = pairs.src[0];
+  size_t rows = size_t(any.n) * any.h, per_row = size_t(any.w) * (vec4 ? widest / 4 : widest);
+  if (rows == 0 || per_row == 0) return;
+  unsigned threads = per_row >= 256 ? 256u : unsigned((per_row + 31) / 32 * 32);
+  size_t blocks = (per_row + threads - 1) / threads;
+  dim3 grid(unsigned(blocks < 1024 ? blocks : 1024), unsigned(rows < 65535 ? rows : 65535), unsigned(pairs.count));
+  if (vec4)
+    LAUNCH(copy_pairs_kernel<4>, grid, dim3(threads), 0, stream, pairs, accumulate);
+  else
+    LAUNCH(copy_pairs_kernel<1>, grid, dim3(threads), 0, stream, pairs, accumulate);
+}
+
+}  // namespace
+
+// ---- reference --------------------------------------------------------------------------
+template <typename T>
+void route_forward_reference(std::span<const NhwcView<const T>> inputs, NhwcView<T> out) {
+  std::vector<std::pair<NhwcView<const T>, NhwcView<T>>> pairs;
+  pair_up<const T, T>(inputs, out, "route_forward", "inputs", "out",
+                      [&](NhwcView<const T> part, NhwcView<T> slice) { pairs.emplace_back(part, slice); });
+  for (auto& [src, dst] : pairs)
+    for (int b = 0; b < src.n; ++b)
+      for (int y = 0; y < src.h; ++y)
+        for (int x = 0; x < src.w; ++x)
+          for (int ch = 0; ch < src.c; ++ch) dst.data[dst.at(b, y, x, ch)] = src.data[src.at(b, y, x, ch)];
+}
+
+template <typename T>
+void route_backward_reference(NhwcView<const T> grad_out, std::span<const NhwcView<T>> grad_inputs, bool accumulate) {
+  std::vector<std::pair<NhwcView<const T>, NhwcView<T>>> pairs;
+  pair_up<T, const T>(grad_inputs, grad_out, "route_backward", "grad_inputs", "grad_out",
+                      [&](NhwcView<T> part, NhwcView<const T> slice) { pairs.emplace_back(slice, part); });
+  for (auto& [src, dst] : pairs)
+    for (int b = 0; b < src.n; ++b)
+      for (int y = 0; y < src.h; ++y)
+        for (int x = 0; x < src.w; ++x)
+          for (int ch = 0; ch < src.c; ++ch) {
+            T& target = dst.data[dst.at(b, y, x, ch)];
+            T value = src.data[src.at(b, y, x, ch)];
+            target = accumulate ? target + value : value;
+          }
+}
+
+template void route_forward_reference<float>(std::span<const NhwcView<const float>>, NhwcView<float>);
+template void route_forward_reference<double>(std::span<const NhwcView<const double>>, NhwcView<double>);
+template void route_backward_reference<float>(NhwcView<const float>, std::span<const NhwcView<float>>, bool);
+template void route_backward_reference<double>(NhwcView<const double>, std::span<const NhwcView<double>>, bool);
+
+// ---- fast CPU and CUDA ------------------------------------------------------------------
+void route_forward_cpu(std::span<const ConstAct> inputs, Act out) { copy_pairs_cpu(forward_pairs(inputs, out), false); }
+
+void route_backward_cpu(ConstAct grad_out, std::span<const Act> grad_inputs, bool accumulate) {
+  copy_pairs_cpu(backward_pairs(grad_out, grad_inputs), accumulate);
+}
+
+void route_forward_cuda(std::span<const ConstAct> inputs, Act out, cudaStream_t stream) {
+  copy_pairs_cuda(forward_pairs(inputs, out), false, stream);
+}
+
+void route_backward_cuda(ConstAct grad_out, std::span<const Act> grad_inputs, bool accumulate, cudaStream_t stream) {
+  copy_pairs_cuda(backward_pairs(grad_out, grad_inputs), accumulate, stream);
+}
+
+}  // namespace yolo

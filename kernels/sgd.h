@@ -1,0 +1,54 @@
+// The optimizer step, as darknet's update works out (SGD with momentum and weight decay), over
+// one bucket of the flat parameter buffers w (weights), g (gradients, summed over the batch) and
+// u (momentum), one launch per bucket:
+//   u = momentum * u + g * grad_scale + decay * w     (segments with decay: conv/fc weights)
+//   u = momentum * u + g * grad_scale                 (segments without: biases, BN scales/shifts)
+//   w = w - learning_rate * u
+// grad_scale is where 1 / global batch (and any loss scaling) is folded in. The bucket is a
+// table of segments, in order and back to back, covering [begin, end) of the flat buffers;
+// offsets are absolute indices into w, g and u. For _cuda the table is in device memory (it
+// cannot be checked there: check the host copy once with sgd_check_segments).
+// Helpers over a span of gradients: grad_nonfinite_check sets *flag = 1 when any element is NaN
+// or infinite (never clears it), grad_scale_inplace multiplies every element by s.
+#pragma once
+#include <cstddef>
+
+#include "kernels/tensor.h"
+
+namespace yolo {
+
+struct SgdSegment {
+  size_t offset = 0;  // first element, an index into the flat buffers
+  size_t count = 0;
+  bool decay = false;  // weight decay applies (weights), or not (biases, BN parameters)
+};
+
+struct SgdHyper {
+  float learning_rate = 0;
+  float momentum = 0;
+  float decay = 0;
+  float grad_scale = 1;
+};
+
+// Throws yolo::Error unless segments[0..count) are back to back and cover exactly [begin, end).
+void sgd_check_segments(const SgdSegment* segments, int segment_count, size_t begin, size_t end);
+
+template <typename T>
+void sgd_update_reference(T* w, const T* g, T* u, const SgdSegment* segments, int segment_count, size_t begin,
+                          size_t end, SgdHyper hyper);
+void sgd_update_cpu(float* w, const float* g, float* u, const SgdSegment* segments, int segment_count, size_t begin,
+                    size_t end, SgdHyper hyper);
+void sgd_update_cuda(float* w, const float* g, float* u, const SgdSegment* segments, int segment_count, size_t begin,
+                     size_t end, SgdHyper hyper, cudaStream_t stream);
+
+template <typename T>
+void grad_nonfinite_check_reference(const T* g, size_t count, int* flag);
+void grad_nonfinite_check_cpu(const float* g, size_t count, int* flag);
+void grad_nonfinite_check_cuda(const float* g, size_t count, int* flag, cudaStream_t stream);
+
+template <typename T>
+void grad_scale_inplace_reference(T* g, size_t count, T s);
+void grad_scale_inplace_cpu(float* g, size_t count, float s);
+void grad_scale_inplace_cuda(float* g, size_t count, float s, cudaStream_t stream);
+
+}  // namespace yolo

@@ -1,0 +1,227 @@
+// Activations: darknet names, the reference backward against finite differences, and the fast
+// CPU version and the CUDA kernels against the reference on channel slices, in place too.
+#include <doctest/doctest.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "kernels/activation.h"
+#include "runtime/check.h"
+#include "tests/kernel_harness.h"
+#include "tests/op_check.h"
+#include "tests/test_support.h"
+
+using namespace yolo;
+using namespace yolo::testing;
+
+namespace {
+
+constexpr Activation kAllKinds[] = {Activation::Linear, Activation::Leaky, Activation::Relu, Activation::Logistic};
+
+// n x h x w x stride floats, of which channels [offset, offset + c) are the view.
+struct Layout {
+  int n, h, w, c, stride, offset;
+  size_t pixels() const { return size_t(n) * h * w; }
+  size_t floats() const { return pixels() * size_t(stride); }
+};
+
+ConstAct const_view(const DeviceArray<float>& a, const Layout& l) {
+  return nhwc<const float>(a.data() + l.offset, l.n, l.h, l.w, l.c, l.stride);
+}
+Act view(const DeviceArray<float>& a, const Layout& l) { return nhwc(a.data() + l.offset, l.n, l.h, l.w, l.c, l.stride); }
+
+// The view's elements, contiguous, as double (reference inputs) or float (outputs).
+template <typename T>
+std::vector<T> slice(const std::vector<float>& buffer, const Layout& l) {
+  std::vector<T> out;
+  for (size_t p = 0; p < l.pixels(); ++p)
+    for (int ch = 0; ch < l.c; ++ch) out.push_back(T(buffer[p * size_t(l.stride) + size_t(l.offset + ch)]));
+  return out;
+}
+
+// Elements outside the view that no longer hold the poison pattern (all bits set).
+size_t written_outside(const std::vector<float>& buffer, const Layout& l) {
+  size_t count = 0;
+  for (size_t i = 0; i < buffer.size(); ++i) {
+    int ch = int(i % size_t(l.stride));
+    uint32_t bits;
+    std::memcpy(&bits, &buffer[i], 4);
+    if ((ch < l.offset || ch >= l.offset + l.c) && bits != 0xFFFFFFFFu) ++count;
+  }
+  return count;
+}
+
+std::vector<double> reference_forward(Activation kind, const std::vector<double>& x, const Layout& l) {
+  std::vector<double> y(x.size());
+  activation_forward_reference<double>(kind, nhwc(x.data(), l.n, l.h, l.w, l.c), nhwc(y.data(), l.n, l.h, l.w, l.c));
+  return y;
+}
+
+std::vector<double> reference_backward(Activation kind, const std::vector<double>& y, const std::vector<double>& grad_y,
+                                       const Layout& l) {
+  std::vector<double> grad_x(y.size());
+  activation_backward_reference<double>(kind, nhwc(y.data(), l.n, l.h, l.w, l.c), nhwc(grad_y.data(), l.n, l.h, l.w, l.c),
+                                        nhwc(grad_x.data(), l.n, l.h, l.w, l.c));
+  return grad_x;
+}
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+// Odd sizes; the second and fourth take the float4 path on the device, the first is a slice
+// with a scalar path, the second a slice at a 16-byte offset.
+const Layout kLayouts[] = {{3, 7, 5, 13, 16, 1}, {2, 5, 3, 16, 24, 4}, {1, 3, 3, 3, 3, 0}, {3, 1, 1, 8, 8, 0}};
+
+// Forward and backward of every kind on every layout, out of place and in place, against the
+// reference; on a device each launch is repeated and must give the same bits.
+void check_against_reference(Device device, bool cuda) {
+  Rng rng;
+  CAPTURE(rng.seed());
+  auto forward = [&](Activation kind, ConstAct x, Act y) {
+    if (cuda) activation_forward_cuda(kind, x, y, nullptr);
+    else activation_forward_cpu(kind, x, y);
+  };
+  auto backward = [&](Activation kind, ConstAct y, ConstAct grad_y, Act grad_x) {
+    if (cuda) activation_backward_cuda(kind, y, grad_y, grad_x, nullptr);
+    else activation_backward_cpu(kind, y, grad_y, grad_x);
+  };
+  for (const Layout& l : kLayouts) {
+    for (Activation kind : kAllKinds) {
+      const std::string kind_name = activation_name(kind);
+      CAPTURE(kind_name);
+      CAPTURE(l.c);
+      CAPTURE(l.stride);
+      std::vector<float> x = rng.floats(l.floats(), -2.0f, 2.0f), grad_y = rng.floats(l.floats());
+      std::vector<double> y_ref = reference_forward(kind, slice<double>(x, l), l);
+      // The backward's y: the forward's output (in float), written into a buffer of the same layout.
+      std::vector<float> y_in = x;
+      {
+        std::vector<float> y_slice(y_ref.begin(), y_ref.end());
+        for (size_t p = 0; p < l.pixels(); ++p)
+          for (int ch = 0; ch < l.c; ++ch) y_in[p * size_t(l.stride) + size_t(l.offset + ch)] = y_slice[p * size_t(l.c) + size_t(ch)];
+      }
+      std::vector<double> grad_x_ref = reference_backward(kind, slice<double>(y_in, l), slice<double>(grad_y, l), l);
+
+      DeviceArray<float> d_x(device, x), d_y(device, l.floats()), d_y_in(device, y_in), d_grad_y(device, grad_y),
+          d_grad_x(device, l.floats());
+      d_y.poison();
+      forward(kind, const_view(d_x, l), view(d_y, l));
+      std::vector<float> y = d_y.download();
+      CHECK_CLOSE(slice<float>(y, l), y_ref, 1e-6, 1e-5);
+      CHECK(written_outside(y, l) == 0);
+
+      d_grad_x.poison();
+      backward(kind, const_view(d_y_in, l), const_view(d_grad_y, l), view(d_grad_x, l));
+      std::vector<float> grad_x = d_grad_x.download();
+      CHECK_CLOSE(slice<float>(grad_x, l), grad_x_ref, 1e-6, 1e-5);
+      CHECK(written_outside(grad_x, l) == 0);
+
+      if (cuda) {  // the same launches again: the same bits
+        d_y.poison();
+        forward(kind, const_view(d_x, l), view(d_y, l));
+        CHECK(same_bits(d_y.download(), y));
+        d_grad_x.poison();
+        backward(kind, const_view(d_y_in, l), const_view(d_grad_y, l), view(d_grad_x, l));
+        CHECK(same_bits(d_grad_x.download(), grad_x));
+      }
+
+      // In place: y over x, grad_x over grad_y.
+      DeviceArray<float> d_inplace(device, x);
+      forward(kind, const_view(d_inplace, l), view(d_inplace, l));
+      CHECK_CLOSE(slice<float>(d_inplace.download(), l), y_ref, 1e-6, 1e-5);
+      d_inplace.upload(grad_y);
+      backward(kind, const_view(d_y_in, l), const_view(d_inplace, l), view(d_inplace, l));
+      CHECK_CLOSE(slice<float>(d_inplace.download(), l), grad_x_ref, 1e-6, 1e-5);
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("activation: darknet names parse, unknown names are reported") {
+  CHECK(activation_from_name("linear") == Activation::Linear);
+  CHECK(activation_from_name("leaky") == Activation::Leaky);
+  CHECK(activation_from_name("relu") == Activation::Relu);
+  CHECK(activation_from_name("logistic") == Activation::Logistic);
+  for (Activation kind : kAllKinds) CHECK(activation_from_name(activation_name(kind)) == kind);
+  CHECK_THROWS_WITH_AS(activation_from_name("mish"), doctest::Contains("'mish'"), Error);
+  CHECK_THROWS_AS(activation_from_name("Leaky"), Error);
+}
+
+TEST_CASE("activation: hand-computed values, derivatives taken from the output") {
+  CHECK(activate(Activation::Leaky, -2.0) == doctest::Approx(-0.2));
+  CHECK(activate(Activation::Leaky, 3.0) == 3.0);
+  CHECK(activate(Activation::Relu, -2.0) == 0.0);
+  CHECK(activate(Activation::Logistic, 0.0) == 0.5);
+  CHECK(activate(Activation::Linear, -7.5) == -7.5);
+  CHECK(activation_gradient_from_output(Activation::Leaky, -0.2) == doctest::Approx(0.1));
+  CHECK(activation_gradient_from_output(Activation::Leaky, 0.5) == 1.0);
+  CHECK(activation_gradient_from_output(Activation::Relu, 0.0) == 0.0);
+  CHECK(activation_gradient_from_output(Activation::Logistic, 0.5) == 0.25);
+  CHECK(activation_gradient_from_output(Activation::Linear, -3.0) == 1.0);
+}
+
+TEST_CASE("activation: reference backward matches finite differences") {
+  Rng rng;
+  CAPTURE(rng.seed());
+  const Layout l{2, 3, 2, 5, 5, 0};
+  for (Activation kind : kAllKinds) {
+    const std::string kind_name = activation_name(kind);
+      CAPTURE(kind_name);
+    // Inputs at least 0.05 away from the kink at 0, either sign.
+    std::vector<double> x(l.pixels() * size_t(l.c)), w(x.size());
+    for (size_t i = 0; i < x.size(); ++i) {
+      x[i] = (rng.integer(0, 1) ? 1.0 : -1.0) * rng.uniform(0.05f, 2.0f);
+      w[i] = rng.uniform(-1.0f, 1.0f);
+    }
+    auto loss = [&](const std::vector<double>& input) {
+      std::vector<double> y = reference_forward(kind, input, l);
+      double sum = 0;
+      for (size_t i = 0; i < y.size(); ++i) sum += w[i] * y[i];
+      return sum;
+    };
+    std::vector<double> numeric = numeric_gradient(x, loss);
+    std::vector<double> analytic = reference_backward(kind, reference_forward(kind, x, l), w, l);
+    CHECK_CLOSE(analytic, numeric, 1e-7, 1e-6);
+  }
+}
+
+TEST_CASE("activation: cpu matches the reference on slices and in place") { check_against_reference(Device::cpu(), false); }
+
+TEST_CASE("activation: cuda matches the reference on slices and in place, bit-identical when repeated") {
+  KERNEL_TEST_DEVICE(device);
+  check_against_reference(device, true);
+}
+
+TEST_CASE("activation: bad arguments are reported") {
+  std::vector<float> a(64), b(64);
+  Act narrow = nhwc(a.data(), 1, 2, 2, 8, 4);  // stride < c
+  CHECK_THROWS_WITH_AS(activation_forward_cpu(Activation::Leaky, as_const(narrow), nhwc(b.data(), 1, 2, 2, 8)),
+                       doctest::Contains("stride"), Error);
+  CHECK_THROWS_AS(activation_forward_cpu(Activation::Leaky, nhwc<const float>(a.data(), 1, 2, 2, 8),
+                                         nhwc(b.data(), 1, 2, 4, 4)),
+                  Error);  // same element count, other shape
+  CHECK_THROWS_WITH_AS(activation_forward_cpu(Activation::Relu, nhwc<const float>(nullptr, 1, 2, 2, 8),
+                                              nhwc(b.data(), 1, 2, 2, 8)),
+                       doctest::Contains("null"), Error);
+  CHECK_THROWS_AS(activation_backward_cpu(Activation::Relu, nhwc<const float>(a.data(), -1, 2, 2, 8),
+                                          nhwc<const float>(a.data(), -1, 2, 2, 8), nhwc(b.data(), -1, 2, 2, 8)),
+                  Error);
+  CHECK_THROWS_AS(activation_forward_reference<float>(Activation::Leaky, as_const(narrow), nhwc(b.data(), 1, 2, 2, 8)),
+                  Error);
+  // Empty tensors are fine and touch nothing.
+  activation_forward_cpu(Activation::Leaky, nhwc<const float>(nullptr, 0, 2, 2, 8), nhwc<float>(nullptr, 0, 2, 2, 8));
+}
+
+TEST_CASE("activation: cuda launchers check their arguments") {
+  KERNEL_TEST_DEVICE(device);
+  DeviceArray<float> a(device, 64), b(device, 64);
+  CHECK_THROWS_WITH_AS(activation_forward_cuda(Activation::Leaky, nhwc<const float>(a.data(), 1, 2, 2, 8, 4),
+                                               nhwc(b.data(), 1, 2, 2, 8), nullptr),
+                       doctest::Contains("stride"), Error);
+  CHECK_THROWS_AS(activation_backward_cuda(Activation::Leaky, nhwc<const float>(a.data(), 1, 2, 2, 8),
+                                           nhwc<const float>(a.data(), 1, 2, 2, 7), nhwc(b.data(), 1, 2, 2, 8), nullptr),
+                  Error);
+}
