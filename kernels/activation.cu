@@ -2,7 +2,6 @@
 // kernels (elementwise, float4 where channel count, stride and alignment allow).
 #include "kernels/activation.h"
 
-#include <cstdint>
 #include <string>
 
 #include "kernels/common.cuh"
@@ -31,54 +30,22 @@ const char* activation_name(Activation kind) {
 namespace {
 
 template <typename T>
-void check_view(const char* op, const char* name, const NhwcView<T>& v) {
-  auto fail = [&](const std::string& why) { throw Error(std::string(op) + ": " + name + " " + why); };
-  if (v.n < 0 || v.h < 0 || v.w < 0 || v.c < 0)
-    fail("has a negative size (" + std::to_string(v.n) + "x" + std::to_string(v.h) + "x" + std::to_string(v.w) +
-         "x" + std::to_string(v.c) + ")");
-  if (v.stride < v.c) fail("stride " + std::to_string(v.stride) + " < channels " + std::to_string(v.c));
-  if (v.elements() > 0 && v.data == nullptr) fail("is null");
-}
-
-template <typename A, typename B>
-void check_same_shape(const char* op, const char* name_a, const A& a, const char* name_b, const B& b) {
-  if (a.n != b.n || a.h != b.h || a.w != b.w || a.c != b.c)
-    throw Error(std::string(op) + ": " + name_b + " is " + std::to_string(b.n) + "x" + std::to_string(b.h) + "x" +
-                std::to_string(b.w) + "x" + std::to_string(b.c) + " but " + name_a + " is " + std::to_string(a.n) +
-                "x" + std::to_string(a.h) + "x" + std::to_string(a.w) + "x" + std::to_string(a.c));
-}
-
-template <typename T>
 void check_forward(const char* op, NhwcView<const T> x, NhwcView<T> y) {
-  check_view(op, "x", x);
-  check_view(op, "y", y);
-  check_same_shape(op, "x", x, "y", y);
+  check_view_arg(x, op, "x");
+  check_view_arg(y, op, "y");
+  check_same_view_shape(y, x, op, "y", "x");
 }
 
 template <typename T>
 void check_backward(const char* op, NhwcView<const T> y, NhwcView<const T> grad_y, NhwcView<T> grad_x) {
-  check_view(op, "y", y);
-  check_view(op, "grad_y", grad_y);
-  check_view(op, "grad_x", grad_x);
-  check_same_shape(op, "y", y, "grad_y", grad_y);
-  check_same_shape(op, "y", y, "grad_x", grad_x);
+  check_view_arg(y, op, "y");
+  check_view_arg(grad_y, op, "grad_y");
+  check_view_arg(grad_x, op, "grad_x");
+  check_same_view_shape(grad_y, y, op, "grad_y", "y");
+  check_same_view_shape(grad_x, y, op, "grad_x", "y");
 }
 
 // ---- CPU ------------------------------------------------------------------------------------
-
-// One pixel's c channels, out[ch] = f(ch, in[ch]), in blocks of 8 through a local array: all
-// loads before the stores (in place is safe) and fixed-size loops that g++ vectorizes at -O2.
-template <typename F>
-inline void map_channels(const float* in, float* out, int c, F f) {
-  int ch = 0;
-  for (; ch + 8 <= c; ch += 8) {
-    float t[8];
-    for (int j = 0; j < 8; ++j) t[j] = in[ch + j];
-    for (int j = 0; j < 8; ++j) t[j] = f(ch + j, t[j]);
-    for (int j = 0; j < 8; ++j) out[ch + j] = t[j];
-  }
-  for (; ch < c; ++ch) out[ch] = f(ch, in[ch]);
-}
 
 // Chunks of whole pixels, about 16K elements each.
 size_t pixel_chunk(const ConstAct& v) {
@@ -118,36 +85,16 @@ void backward_cpu(ConstAct y, ConstAct grad_y, Act grad_x) {
 constexpr int kThreads = 256;
 constexpr unsigned kMaxBlocks = 8192;  // grid-stride beyond this
 
-template <int V>
-__device__ __forceinline__ void load(const float* p, float (&v)[V]) {
-  if constexpr (V == 4) {
-    float4 t = *reinterpret_cast<const float4*>(p);
-    v[0] = t.x, v[1] = t.y, v[2] = t.z, v[3] = t.w;
-  } else {
-    v[0] = *p;
-  }
-}
-template <int V>
-__device__ __forceinline__ void store(float* p, const float (&v)[V]) {
-  if constexpr (V == 4) {
-    float4 t;
-    t.x = v[0], t.y = v[1], t.z = v[2], t.w = v[3];
-    *reinterpret_cast<float4*>(p) = t;
-  } else {
-    *p = v[0];
-  }
-}
-
 // Each thread handles V consecutive channels of one pixel per step; `units` = c / V per pixel.
 template <Activation A, int V>
 __global__ void forward_kernel(ConstAct x, Act y, size_t total_units, unsigned units) {
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < total_units; i += size_t(gridDim.x) * blockDim.x) {
     size_t p = i / units, ch = (i % units) * V;
     float v[V];
-    load<V>(x.data + p * x.stride + ch, v);
+    load_floats<V>(x.data + p * x.stride + ch, v);
 #pragma unroll
     for (int j = 0; j < V; ++j) v[j] = activate<A>(v[j]);
-    store<V>(y.data + p * y.stride + ch, v);
+    store_floats<V>(y.data + p * y.stride + ch, v);
   }
 }
 
@@ -156,19 +103,14 @@ __global__ void backward_kernel(ConstAct y, ConstAct grad_y, Act grad_x, size_t 
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < total_units; i += size_t(gridDim.x) * blockDim.x) {
     size_t p = i / units, ch = (i % units) * V;
     float out[V], g[V];
-    if constexpr (A != Activation::Linear) load<V>(y.data + p * y.stride + ch, out);
-    load<V>(grad_y.data + p * grad_y.stride + ch, g);
+    if constexpr (A != Activation::Linear) load_floats<V>(y.data + p * y.stride + ch, out);
+    load_floats<V>(grad_y.data + p * grad_y.stride + ch, g);
 #pragma unroll
     for (int j = 0; j < V; ++j) {
       if constexpr (A != Activation::Linear) g[j] *= activation_gradient_from_output<A>(out[j]);
     }
-    store<V>(grad_x.data + p * grad_x.stride + ch, g);
+    store_floats<V>(grad_x.data + p * grad_x.stride + ch, g);
   }
-}
-
-template <typename T>
-bool float4_ok(const NhwcView<T>& v) {
-  return v.c % 4 == 0 && v.stride % 4 == 0 && reinterpret_cast<uintptr_t>(v.data) % 16 == 0;
 }
 
 dim3 grid_for(size_t total_units) {
@@ -179,7 +121,7 @@ dim3 grid_for(size_t total_units) {
 template <Activation A>
 void forward_cuda(ConstAct x, Act y, cudaStream_t stream) {
   if (x.elements() == 0) return;
-  if (float4_ok(x) && float4_ok(y)) {
+  if (float4_view(x) && float4_view(y)) {
     size_t total = x.pixels() * size_t(x.c / 4);
     LAUNCH((forward_kernel<A, 4>), grid_for(total), dim3(kThreads), 0, stream, x, y, total, unsigned(x.c / 4));
   } else {
@@ -191,7 +133,7 @@ void forward_cuda(ConstAct x, Act y, cudaStream_t stream) {
 template <Activation A>
 void backward_cuda(ConstAct y, ConstAct grad_y, Act grad_x, cudaStream_t stream) {
   if (y.elements() == 0) return;
-  bool vec = float4_ok(grad_y) && float4_ok(grad_x) && (A == Activation::Linear || float4_ok(y));
+  bool vec = float4_view(grad_y) && float4_view(grad_x) && (A == Activation::Linear || float4_view(y));
   if (vec) {
     size_t total = y.pixels() * size_t(y.c / 4);
     LAUNCH((backward_kernel<A, 4>), grid_for(total), dim3(kThreads), 0, stream, y, grad_y, grad_x, total,
@@ -201,18 +143,6 @@ void backward_cuda(ConstAct y, ConstAct grad_y, Act grad_x, cudaStream_t stream)
     LAUNCH((backward_kernel<A, 1>), grid_for(total), dim3(kThreads), 0, stream, y, grad_y, grad_x, total,
            unsigned(y.c));
   }
-}
-
-// Calls f.template operator()<A>() for the run-time kind.
-template <typename F>
-void dispatch(Activation kind, F&& f) {
-  switch (kind) {
-    case Activation::Linear: return f.template operator()<Activation::Linear>();
-    case Activation::Leaky: return f.template operator()<Activation::Leaky>();
-    case Activation::Relu: return f.template operator()<Activation::Relu>();
-    case Activation::Logistic: return f.template operator()<Activation::Logistic>();
-  }
-  throw Error("activation: invalid kind " + std::to_string(int(kind)));
 }
 
 }  // namespace
@@ -242,22 +172,22 @@ void activation_backward_reference(Activation kind, NhwcView<const T> y, NhwcVie
 
 void activation_forward_cpu(Activation kind, ConstAct x, Act y) {
   check_forward("activation_forward_cpu", x, y);
-  dispatch(kind, [&]<Activation A>() { forward_cpu<A>(x, y); });
+  with_activation(kind, "activation", [&]<Activation A>() { forward_cpu<A>(x, y); });
 }
 
 void activation_backward_cpu(Activation kind, ConstAct y, ConstAct grad_y, Act grad_x) {
   check_backward("activation_backward_cpu", y, grad_y, grad_x);
-  dispatch(kind, [&]<Activation A>() { backward_cpu<A>(y, grad_y, grad_x); });
+  with_activation(kind, "activation", [&]<Activation A>() { backward_cpu<A>(y, grad_y, grad_x); });
 }
 
 void activation_forward_cuda(Activation kind, ConstAct x, Act y, cudaStream_t stream) {
   check_forward("activation_forward_cuda", x, y);
-  dispatch(kind, [&]<Activation A>() { forward_cuda<A>(x, y, stream); });
+  with_activation(kind, "activation", [&]<Activation A>() { forward_cuda<A>(x, y, stream); });
 }
 
 void activation_backward_cuda(Activation kind, ConstAct y, ConstAct grad_y, Act grad_x, cudaStream_t stream) {
   check_backward("activation_backward_cuda", y, grad_y, grad_x);
-  dispatch(kind, [&]<Activation A>() { backward_cuda<A>(y, grad_y, grad_x, stream); });
+  with_activation(kind, "activation", [&]<Activation A>() { backward_cuda<A>(y, grad_y, grad_x, stream); });
 }
 
 template void activation_forward_reference<float>(Activation, NhwcView<const float>, NhwcView<float>);

@@ -9,12 +9,6 @@
 
 #include "kernels/tensor.h"
 
-#if defined(__CUDACC__)
-#define YOLO_ACTIVATION_HD __host__ __device__
-#else
-#define YOLO_ACTIVATION_HD
-#endif
-
 namespace yolo {
 
 enum class Activation { Linear, Leaky, Relu, Logistic };
@@ -28,7 +22,7 @@ const char* activation_name(Activation kind);
 
 // act(v) for a kind known at compile time (kernels are instantiated per kind).
 template <Activation A, typename T>
-YOLO_ACTIVATION_HD inline T activate(T v) {
+YOLO_HOST_DEVICE inline T activate(T v) {
   // max(v, slope*v) for 0 < slope < 1, written as a select the host compiler turns into maxps.
   if constexpr (A == Activation::Leaky) {
     T s = T(kLeakySlope) * v;
@@ -43,7 +37,7 @@ YOLO_ACTIVATION_HD inline T activate(T v) {
 
 // d act / d v, written as a function of the output y = act(v).
 template <Activation A, typename T>
-YOLO_ACTIVATION_HD inline T activation_gradient_from_output(T y) {
+YOLO_HOST_DEVICE inline T activation_gradient_from_output(T y) {
   if constexpr (A == Activation::Leaky) return y > T(0) ? T(1) : T(kLeakySlope);
   else if constexpr (A == Activation::Relu) return y > T(0) ? T(1) : T(0);
   else if constexpr (A == Activation::Logistic) return y * (T(1) - y);
@@ -68,6 +62,19 @@ T activation_gradient_from_output(Activation kind, T y) {
     case Activation::Logistic: return activation_gradient_from_output<Activation::Logistic>(y);
     default: return T(1);
   }
+}
+
+// Calls f.template operator()<A>() for the run-time kind: the bridge from an op's entry point to
+// code instantiated per kind. An invalid kind throws yolo::Error naming `op`.
+template <typename F>
+void with_activation(Activation kind, const char* op, F&& f) {
+  switch (kind) {
+    case Activation::Linear: return f.template operator()<Activation::Linear>();
+    case Activation::Leaky: return f.template operator()<Activation::Leaky>();
+    case Activation::Relu: return f.template operator()<Activation::Relu>();
+    case Activation::Logistic: return f.template operator()<Activation::Logistic>();
+  }
+  throw Error(std::string(op) + ": invalid activation kind " + std::to_string(int(kind)));
 }
 
 // Forward: y = act(x). x and y have the same n, h, w, c (strides may differ); y may alias x

@@ -92,31 +92,13 @@ __host__ __device__ inline void chan_merge(T& n, T& mean, T& m2, T nb, T mean_b,
   n = total;
 }
 
-template <typename T>
-void check_view(const char* op, const char* name, const NhwcView<T>& v) {
-  auto fail = [&](const std::string& why) { throw Error(std::string(op) + ": " + name + " " + why); };
-  if (v.n < 0 || v.h < 0 || v.w < 0 || v.c < 0)
-    fail("has a negative size (" + std::to_string(v.n) + "x" + std::to_string(v.h) + "x" + std::to_string(v.w) +
-         "x" + std::to_string(v.c) + ")");
-  if (v.stride < v.c) fail("stride " + std::to_string(v.stride) + " < channels " + std::to_string(v.c));
-  if (v.elements() > 0 && v.data == nullptr) fail("is null");
-}
-
-template <typename A, typename B>
-void check_same_shape(const char* op, const char* name_a, const A& a, const char* name_b, const B& b) {
-  if (a.n != b.n || a.h != b.h || a.w != b.w || a.c != b.c)
-    throw Error(std::string(op) + ": " + name_b + " is " + std::to_string(b.n) + "x" + std::to_string(b.h) + "x" +
-                std::to_string(b.w) + "x" + std::to_string(b.c) + " but " + name_a + " is " + std::to_string(a.n) +
-                "x" + std::to_string(a.h) + "x" + std::to_string(a.w) + "x" + std::to_string(a.c));
-}
-
 void check_array(const char* op, const char* name, const void* p, int c) {
   if (c > 0 && p == nullptr) throw Error(std::string(op) + ": " + name + " is null");
 }
 
 template <typename T>
 void check_training_input(const char* op, const NhwcView<const T>& x) {
-  check_view(op, "x", x);
+  check_view_arg(x, op, "x");
   if (x.c > 0 && x.pixels() == 0)
     throw Error(std::string(op) + ": batch statistics need at least one pixel (x is " + std::to_string(x.n) + "x" +
                 std::to_string(x.h) + "x" + std::to_string(x.w) + ")");
@@ -126,8 +108,8 @@ template <typename T>
 void check_forward_training(const char* op, NhwcView<const T> x, const T* gamma, const T* beta, NhwcView<T> y,
                             const T* saved_mean, const T* saved_var, const T* running_mean, const T* running_var) {
   check_training_input(op, x);
-  check_view(op, "y", y);
-  check_same_shape(op, "x", x, "y", y);
+  check_view_arg(y, op, "y");
+  check_same_view_shape(y, x, op, "y", "x");
   check_array(op, "gamma", gamma, x.c);
   check_array(op, "beta", beta, x.c);
   check_array(op, "saved_mean", saved_mean, x.c);
@@ -139,9 +121,9 @@ void check_forward_training(const char* op, NhwcView<const T> x, const T* gamma,
 template <typename T>
 void check_forward_inference(const char* op, NhwcView<const T> x, const T* gamma, const T* beta,
                              const T* running_mean, const T* running_var, NhwcView<T> y) {
-  check_view(op, "x", x);
-  check_view(op, "y", y);
-  check_same_shape(op, "x", x, "y", y);
+  check_view_arg(x, op, "x");
+  check_view_arg(y, op, "y");
+  check_same_view_shape(y, x, op, "y", "x");
   check_array(op, "gamma", gamma, x.c);
   check_array(op, "beta", beta, x.c);
   check_array(op, "running_mean", running_mean, x.c);
@@ -153,13 +135,13 @@ void check_backward(const char* op, Activation act, NhwcView<const T> y, NhwcVie
                     NhwcView<const T> x, const T* gamma, const T* saved_mean, const T* saved_var, NhwcView<T> grad_x,
                     const T* grad_gamma, const T* grad_beta) {
   check_training_input(op, x);
-  check_view(op, "grad_y", grad_y);
-  check_view(op, "grad_x", grad_x);
-  check_same_shape(op, "x", x, "grad_y", grad_y);
-  check_same_shape(op, "x", x, "grad_x", grad_x);
+  check_view_arg(grad_y, op, "grad_y");
+  check_view_arg(grad_x, op, "grad_x");
+  check_same_view_shape(grad_y, x, op, "grad_y", "x");
+  check_same_view_shape(grad_x, x, op, "grad_x", "x");
   if (act != Activation::Linear) {
-    check_view(op, "y", y);
-    check_same_shape(op, "x", x, "y", y);
+    check_view_arg(y, op, "y");
+    check_same_view_shape(y, x, op, "y", "x");
   }
   check_array(op, "gamma", gamma, x.c);
   check_array(op, "saved_mean", saved_mean, x.c);
@@ -175,18 +157,6 @@ void check_workspace(const char* op, const ConstAct& x, const void* workspace, s
                 std::to_string(need) + " (batchnorm_workspace_bytes)");
   if (need > 0 && (workspace == nullptr || reinterpret_cast<uintptr_t>(workspace) % alignof(float) != 0))
     throw Error(std::string(op) + ": workspace is null or not float-aligned");
-}
-
-// Calls f.template operator()<A>() for the run-time kind.
-template <typename F>
-void dispatch(Activation kind, F&& f) {
-  switch (kind) {
-    case Activation::Linear: return f.template operator()<Activation::Linear>();
-    case Activation::Leaky: return f.template operator()<Activation::Leaky>();
-    case Activation::Relu: return f.template operator()<Activation::Relu>();
-    case Activation::Logistic: return f.template operator()<Activation::Logistic>();
-  }
-  throw Error("batchnorm: invalid activation kind " + std::to_string(int(kind)));
 }
 
 // ---- CPU ------------------------------------------------------------------------------------
@@ -205,20 +175,6 @@ CpuChunks cpu_chunks(size_t pixels, int c) {
   if (count > 256) count = 256;
   if (count > pixels) count = pixels;
   return {pixels, count < 1 ? 1 : count};
-}
-
-// One pixel's c channels, out[ch] = f(ch, in[ch]), in blocks of 8 through a local array: all
-// loads before the stores (in place is safe) and fixed-size loops that g++ vectorizes at -O2.
-template <typename F>
-inline void map_channels(const float* in, float* out, int c, F f) {
-  int ch = 0;
-  for (; ch + 8 <= c; ch += 8) {
-    float t[8];
-    for (int j = 0; j < 8; ++j) t[j] = in[ch + j];
-    for (int j = 0; j < 8; ++j) t[j] = f(ch + j, t[j]);
-    for (int j = 0; j < 8; ++j) out[ch + j] = t[j];
-  }
-  for (; ch < c; ++ch) out[ch] = f(ch, in[ch]);
 }
 
 // y = act((x - mean) * scale + beta) over the chunks.
@@ -331,40 +287,29 @@ void backward_cpu(ConstAct y, ConstAct grad_y, ConstAct x, const float* gamma, c
 
 // ---- CUDA -----------------------------------------------------------------------------------
 
-template <int V>
-__device__ __forceinline__ void load(const float* p, float (&v)[V]) {
-  if constexpr (V == 4) {
-    float4 t = *reinterpret_cast<const float4*>(p);
-    v[0] = t.x, v[1] = t.y, v[2] = t.z, v[3] = t.w;
-  } else {
-    v[0] = *p;
-  }
-}
-template <int V>
-__device__ __forceinline__ void store(float* p, const float (&v)[V]) {
-  if constexpr (V == 4) {
-    float4 t;
-    t.x = v[0], t.y = v[1], t.z = v[2], t.w = v[3];
-    *reinterpret_cast<float4*>(p) = t;
-  } else {
-    *p = v[0];
-  }
-}
-
-template <typename T>
-bool float4_ok(const NhwcView<T>& v) {
-  return v.c % 4 == 0 && v.stride % 4 == 0 && reinterpret_cast<uintptr_t>(v.data) % 16 == 0;
-}
-
-// NhwcView::pixels() is host-only.
-__device__ inline size_t pixel_count(const ConstAct& v) { return size_t(v.n) * size_t(v.h) * size_t(v.w); }
-
-// Pixels of this thread's row in [begin, end): begin + ty + i*rows for i < count.
-__device__ inline size_t row_count(size_t begin, size_t end, unsigned ty, unsigned rows) {
-  return begin + ty < end ? (end - begin - ty - 1) / rows + 1 : 0;
-}
-
 constexpr int kUnroll = 4;  // loads in flight per thread
+
+// This thread's pixels p of [begin, end) (begin + ty, then every rows-th; i counts them from 0):
+// load(p, i, item), then use(p, item), with the loads of kUnroll pixels issued before their uses.
+// Item: what load reads for one pixel (an array or a struct, kept in registers).
+template <typename Item, typename Load, typename Use>
+__device__ __forceinline__ void for_each_thread_pixel(size_t begin, size_t end, unsigned ty, unsigned rows,
+                                                      Load&& load, Use&& use) {
+  const size_t count = begin + ty < end ? (end - begin - ty - 1) / rows + 1 : 0, first = begin + ty;
+  size_t i = 0;
+  for (; i + kUnroll <= count; i += kUnroll) {
+    Item items[kUnroll];
+#pragma unroll
+    for (int k = 0; k < kUnroll; ++k) load(first + (i + k) * rows, i + k, items[k]);
+#pragma unroll
+    for (int k = 0; k < kUnroll; ++k) use(first + (i + k) * rows, items[k]);
+  }
+  for (; i < count; ++i) {
+    Item item;
+    load(first + i * rows, i, item);
+    use(first + i * rows, item);
+  }
+}
 
 // Pass 1 of the training forward: per-block (mean, M2) of each channel -> partials[b][ch][2],
 // and the block's pixel count -> counts[b].
@@ -375,7 +320,7 @@ __global__ void __launch_bounds__(kThreads)
   const unsigned lanes = blockDim.x, rows = blockDim.y, tx = threadIdx.x, ty = threadIdx.y;
   const int unit = int(blockIdx.y * lanes + tx);
   const bool active = unit * V < x.c;
-  const size_t pixels = pixel_count(x), begin = range_begin(pixels, pixel_blocks, int(blockIdx.x)),
+  const size_t pixels = x.pixels(), begin = range_begin(pixels, pixel_blocks, int(blockIdx.x)),
                end = range_begin(pixels, pixel_blocks, int(blockIdx.x) + 1);
   float n = 0, mean[V], m2[V];
 #pragma unroll
@@ -392,20 +337,9 @@ __global__ void __launch_bounds__(kThreads)
   };
   if (active) {
     const float* base = x.data + size_t(unit) * V + (begin + ty) * size_t(x.stride);
-    const size_t step_elems = size_t(rows) * x.stride, count = row_count(begin, end, ty, rows);
-    size_t i = 0;
-    for (; i + kUnroll <= count; i += kUnroll) {
-      float v[kUnroll][V];
-#pragma unroll
-      for (int k = 0; k < kUnroll; ++k) load<V>(base + (i + k) * step_elems, v[k]);
-#pragma unroll
-      for (int k = 0; k < kUnroll; ++k) step(v[k]);
-    }
-    for (; i < count; ++i) {
-      float v[V];
-      load<V>(base + i * step_elems, v);
-      step(v);
-    }
+    const size_t step_elems = size_t(rows) * x.stride;
+    auto load = [&](size_t, size_t i, float (&v)[V]) { load_floats<V>(base + i * step_elems, v); };
+    for_each_thread_pixel<float[V]>(begin, end, ty, rows, load, [&](size_t, const float (&v)[V]) { step(v); });
   }
   // Tree over rows, fixed pairing: row r absorbs row r + s for s = rows/2, rows/4, ..., 1.
   const unsigned cols = lanes * V;
@@ -508,42 +442,33 @@ __global__ void __launch_bounds__(kThreads) apply_kernel(ConstAct x, Act y, int 
     shift[j] = beta[ch0 + j];
   }
   const int block = int(blockIdx.x);
-  const size_t pixels = pixel_count(x), begin = range_begin(pixels, pixel_blocks, block),
+  const size_t pixels = x.pixels(), begin = range_begin(pixels, pixel_blocks, block),
                end = range_begin(pixels, pixel_blocks, block + 1);
-  const size_t count = row_count(begin, end, ty, rows), first = begin + ty;
-  auto transform = [&](float (&v)[V]) {
+  auto load = [&](size_t p, size_t, float (&v)[V]) { load_floats<V>(x.data + p * x.stride + ch0, v); };
+  auto transform_and_store = [&](size_t p, float (&v)[V]) {
 #pragma unroll
     for (int j = 0; j < V; ++j) v[j] = activate<A>((v[j] - mu[j]) * scale[j] + shift[j]);
+    store_floats<V>(y.data + p * y.stride + ch0, v);
   };
-  size_t i = 0;
-  for (; i + kUnroll <= count; i += kUnroll) {
-    float v[kUnroll][V];
-#pragma unroll
-    for (int k = 0; k < kUnroll; ++k) load<V>(x.data + (first + (i + k) * rows) * x.stride + ch0, v[k]);
-#pragma unroll
-    for (int k = 0; k < kUnroll; ++k) {
-      transform(v[k]);
-      store<V>(y.data + (first + (i + k) * rows) * y.stride + ch0, v[k]);
-    }
-  }
-  for (; i < count; ++i) {
-    float v[V];
-    load<V>(x.data + (first + i * rows) * x.stride + ch0, v);
-    transform(v);
-    store<V>(y.data + (first + i * rows) * y.stride + ch0, v);
-  }
+  for_each_thread_pixel<float[V]>(begin, end, ty, rows, load, transform_and_store);
 }
 
-// g = grad_y * act'(y) for V channels of one pixel.
+// What the backward reads for V channels of one pixel: g = grad_y * act'(y), and x.
+template <int V>
+struct GradAndInput {
+  float g[V], x[V];
+};
 template <Activation A, int V>
-__device__ __forceinline__ void load_g(const ConstAct& y, const ConstAct& grad_y, size_t p, int ch0, float (&g)[V]) {
-  load<V>(grad_y.data + p * grad_y.stride + ch0, g);
+__device__ __forceinline__ void load_grad_and_input(const ConstAct& y, const ConstAct& grad_y, const ConstAct& x,
+                                                    int ch0, size_t p, GradAndInput<V>& item) {
+  load_floats<V>(grad_y.data + p * grad_y.stride + ch0, item.g);
   if constexpr (A != Activation::Linear) {
     float out[V];
-    load<V>(y.data + p * y.stride + ch0, out);
+    load_floats<V>(y.data + p * y.stride + ch0, out);
 #pragma unroll
-    for (int j = 0; j < V; ++j) g[j] *= activation_gradient_from_output<A>(out[j]);
+    for (int j = 0; j < V; ++j) item.g[j] *= activation_gradient_from_output<A>(out[j]);
   }
+  load_floats<V>(x.data + p * x.stride + ch0, item.x);
 }
 
 // Pass 1 of the backward: per-block sum g and sum g (x - mean) -> partials[b][ch][2].
@@ -556,36 +481,20 @@ __global__ void __launch_bounds__(kThreads)
   const int unit = int(blockIdx.y * lanes + tx);
   const bool active = unit * V < x.c;
   const int ch0 = active ? unit * V : 0;
-  const size_t pixels = pixel_count(x), begin = range_begin(pixels, pixel_blocks, int(blockIdx.x)),
+  const size_t pixels = x.pixels(), begin = range_begin(pixels, pixel_blocks, int(blockIdx.x)),
                end = range_begin(pixels, pixel_blocks, int(blockIdx.x) + 1);
   float sum_g[V], sum_gx[V], mu[V];
 #pragma unroll
   for (int j = 0; j < V; ++j) sum_g[j] = 0, sum_gx[j] = 0, mu[j] = active ? saved_mean[ch0 + j] : 0.0f;
   if (active) {
-    const size_t count = row_count(begin, end, ty, rows), first = begin + ty;
-    auto accumulate = [&](const float (&g)[V], const float (&v)[V]) {
-#pragma unroll
-      for (int j = 0; j < V; ++j) sum_g[j] += g[j], sum_gx[j] += g[j] * (v[j] - mu[j]);
+    auto load = [&](size_t p, size_t, GradAndInput<V>& item) {
+      load_grad_and_input<A, V>(y, grad_y, x, ch0, p, item);
     };
-    size_t i = 0;
-    for (; i + kUnroll <= count; i += kUnroll) {
-      float g[kUnroll][V], v[kUnroll][V];
+    auto accumulate = [&](size_t, const GradAndInput<V>& item) {
 #pragma unroll
-      for (int k = 0; k < kUnroll; ++k) {
-        size_t p = first + (i + k) * rows;
-        load_g<A, V>(y, grad_y, p, ch0, g[k]);
-        load<V>(x.data + p * x.stride + ch0, v[k]);
-      }
-#pragma unroll
-      for (int k = 0; k < kUnroll; ++k) accumulate(g[k], v[k]);
-    }
-    for (; i < count; ++i) {
-      size_t p = first + i * rows;
-      float g[V], v[V];
-      load_g<A, V>(y, grad_y, p, ch0, g);
-      load<V>(x.data + p * x.stride + ch0, v);
-      accumulate(g, v);
-    }
+      for (int j = 0; j < V; ++j) sum_g[j] += item.g[j], sum_gx[j] += item.g[j] * (item.x[j] - mu[j]);
+    };
+    for_each_thread_pixel<GradAndInput<V>>(begin, end, ty, rows, load, accumulate);
   }
   const unsigned cols = lanes * V;
 #pragma unroll
@@ -643,7 +552,7 @@ __global__ void __launch_bounds__(kThreads)
   const int unit = int(blockIdx.y * lanes + tx);
   if (unit * V >= x.c) return;
   const int ch0 = unit * V;
-  const size_t pixels = pixel_count(x);
+  const size_t pixels = x.pixels();
   const float inv_m = 1.0f / float(pixels);
   float mu[V], a[V], g_mean[V], k_x[V];
 #pragma unroll
@@ -656,31 +565,15 @@ __global__ void __launch_bounds__(kThreads)
   }
   const int block = int(blockIdx.x);
   const size_t begin = range_begin(pixels, pixel_blocks, block), end = range_begin(pixels, pixel_blocks, block + 1);
-  const size_t count = row_count(begin, end, ty, rows), first = begin + ty;
-  auto finish = [&](float (&g)[V], const float (&v)[V], size_t p) {
-#pragma unroll
-    for (int j = 0; j < V; ++j) g[j] = a[j] * (g[j] - g_mean[j] - k_x[j] * (v[j] - mu[j]));
-    store<V>(grad_x.data + p * grad_x.stride + ch0, g);
+  auto load = [&](size_t p, size_t, GradAndInput<V>& item) {
+    load_grad_and_input<A, V>(y, grad_y, x, ch0, p, item);
   };
-  size_t i = 0;
-  for (; i + kUnroll <= count; i += kUnroll) {
-    float g[kUnroll][V], v[kUnroll][V];
+  auto finish = [&](size_t p, GradAndInput<V>& item) {
 #pragma unroll
-    for (int k = 0; k < kUnroll; ++k) {
-      size_t p = first + (i + k) * rows;
-      load_g<A, V>(y, grad_y, p, ch0, g[k]);
-      load<V>(x.data + p * x.stride + ch0, v[k]);
-    }
-#pragma unroll
-    for (int k = 0; k < kUnroll; ++k) finish(g[k], v[k], first + (i + k) * rows);
-  }
-  for (; i < count; ++i) {
-    size_t p = first + i * rows;
-    float g[V], v[V];
-    load_g<A, V>(y, grad_y, p, ch0, g);
-    load<V>(x.data + p * x.stride + ch0, v);
-    finish(g, v, p);
-  }
+    for (int j = 0; j < V; ++j) item.g[j] = a[j] * (item.g[j] - g_mean[j] - k_x[j] * (item.x[j] - mu[j]));
+    store_floats<V>(grad_x.data + p * grad_x.stride + ch0, item.g);
+  };
+  for_each_thread_pixel<GradAndInput<V>>(begin, end, ty, rows, load, finish);
 }
 
 template <Activation A, int V>
@@ -695,7 +588,7 @@ template <Activation A>
 void forward_training_cuda(ConstAct x, const float* gamma, const float* beta, Act y, float* saved_mean,
                            float* saved_var, float* running_mean, float* running_var, float* partials,
                            cudaStream_t stream) {
-  const bool vec4 = float4_ok(x) && float4_ok(y);
+  const bool vec4 = float4_view(x) && float4_view(y);
   const Tiling t = tiling_for(x.c, vec4);
   const int blocks = stats_pixel_blocks(x.pixels(), t);
   const dim3 grid(unsigned(blocks), unsigned(t.channel_blocks)), block(unsigned(t.lanes), unsigned(t.rows));
@@ -714,7 +607,8 @@ template <Activation A>
 void backward_cuda(ConstAct y, ConstAct grad_y, ConstAct x, const float* gamma, const float* saved_mean,
                    const float* saved_var, Act grad_x, float* grad_gamma, float* grad_beta, float* partials,
                    cudaStream_t stream) {
-  const bool vec4 = float4_ok(grad_y) && float4_ok(x) && float4_ok(grad_x) && (A == Activation::Linear || float4_ok(y));
+  const bool vec4 =
+      float4_view(grad_y) && float4_view(x) && float4_view(grad_x) && (A == Activation::Linear || float4_view(y));
   const Tiling t = tiling_for(x.c, vec4);
   const int blocks = stats_pixel_blocks(x.pixels(), t);
   const dim3 grid(unsigned(blocks), unsigned(t.channel_blocks)), block(unsigned(t.lanes), unsigned(t.rows));
@@ -843,7 +737,7 @@ void batchnorm_activation_forward_training_cpu(Activation act, ConstAct x, const
   check_forward_training("batchnorm_activation_forward_training_cpu", x, gamma, beta, y, saved_mean, saved_var,
                          running_mean, running_var);
   if (x.c == 0) return;
-  dispatch(act, [&]<Activation A>() {
+  with_activation(act, "batchnorm", [&]<Activation A>() {
     forward_training_cpu<A>(x, gamma, beta, y, saved_mean, saved_var, running_mean, running_var);
   });
 }
@@ -855,7 +749,7 @@ void batchnorm_activation_forward_inference_cpu(Activation act, ConstAct x, cons
   std::vector<float> scale(static_cast<size_t>(x.c));
   for (int ch = 0; ch < x.c; ++ch)
     scale[size_t(ch)] = float(gamma[ch] / std::sqrt(double(running_var[ch]) + kBatchNormEpsilon));
-  dispatch(act, [&]<Activation A>() { apply_cpu<A>(x, y, running_mean, scale.data(), beta); });
+  with_activation(act, "batchnorm", [&]<Activation A>() { apply_cpu<A>(x, y, running_mean, scale.data(), beta); });
 }
 
 void batchnorm_activation_backward_cpu(Activation act, ConstAct y, ConstAct grad_y, ConstAct x, const float* gamma,
@@ -865,7 +759,7 @@ void batchnorm_activation_backward_cpu(Activation act, ConstAct y, ConstAct grad
   check_backward("batchnorm_activation_backward_cpu", act, y, grad_y, x, gamma, saved_mean, saved_var, grad_x,
                  grad_gamma, grad_beta);
   if (x.c == 0) return;
-  dispatch(act, [&]<Activation A>() {
+  with_activation(act, "batchnorm", [&]<Activation A>() {
     backward_cpu<A>(y, grad_y, x, gamma, saved_mean, saved_var, grad_x, grad_gamma, grad_beta);
   });
 }
@@ -878,7 +772,7 @@ void batchnorm_activation_forward_training_cuda(Activation act, ConstAct x, cons
   check_forward_training(op, x, gamma, beta, y, saved_mean, saved_var, running_mean, running_var);
   check_workspace(op, x, workspace, workspace_bytes);
   if (x.c == 0) return;
-  dispatch(act, [&]<Activation A>() {
+  with_activation(act, "batchnorm", [&]<Activation A>() {
     forward_training_cuda<A>(x, gamma, beta, y, saved_mean, saved_var, running_mean, running_var,
                              static_cast<float*>(workspace), stream);
   });
@@ -890,9 +784,9 @@ void batchnorm_activation_forward_inference_cuda(Activation act, ConstAct x, con
   check_forward_inference("batchnorm_activation_forward_inference_cuda", x, gamma, beta, running_mean, running_var,
                           y);
   if (x.elements() == 0) return;
-  const bool vec4 = float4_ok(x) && float4_ok(y);
+  const bool vec4 = float4_view(x) && float4_view(y);
   const Tiling t = tiling_for(x.c, vec4);
-  dispatch(act, [&]<Activation A>() {
+  with_activation(act, "batchnorm", [&]<Activation A>() {
     if (vec4) launch_apply<A, 4>(t, x, y, running_mean, running_var, gamma, beta, stream);
     else launch_apply<A, 1>(t, x, y, running_mean, running_var, gamma, beta, stream);
   });
@@ -906,7 +800,7 @@ void batchnorm_activation_backward_cuda(Activation act, ConstAct y, ConstAct gra
   check_backward(op, act, y, grad_y, x, gamma, saved_mean, saved_var, grad_x, grad_gamma, grad_beta);
   check_workspace(op, x, workspace, workspace_bytes);
   if (x.c == 0) return;
-  dispatch(act, [&]<Activation A>() {
+  with_activation(act, "batchnorm", [&]<Activation A>() {
     backward_cuda<A>(y, grad_y, x, gamma, saved_mean, saved_var, grad_x, grad_gamma, grad_beta,
                      static_cast<float*>(workspace), stream);
   });

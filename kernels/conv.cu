@@ -8,7 +8,6 @@
 // The im2col operands are never built: loaders gather them tile by tile into shared memory.
 // Backward data at stride S runs S*S "parity classes" of input pixels (y % S, x % S); in each,
 // only every S-th kernel tap reaches an output pixel, so no work is masked away.
-#define YOLO_GEMM_TILE_KERNELS 1
 #include "kernels/conv.h"
 
 #include <algorithm>
@@ -20,7 +19,7 @@
 
 #include "kernels/common.cuh"
 #include "kernels/cpu_parallel.h"
-#include "kernels/gemm.h"
+#include "kernels/gemm_tiles.cuh"
 
 namespace yolo {
 
@@ -328,36 +327,42 @@ struct ForwardInputLoader {
   __device__ __forceinline__ void stash(Stage<R>& stage) { slot.stash<R>(stage, v); }
 };
 
+// Writes out (plus bias) or, when K is split, this split's dense [P][c_out] partial sums.
 struct ForwardEpilogue {
-  Act out;
+  float* dst;
   const float* bias;
-  int pixels, c_out;
+  int pitch, pixels, c_out;
   bool vec;
   __device__ __forceinline__ void put(int p, int co, const float (&v)[4]) {
     if (p >= pixels || co >= c_out) return;
-    float* dst = out.data + size_t(p) * out.stride + co;
+    float* out = dst + size_t(p) * pitch + co;
     float r[4];
 #pragma unroll
     for (int e = 0; e < 4; ++e) r[e] = v[e] + (bias && co + e < c_out ? bias[co + e] : 0.0f);
-    if (vec && co + 3 < c_out) store4(dst, r);
+    if (vec && co + 3 < c_out) store4(out, r);
     else
-      for (int e = 0; e < 4 && co + e < c_out; ++e) dst[e] = r[e];
+      for (int e = 0; e < 4 && co + e < c_out; ++e) out[e] = r[e];
   }
 };
 
+// grid: (pixel tiles, c_out tiles, splits).
 template <int BM, int BN>
 __global__ void __launch_bounds__(kThreads, 2)
-    conv_forward_kernel(ConvGeom g, ConstAct in, const float* weights, const float* bias, Act out, bool vec_in,
-                        bool vec_w, bool vec_out) {
+    conv_forward_kernel(ConvGeom g, ConstAct in, const float* weights, const float* bias, Act out, float* partials,
+                        int splits, bool vec_in, bool vec_w, bool vec_dst) {
   __align__(16) __shared__ float as[2][kBK][BM + kPad];
   __align__(16) __shared__ float bs[2][kBK][BN + kPad];
-  const int m0 = int(blockIdx.x) * BM, n0 = int(blockIdx.y) * BN, k_size = g.k * g.k * g.c_in;
-  ForwardInputLoader<BM> la(g, in, m0, 0, vec_in);
+  const int m0 = int(blockIdx.x) * BM, n0 = int(blockIdx.y) * BN, split = int(blockIdx.z);
+  const int k_size = g.k * g.k * g.c_in, pixels = g.n * g.oh * g.ow, chunk = int(split_chunk(k_size, splits));
+  const int k_begin = min(k_size, split * chunk), k_end = min(k_size, k_begin + chunk);
+  ForwardInputLoader<BM> la(g, in, m0, k_begin, vec_in);
   KMajorMatrixLoader<BN> lb;
-  lb.init(weights, k_size, g.c_out, k_size, n0, 0, vec_w);
+  lb.init(weights, k_size, g.c_out, k_size, n0, k_begin, vec_w);
   float acc[BM / 16][BN / 16];
-  mainloop<BM, BN>(la, lb, 0, k_size, acc, as, bs);
-  ForwardEpilogue epilogue{out, bias, g.n * g.oh * g.ow, g.c_out, vec_out};
+  mainloop<BM, BN>(la, lb, k_begin, k_end, acc, as, bs);
+  ForwardEpilogue epilogue = splits == 1 ? ForwardEpilogue{out.data, bias, out.stride, pixels, g.c_out, vec_dst}
+                                         : ForwardEpilogue{partials + size_t(split) * pixels * g.c_out, nullptr,
+                                                           g.c_out, pixels, g.c_out, vec_dst};
   write_tile<BM, BN>(acc, m0, n0, epilogue);
 }
 
@@ -602,33 +607,6 @@ __global__ void __launch_bounds__(kThreads, 2)
   write_tile<BM, BN>(acc, m0, n0, epilogue);
 }
 
-// out[row][col] (pitch out_pitch) = (accumulate ? out : 0) + sum over s, in order, of
-// parts[s][row][col] (parts dense, rows x cols each). 4 columns per thread when vec.
-__global__ void sum_splits_kernel(const float* parts, int splits, int rows, int cols, float* out, int out_pitch,
-                                  bool accumulate, bool vec) {
-  const int width = vec ? 4 : 1, units = cols / width;
-  const size_t total = size_t(rows) * units, part = size_t(rows) * cols;
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < total; i += size_t(gridDim.x) * blockDim.x) {
-    const size_t row = i / units, col = (i % units) * width;
-    const float* src = parts + row * cols + col;
-    float* dst = out + row * out_pitch + col;
-    if (vec) {
-      float sum[4];
-      Vec4 t = accumulate ? load4(dst) : Vec4{0.0f, 0.0f, 0.0f, 0.0f};
-      sum[0] = t.x, sum[1] = t.y, sum[2] = t.z, sum[3] = t.w;
-      for (int s = 0; s < splits; ++s) {
-        Vec4 x = load4(src + s * part);
-        sum[0] += x.x, sum[1] += x.y, sum[2] += x.z, sum[3] += x.w;
-      }
-      store4(dst, sum);
-    } else {
-      float sum = accumulate ? *dst : 0.0f;
-      for (int s = 0; s < splits; ++s) sum += src[s * part];
-      *dst = sum;
-    }
-  }
-}
-
 // out[chunk][col] = sum of data[row][col] (row pitch `pitch`) over the chunk's rows, in a fixed
 // order. Block (32, 8): 32 columns, 8 row lanes added in order at the end.
 __global__ void column_sums_kernel(const float* data, int pitch, int rows, int cols, int rows_per_chunk, float* out) {
@@ -654,15 +632,6 @@ void launch_column_sums(const float* data, int pitch, int rows, int cols, int ro
          rows_per_chunk, out);
 }
 
-void launch_sum_splits(const float* parts, int splits, int rows, int cols, float* out, int out_pitch, bool accumulate,
-                       cudaStream_t stream) {
-  const bool vec = cols % 4 == 0 && out_pitch % 4 == 0 && aligned16(out) && aligned16(parts);
-  const size_t units = size_t(rows) * (vec ? cols / 4 : cols);
-  const unsigned blocks = unsigned(std::min<size_t>(ceil_div(units, 256), 8192));
-  LAUNCH(sum_splits_kernel, dim3(blocks), dim3(256), 0, stream, parts, splits, rows, cols, out, out_pitch, accumulate,
-         vec);
-}
-
 // Calls launch.template operator()<BM, BN>() for the plan's tile.
 template <typename F>
 void with_tile(const TilePlan& plan, F&& launch) {
@@ -679,10 +648,11 @@ bool vec_ok(const V& v) {
   return v.c % 4 == 0 && v.stride % 4 == 0 && aligned16(v.data);
 }
 
-constexpr int kMaxSplits = 256;
-constexpr long long kMinSplitK = 256;  // K per split: enough stages to hide the prologue
-
-size_t round_up(size_t bytes) { return (bytes + 255) / 256 * 256; }
+// Forward: out[P x c_out] = im2col(in)[P x KK] * W^T.
+TilePlan forward_plan(const Conv2dShape& s) {
+  const long long pixels = (long long)s.n * s.out_h() * s.out_w();
+  return plan_tiles(pixels, s.c_out, (long long)s.k * s.k * s.c_in, 1, kMaxSplits, kMinSplitK);
+}
 
 // Backward data: the classes' average K stands for all of them (the larger classes dominate).
 TilePlan backward_data_plan(const Conv2dShape& s) {
@@ -703,15 +673,7 @@ int bias_rows_per_chunk(long long pixels) { return int(std::max<long long>(256, 
 size_t bias_partials_bytes(const Conv2dShape& s) {
   const long long pixels = (long long)s.n * s.out_h() * s.out_w();
   const long long chunks = (pixels + bias_rows_per_chunk(pixels) - 1) / bias_rows_per_chunk(pixels);
-  return round_up(size_t(chunks) * s.c_out * sizeof(float));
-}
-
-void check_workspace(const char* op, size_t need, const void* workspace, size_t workspace_bytes) {
-  if (need == 0) return;
-  if (workspace == nullptr || workspace_bytes < need)
-    throw Error(std::string(op) + ": needs " + std::to_string(need) + " bytes of workspace, got " +
-                std::to_string(workspace == nullptr ? 0 : workspace_bytes));
-  if (!aligned16(workspace)) throw Error(std::string(op) + ": workspace is not 16-byte aligned");
+  return round_up_256(size_t(chunks) * s.c_out * sizeof(float));
 }
 
 }  // namespace
@@ -720,7 +682,7 @@ void check_workspace(const char* op, size_t need, const void* workspace, size_t 
 
 template <typename T>
 void conv2d_forward_reference(const Conv2dShape& s, NhwcView<const T> in, const T* weights, const T* bias,
-                              NhwcView<T> out) {
+                              NhwcView<T> out, void*, size_t) {
   check_conv("conv2d_forward_reference", s, in, "in", true, out, "out", weights);
   const int pad = s.pad();
   for (int b = 0; b < s.n; ++b)
@@ -792,7 +754,8 @@ void conv2d_backward_weights_reference(const Conv2dShape& s, NhwcView<const T> i
   }
 }
 
-void conv2d_forward_cpu(const Conv2dShape& s, ConstAct in, const float* weights, const float* bias, Act out) {
+void conv2d_forward_cpu(const Conv2dShape& s, ConstAct in, const float* weights, const float* bias, Act out, void*,
+                        size_t) {
   check_conv("conv2d_forward_cpu", s, in, "in", true, out, "out", weights);
   forward_cpu(s, in, weights, bias, out);
 }
@@ -809,23 +772,36 @@ void conv2d_backward_weights_cpu(const Conv2dShape& s, ConstAct in, ConstAct gra
   backward_weights_cpu(s, in, grad_out, grad_weights, grad_bias);
 }
 
+size_t conv2d_forward_workspace_bytes(const Conv2dShape& s) {
+  s.validate();
+  if (s.n == 0) return 0;
+  return split_partials_bytes(forward_plan(s), (long long)s.n * s.out_h() * s.out_w(), s.c_out);
+}
+
 void conv2d_forward_cuda(const Conv2dShape& s, ConstAct in, const float* weights, const float* bias, Act out,
-                         cudaStream_t stream) {
-  check_conv("conv2d_forward_cuda", s, in, "in", true, out, "out", weights);
+                         void* workspace, size_t workspace_bytes, cudaStream_t stream) {
+  const char* op = "conv2d_forward_cuda";
+  check_conv(op, s, in, "in", true, out, "out", weights);
   if (s.n == 0) return;
+  const TilePlan plan = forward_plan(s);
+  check_workspace(op, conv2d_forward_workspace_bytes(s), workspace, workspace_bytes);
   const ConvGeom g = geometry(s);
   const long long pixels = (long long)s.n * g.oh * g.ow;
-  const bool vec_in = vec_ok(in), vec_w = s.c_in % 4 == 0 && aligned16(weights), vec_out = vec_ok(out);
-  with_tile(plan_tiles(pixels, s.c_out, (long long)s.k * s.k * s.c_in, 1, 1, 0), [&]<int BM, int BN>() {
-    LAUNCH((conv_forward_kernel<BM, BN>), dim3(ceil_div(pixels, BM), ceil_div(s.c_out, BN)), dim3(kThreads), 0,
-           stream, g, in, weights, bias, out, vec_in, vec_w, vec_out);
+  float* partials = static_cast<float*>(workspace);
+  const bool vec_in = vec_ok(in), vec_w = s.c_in % 4 == 0 && aligned16(weights);
+  const bool vec_dst = plan.splits > 1 ? s.c_out % 4 == 0 : vec_ok(out);
+  with_tile(plan, [&]<int BM, int BN>() {
+    LAUNCH((conv_forward_kernel<BM, BN>), dim3(ceil_div(pixels, BM), ceil_div(s.c_out, BN), unsigned(plan.splits)),
+           dim3(kThreads), 0, stream, g, in, weights, bias, out, partials, plan.splits, vec_in, vec_w, vec_dst);
   });
+  if (plan.splits > 1)
+    launch_sum_splits(partials, plan.splits, int(pixels), s.c_out, out.data, out.stride, false, bias, stream);
 }
 
 size_t conv2d_backward_data_workspace_bytes(const Conv2dShape& s) {
   s.validate();
   const TilePlan plan = backward_data_plan(s);
-  return plan.splits > 1 ? round_up(size_t(plan.splits) * s.n * s.h * s.w * s.c_in * sizeof(float)) : 0;
+  return split_partials_bytes(plan, (long long)s.n * s.h * s.w, s.c_in);
 }
 
 void conv2d_backward_data_cuda(const Conv2dShape& s, ConstAct grad_out, const float* weights, Act grad_in,
@@ -847,14 +823,14 @@ void conv2d_backward_data_cuda(const Conv2dShape& s, ConstAct grad_out, const fl
            stream, g, grad_out, weights, grad_in, accumulate, partials, plan.splits, vec_grad, vec_w, vec_dst);
   });
   if (plan.splits > 1)
-    launch_sum_splits(partials, plan.splits, s.n * s.h * s.w, s.c_in, grad_in.data, grad_in.stride, accumulate, stream);
+    launch_sum_splits(partials, plan.splits, s.n * s.h * s.w, s.c_in, grad_in.data, grad_in.stride, accumulate, nullptr,
+                      stream);
 }
 
 size_t conv2d_backward_weights_workspace_bytes(const Conv2dShape& s) {
   s.validate();
   const TilePlan plan = backward_weights_plan(s);
-  const size_t partials = plan.splits > 1 ? round_up(size_t(plan.splits) * s.weight_count() * sizeof(float)) : 0;
-  return partials + bias_partials_bytes(s);
+  return split_partials_bytes(plan, s.c_out, (long long)s.k * s.k * s.c_in) + bias_partials_bytes(s);
 }
 
 void conv2d_backward_weights_cuda(const Conv2dShape& s, ConstAct in, ConstAct grad_out, float* grad_weights,
@@ -867,8 +843,7 @@ void conv2d_backward_weights_cuda(const Conv2dShape& s, ConstAct in, ConstAct gr
   const int cols = s.k * s.k * s.c_in, pixels = s.n * g.oh * g.ow;
   float* partials = static_cast<float*>(workspace);
   float* bias_partials =
-      reinterpret_cast<float*>(static_cast<char*>(workspace) +
-                               (plan.splits > 1 ? round_up(size_t(plan.splits) * s.weight_count() * sizeof(float)) : 0));
+      reinterpret_cast<float*>(static_cast<char*>(workspace) + split_partials_bytes(plan, s.c_out, cols));
   const bool vec_grad = vec_ok(grad_out), vec_in = vec_ok(in);
   const bool vec_dst = cols % 4 == 0 && (plan.splits > 1 || aligned16(grad_weights));
   with_tile(plan, [&]<int BM, int BN>() {
@@ -876,7 +851,8 @@ void conv2d_backward_weights_cuda(const Conv2dShape& s, ConstAct in, ConstAct gr
            dim3(ceil_div(s.c_out, BM), ceil_div(cols, BN), unsigned(plan.splits)), dim3(kThreads), 0, stream, g, in,
            grad_out, grad_weights, partials, plan.splits, vec_grad, vec_in, vec_dst);
   });
-  if (plan.splits > 1) launch_sum_splits(partials, plan.splits, s.c_out, cols, grad_weights, cols, false, stream);
+  if (plan.splits > 1)
+    launch_sum_splits(partials, plan.splits, s.c_out, cols, grad_weights, cols, false, nullptr, stream);
   if (grad_bias) {
     if (pixels == 0) return launch_column_sums(grad_out.data, grad_out.stride, 0, s.c_out, 1, grad_bias, stream);
     const int per_chunk = bias_rows_per_chunk(pixels);
@@ -887,9 +863,9 @@ void conv2d_backward_weights_cuda(const Conv2dShape& s, ConstAct in, ConstAct gr
 }
 
 template void conv2d_forward_reference<float>(const Conv2dShape&, NhwcView<const float>, const float*, const float*,
-                                              NhwcView<float>);
+                                              NhwcView<float>, void*, size_t);
 template void conv2d_forward_reference<double>(const Conv2dShape&, NhwcView<const double>, const double*,
-                                               const double*, NhwcView<double>);
+                                               const double*, NhwcView<double>, void*, size_t);
 template void conv2d_backward_data_reference<float>(const Conv2dShape&, NhwcView<const float>, const float*,
                                                     NhwcView<float>, bool, void*, size_t);
 template void conv2d_backward_data_reference<double>(const Conv2dShape&, NhwcView<const double>, const double*,

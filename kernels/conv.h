@@ -1,8 +1,9 @@
 // 2-D convolution, NHWC activations (views: channel slices allowed), KRSC weights
 // [c_out][k][k][c_in], odd square kernels with padding k/2 ("same" at stride 1), any stride,
 // optional bias. Forward, backward to the input (data) and backward to the weights (and bias).
-// The CUDA versions are implicit GEMMs on the shared tiled main loop of gemm.h (no im2col
-// buffer); backward passes may split their reduction, which needs a workspace (sizes below).
+// The CUDA versions are implicit GEMMs on the shared tiled main loop of gemm_tiles.cuh (no
+// im2col buffer); every pass may split its reduction when that fills the GPU better, which
+// needs a workspace (sizes below; partial sums reduced by a fixed-order second pass).
 #pragma once
 #include <cstddef>
 
@@ -26,13 +27,17 @@ struct Conv2dShape {
 
 // out[b, y, x, o] = bias[o] + sum_{r, s, i} in[b, y*stride - pad + r, x*stride - pad + s, i] *
 // weights[o, r, s, i] (zero outside the image). in is n x h x w x c_in, out n x out_h x out_w x
-// c_out; bias may be null (none).
+// c_out; bias may be null (none). The CUDA version needs conv2d_forward_workspace_bytes(shape)
+// bytes of device workspace, 16-byte aligned (0 for many shapes; then workspace may be null);
+// the others ignore it.
+size_t conv2d_forward_workspace_bytes(const Conv2dShape& shape);
 template <typename T>
 void conv2d_forward_reference(const Conv2dShape& shape, NhwcView<const T> in, const T* weights, const T* bias,
-                              NhwcView<T> out);
-void conv2d_forward_cpu(const Conv2dShape& shape, ConstAct in, const float* weights, const float* bias, Act out);
+                              NhwcView<T> out, void* workspace, size_t workspace_bytes);
+void conv2d_forward_cpu(const Conv2dShape& shape, ConstAct in, const float* weights, const float* bias, Act out,
+                        void* workspace, size_t workspace_bytes);
 void conv2d_forward_cuda(const Conv2dShape& shape, ConstAct in, const float* weights, const float* bias, Act out,
-                         cudaStream_t stream);
+                         void* workspace, size_t workspace_bytes, cudaStream_t stream);
 
 // grad_in (=, or += when accumulate) d loss / d in for the forward above, given grad_out.
 // The CUDA version needs conv2d_backward_data_workspace_bytes(shape) bytes of device

@@ -1,6 +1,6 @@
 // Dense matrix product (row-major, FP32): C = A' * B' (+ bias on every row) (+ C), where A' is A
 // or A^T and B' is B or B^T. What [connected] layers run (forward out = in * W^T + b, backward
-// d_in = d_out * W, dW = d_out^T * in), and the CUDA tile machinery the conv kernels share.
+// d_in = d_out * W, dW = d_out^T * in) and 1x1 convolutions.
 #pragma once
 #include <cstddef>
 
@@ -25,287 +25,25 @@ struct GemmShape {
 
 // c[i][j] = (accumulate ? c[i][j] : 0) + sum_k A'[i][k] * B'[k][j] + (bias ? bias[j] : 0).
 // bias may be null; a and b may be null only when nothing is read from them (m*n*k == 0).
+// The CUDA version may split K (partial products in the workspace, summed in a fixed order by
+// a second pass: deterministic) and needs gemm_workspace_bytes(shape) bytes of device
+// workspace, 16-byte aligned (0 for many shapes; then workspace may be null). The sizes are
+// for the current device (they depend on its SM count). The others ignore the workspace.
+size_t gemm_workspace_bytes(const GemmShape& shape);
 template <typename T>
-void gemm_reference(const GemmShape& shape, const T* a, const T* b, const T* bias, T* c, bool accumulate);
-void gemm_cpu(const GemmShape& shape, const float* a, const float* b, const float* bias, float* c, bool accumulate);
+void gemm_reference(const GemmShape& shape, const T* a, const T* b, const T* bias, T* c, bool accumulate,
+                    void* workspace, size_t workspace_bytes);
+void gemm_cpu(const GemmShape& shape, const float* a, const float* b, const float* bias, float* c, bool accumulate,
+              void* workspace, size_t workspace_bytes);
 void gemm_cuda(const GemmShape& shape, const float* a, const float* b, const float* bias, float* c, bool accumulate,
-               cudaStream_t stream);
+               void* workspace, size_t workspace_bytes, cudaStream_t stream);
 
-// The CUDA gemm and conv kernels share one tiled main loop: 256 threads compute a BM x BN
-// output tile (128x128, 128x64, 64x128 or 64x64), chosen per call from the problem and the
-// GPU's SM count, and some passes split the reduction (K) into chunks reduced in a second,
-// fixed-order pass. For tests: force a tile (0..3 in that order; -1 = automatic) and a split
-// count (0 = automatic; launchers without a workspace never split). Process-wide; not for use
-// while another thread launches.
+// The CUDA gemm and conv kernels share one tiled main loop (kernels/gemm_tiles.cuh): 256
+// threads compute a BM x BN output tile (128x128, 128x64, 64x128 or 64x64), chosen per call
+// from the problem and the GPU's SM count, and every pass with a workspace may split the
+// reduction (K) into chunks reduced in a second, fixed-order pass. For tests: force a tile
+// (0..3 in that order; -1 = automatic) and a split count (0 = automatic; chunks may come out
+// empty). Process-wide; not for use while another thread launches.
 void set_gemm_tiling_for_tests(int tile, int splits);
 
 }  // namespace yolo
-
-// ---- shared by kernels/gemm.cu and kernels/conv.cu (which define the macro): the CUDA tiled
-// main loop, its loaders and planner, and the CPU micro-kernel. Not for other includers. --------
-#if defined(YOLO_GEMM_TILE_KERNELS)
-#include <cstdint>
-#include <cstring>
-#include <vector>
-
-#include "kernels/common.cuh"
-
-namespace yolo::tiled {
-
-#if defined(__CUDACC__)
-using Vec4 = float4;
-#else
-struct alignas(16) Vec4 {
-  float x, y, z, w;
-};
-#endif
-
-constexpr int kThreads = 256;  // a 16 x 16 grid of threads; each owns a (BM/16) x (BN/16) block of C
-constexpr int kBK = 8;         // reduction depth of one shared-memory stage
-constexpr int kPad = 4;        // row padding: the transposed stores of K-major loads avoid bank conflicts
-
-// A stage holds one operand's [kBK][R] slice, R = the tile's rows (BM) or columns (BN).
-template <int R>
-using Stage = float[kBK][R + kPad];
-
-__device__ __forceinline__ Vec4 load4(const float* p) { return *reinterpret_cast<const Vec4*>(p); }
-__device__ __forceinline__ void store4(float* p, const float (&v)[4]) {
-  Vec4 t;
-  t.x = v[0], t.y = v[1], t.z = v[2], t.w = v[3];
-  *reinterpret_cast<Vec4*>(p) = t;
-}
-
-// Operands reach shared memory through loaders: each thread moves 4 floats per stage.
-//  K-major (the operand's rows are contiguous along K): thread t loads row t/2, k (t%2)*4..+3,
-//    and stores them transposed (threads past row R-1 idle when R = 64).
-//  MN-major (contiguous along the tile's R dimension): thread t loads k row t/(R/4), columns
-//    (t%(R/4))*4..+3, and stores them as they are.
-// A loader offers fetch() (global -> registers, then advance by kBK along K) and stash(stage).
-struct KMajorSlot {
-  int row, kq;
-  bool active;
-  template <int R>
-  __device__ __forceinline__ void init() {
-    int t = int(threadIdx.x);
-    row = t / 2, kq = (t % 2) * 4, active = row < R;
-  }
-  template <int R>
-  __device__ __forceinline__ void stash(Stage<R>& stage, const float (&v)[4]) const {
-    if (active) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) stage[kq + e][row] = v[e];
-    }
-  }
-};
-
-struct MnMajorSlot {
-  int k_local, rq;
-  bool active;
-  template <int R>
-  __device__ __forceinline__ void init() {
-    int t = int(threadIdx.x);
-    k_local = t / (R / 4), rq = (t % (R / 4)) * 4, active = k_local < kBK;
-  }
-  template <int R>
-  __device__ __forceinline__ void stash(Stage<R>& stage, const float (&v)[4]) const {
-    if (active) store4(&stage[k_local][rq], v);
-  }
-};
-
-// Operand rows contiguous along K: element (row, k) at data[row * pitch + k].
-template <int R>
-struct KMajorMatrixLoader {
-  KMajorSlot slot;
-  const float* row_ptr;
-  int k_pos, k_size;
-  bool row_ok, vec;
-  float v[4];
-
-  __device__ __forceinline__ void init(const float* data, int pitch, int rows, int k, int r0, int k_begin, bool vector) {
-    slot.init<R>();
-    int row = r0 + slot.row;
-    row_ok = slot.active && row < rows;
-    row_ptr = data + size_t(row_ok ? row : 0) * pitch;
-    k_pos = k_begin + slot.kq, k_size = k, vec = vector;
-  }
-  __device__ __forceinline__ void fetch() {
-    if (vec) {
-      Vec4 t{0.0f, 0.0f, 0.0f, 0.0f};
-      if (row_ok && k_pos < k_size) t = load4(row_ptr + k_pos);
-      v[0] = t.x, v[1] = t.y, v[2] = t.z, v[3] = t.w;
-    } else {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) v[e] = row_ok && k_pos + e < k_size ? row_ptr[k_pos + e] : 0.0f;
-    }
-    k_pos += kBK;
-  }
-  __device__ __forceinline__ void stash(Stage<R>& stage) { slot.stash<R>(stage, v); }
-};
-
-// Operand contiguous along the tile's rows/columns: element (k, col) at data[k * pitch + col].
-template <int R>
-struct MnMajorMatrixLoader {
-  MnMajorSlot slot;
-  const float* data;
-  int pitch, cols, col, k_pos, k_size;
-  bool vec;
-  float v[4];
-
-  __device__ __forceinline__ void init(const float* matrix, int row_pitch, int count, int k, int c0, int k_begin,
-                                       bool vector) {
-    slot.init<R>();
-    data = matrix, pitch = row_pitch, cols = count, col = c0 + slot.rq;
-    k_pos = k_begin + slot.k_local, k_size = k, vec = vector;
-  }
-  __device__ __forceinline__ void fetch() {
-    const bool ok = slot.active && k_pos < k_size;
-    const float* p = data + size_t(ok ? k_pos : 0) * pitch + col;
-    if (vec) {
-      Vec4 t{0.0f, 0.0f, 0.0f, 0.0f};
-      if (ok && col < cols) t = load4(p);
-      v[0] = t.x, v[1] = t.y, v[2] = t.z, v[3] = t.w;
-    } else {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) v[e] = ok && col + e < cols ? p[e] : 0.0f;
-    }
-    k_pos += kBK;
-  }
-  __device__ __forceinline__ void stash(Stage<R>& stage) { slot.stash<R>(stage, v); }
-};
-
-// Row (or column) within the tile of the thread's accumulator index i (t = ty or tx): groups of
-// 4 that are 64 apart, so each shared read is one float4 and a warp reads without conflicts.
-__device__ __forceinline__ int tile_offset(int i, int t) { return (i / 4) * 64 + t * 4 + i % 4; }
-
-// acc = the block's A'[m0.., k_begin..k_end) * B'[k_begin..k_end), n0..] for this thread's
-// elements. Double-buffered: the next stage's global loads are in flight during the FMAs.
-// k_begin and k_end are block-uniform, k_begin a multiple of kBK; loaders mask k past their K.
-template <int BM, int BN, class LoaderA, class LoaderB>
-__device__ __forceinline__ void mainloop(LoaderA& la, LoaderB& lb, int k_begin, int k_end,
-                                         float (&acc)[BM / 16][BN / 16], Stage<BM>* as, Stage<BN>* bs) {
-  constexpr int TM = BM / 16, TN = BN / 16;
-  const int tx = int(threadIdx.x) % 16, ty = int(threadIdx.x) / 16;
-#pragma unroll
-  for (int i = 0; i < TM; ++i)
-#pragma unroll
-    for (int j = 0; j < TN; ++j) acc[i][j] = 0.0f;
-  if (k_begin >= k_end) return;
-
-  la.fetch();
-  lb.fetch();
-  la.stash(as[0]);
-  lb.stash(bs[0]);
-  __syncthreads();
-  int buf = 0;
-  for (int k0 = k_begin; k0 < k_end; k0 += kBK) {
-    const bool more = k0 + kBK < k_end;
-    if (more) {
-      la.fetch();
-      lb.fetch();
-    }
-#pragma unroll
-    for (int kk = 0; kk < kBK; ++kk) {
-      float a[TM], b[TN];
-#pragma unroll
-      for (int q = 0; q < TM / 4; ++q) {
-        Vec4 t = load4(&as[buf][kk][q * 64 + ty * 4]);
-        a[4 * q] = t.x, a[4 * q + 1] = t.y, a[4 * q + 2] = t.z, a[4 * q + 3] = t.w;
-      }
-#pragma unroll
-      for (int q = 0; q < TN / 4; ++q) {
-        Vec4 t = load4(&bs[buf][kk][q * 64 + tx * 4]);
-        b[4 * q] = t.x, b[4 * q + 1] = t.y, b[4 * q + 2] = t.z, b[4 * q + 3] = t.w;
-      }
-#pragma unroll
-      for (int i = 0; i < TM; ++i)
-#pragma unroll
-        for (int j = 0; j < TN; ++j) acc[i][j] += a[i] * b[j];
-    }
-    if (more) {
-      la.stash(as[buf ^ 1]);
-      lb.stash(bs[buf ^ 1]);
-    }
-    __syncthreads();  // the stores above are visible, and nobody still reads `buf` when it is refilled
-    buf ^= 1;
-  }
-}
-
-// Hands the thread's results to epilogue.put(m, n, v[4]) in groups of 4 consecutive columns
-// (m, n: tile origin + offsets; the epilogue checks bounds).
-template <int BM, int BN, class Epilogue>
-__device__ __forceinline__ void write_tile(const float (&acc)[BM / 16][BN / 16], int m0, int n0, Epilogue& epilogue) {
-  constexpr int TM = BM / 16, TN = BN / 16;
-  const int tx = int(threadIdx.x) % 16, ty = int(threadIdx.x) / 16;
-#pragma unroll
-  for (int i = 0; i < TM; ++i)
-#pragma unroll
-    for (int q = 0; q < TN / 4; ++q) {
-      float v[4] = {acc[i][4 * q], acc[i][4 * q + 1], acc[i][4 * q + 2], acc[i][4 * q + 3]};
-      epilogue.put(m0 + tile_offset(i, ty), n0 + q * 64 + tx * 4, v);
-    }
-}
-
-// ---- host side: choosing the tile and the split count ------------------------------------------
-
-struct TilePlan {
-  int tile = 0;    // 0: 128x128, 1: 128x64, 2: 64x128, 3: 64x64
-  int splits = 1;  // reduction chunks (1 = no second pass)
-  int bm() const { return tile < 2 ? 128 : 64; }
-  int bn() const { return tile % 2 == 0 ? 128 : 64; }
-};
-
-// The plan for `groups` independent m x n x k products (conv backward-data parity classes),
-// splitting K into at most max_splits chunks of at least min_chunk (a multiple of kBK).
-TilePlan plan_tiles(long long m, long long n, long long k, int groups, int max_splits, long long min_chunk);
-
-inline bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
-
-// K per split, a multiple of kBK, for k split `splits` ways (the last chunk may be short or empty).
-__host__ __device__ inline long long split_chunk(long long k, int splits) {
-  long long steps = (k + kBK - 1) / kBK;
-  return (steps + splits - 1) / splits * kBK;
-}
-
-}  // namespace yolo::tiled
-
-// ---- CPU micro-kernel (host code shared by the fast CPU gemm and conv) ---------------------------
-namespace yolo::cpu_tiles {
-
-constexpr int kMr = 4, kNr = 8;  // a block of 4 rows x 8 columns of the output in registers
-
-// Four floats in one SIMD register (GCC/Clang vector extension): with plain arrays GCC keeps
-// the accumulators in memory at -O2.
-typedef float Float4 __attribute__((vector_size(16)));
-inline Float4 load_float4(const float* p) {
-  Float4 v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-
-// acc[i][j] += sum over t < depth, in order, of a[i][t] * b[t * kNr + j] (b: kNr-wide packed rows).
-inline void micro_kernel(const float* const (&a)[kMr], const float* __restrict__ b, int depth,
-                         float (&acc)[kMr][kNr]) {
-  Float4 sum[kMr][2];
-  std::memcpy(sum, acc, sizeof sum);
-  for (int t = 0; t < depth; ++t) {
-    const Float4 b0 = load_float4(b + size_t(t) * kNr), b1 = load_float4(b + size_t(t) * kNr + 4);
-    for (int i = 0; i < kMr; ++i) {
-      const float av = a[i][t];
-      sum[i][0] += av * b0;
-      sum[i][1] += av * b1;
-    }
-  }
-  std::memcpy(acc, sum, sizeof sum);
-}
-
-// Per-thread packing buffers (slots 0 and 1), reused across calls; pool workers only read them
-// while the call that filled them waits.
-inline std::vector<float>& cpu_scratch(int slot, size_t floats) {
-  thread_local std::vector<float> buffers[2];
-  buffers[slot].resize(floats);
-  return buffers[slot];
-}
-
-}  // namespace yolo::cpu_tiles
-
-#endif  // YOLO_GEMM_TILE_KERNELS

@@ -15,37 +15,21 @@
 namespace yolo {
 namespace {
 
-template <typename T>
-std::string dims(const NhwcView<T>& v) {
-  return std::to_string(v.n) + "x" + std::to_string(v.h) + "x" + std::to_string(v.w) + "x" + std::to_string(v.c);
-}
-
-template <typename T>
-void check_view(const NhwcView<T>& v, const char* op, const char* name) {
-  std::string prefix = std::string(op) + ": " + name + " ";
-  if (v.n < 0 || v.h < 0 || v.w < 0 || v.c < 0) throw Error(prefix + "has a negative size (" + dims(v) + ")");
-  if (v.stride < v.c)
-    throw Error(prefix + "has pixel stride " + std::to_string(v.stride) + " < channels " + std::to_string(v.c));
-  if (v.data == nullptr && v.elements() > 0) throw Error(prefix + "is a null pointer");
-  if (size_t(v.n) * v.h > INT_MAX || size_t(v.w) * v.stride > INT_MAX)
-    throw Error(prefix + "is too large (" + dims(v) + ", kernels index rows with int)");
-}
-
 // big: the pooled op's input side (in or grad_in), small: its output side.
 template <typename B, typename S>
 void check_shapes(const NhwcView<B>& big, const NhwcView<S>& small, int size, int stride, const char* op,
                   const char* big_name, const char* small_name) {
-  check_view(big, op, big_name);
-  check_view(small, op, small_name);
+  check_row_view_arg(big, op, big_name);
+  check_row_view_arg(small, op, small_name);
   if (size < 1 || stride < 1)
     throw Error(std::string(op) + ": size " + std::to_string(size) + " and stride " + std::to_string(stride) +
                 " must be at least 1");
   if (long(big.h) * big.w > INT_MAX) throw Error(std::string(op) + ": " + big_name + " plane too large for int32 argmax");
   int oh = maxpool_output_size(big.h, size, stride), ow = maxpool_output_size(big.w, size, stride);
   if (small.n != big.n || small.c != big.c || small.h != oh || small.w != ow)
-    throw Error(std::string(op) + ": " + small_name + " is " + dims(small) + " but " + big_name + " " + dims(big) +
-                " pooled by size " + std::to_string(size) + " stride " + std::to_string(stride) + " gives " +
-                std::to_string(big.n) + "x" + std::to_string(oh) + "x" + std::to_string(ow) + "x" +
+    throw Error(std::string(op) + ": " + small_name + " is " + view_dims(small) + " but " + big_name + " " +
+                view_dims(big) + " pooled by size " + std::to_string(size) + " stride " + std::to_string(stride) +
+                " gives " + std::to_string(big.n) + "x" + std::to_string(oh) + "x" + std::to_string(ow) + "x" +
                 std::to_string(big.c));
 }
 
@@ -98,44 +82,25 @@ __host__ __device__ inline float gathered_gradient(const ConstAct& grad_out, con
   return sum;
 }
 
-// ---- CUDA -------------------------------------------------------------------------------
-// Launch shape over NHWC rows: grid y strides over the n*h rows, x over a row's w*c items; a
-// thread's index arithmetic is then one 32-bit division per item (64-bit division is slow).
-struct RowLaunch {
-  dim3 grid, block;
-};
-RowLaunch row_launch(size_t rows, size_t per_row) {
-  unsigned threads = per_row >= 256 ? 256u : unsigned((per_row + 31) / 32 * 32);
-  size_t blocks = (per_row + threads - 1) / threads;
-  return {dim3(unsigned(blocks < 1024 ? blocks : 1024), unsigned(rows < 65535 ? rows : 65535)), dim3(threads)};
-}
-
+// ---- CUDA (on the row grid of common.cuh) ------------------------------------------------
 __global__ void maxpool_forward_kernel(ConstAct in, Act out, int* argmax, int size, int stride) {
   ConstAct out_shape{out.data, out.n, out.h, out.w, out.c, out.c};
-  int rows = out.n * out.h, per_row = out.w * out.c;
-  for (int row = int(blockIdx.y); row < rows; row += int(gridDim.y)) {
+  for_each_row_pack<1>(out.n * out.h, out.w, out.c, [&](int row, int ox, int ch) {
     int b = row / out.h, oy = row % out.h;
-    for (int i = int(blockIdx.x * blockDim.x + threadIdx.x); i < per_row; i += int(gridDim.x * blockDim.x)) {
-      int ox = i / out.c, ch = i - ox * out.c;
-      int index;
-      out.data[out.at(b, oy, ox, ch)] = window_max(in, b, oy, ox, ch, size, stride, &index);
-      if (argmax) argmax[argmax_at(out_shape, b, oy, ox, ch)] = index;
-    }
-  }
+    int index;
+    out.data[out.at(b, oy, ox, ch)] = window_max(in, b, oy, ox, ch, size, stride, &index);
+    if (argmax) argmax[argmax_at(out_shape, b, oy, ox, ch)] = index;
+  });
 }
 
 __global__ void maxpool_backward_kernel(ConstAct grad_out, const int* argmax, Act grad_in, int size, int stride,
                                         bool accumulate) {
-  int rows = grad_in.n * grad_in.h, per_row = grad_in.w * grad_in.c;
-  for (int row = int(blockIdx.y); row < rows; row += int(gridDim.y)) {
+  for_each_row_pack<1>(grad_in.n * grad_in.h, grad_in.w, grad_in.c, [&](int row, int ix, int ch) {
     int b = row / grad_in.h, iy = row % grad_in.h;
-    for (int i = int(blockIdx.x * blockDim.x + threadIdx.x); i < per_row; i += int(gridDim.x * blockDim.x)) {
-      int ix = i / grad_in.c, ch = i - ix * grad_in.c;
-      float sum = gathered_gradient(grad_out, argmax, b, iy, ix, ch, grad_in.w, size, stride);
-      float& target = grad_in.data[grad_in.at(b, iy, ix, ch)];
-      target = accumulate ? target + sum : sum;
-    }
-  }
+    float sum = gathered_gradient(grad_out, argmax, b, iy, ix, ch, grad_in.w, size, stride);
+    float& target = grad_in.data[grad_in.at(b, iy, ix, ch)];
+    target = accumulate ? target + sum : sum;
+  });
 }
 
 // Branch-free selection for the CPU loops: the baseline x86-64 target turns a float ?: into a

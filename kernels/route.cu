@@ -3,12 +3,9 @@
 // pairs of equal shape, where one side of each pair is a channel slice of the wide view.
 #include "kernels/route.h"
 
-#include <climits>
-#include <cstdint>
 #include <cstring>
 #include <functional>
 #include <string>
-#include <type_traits>
 #include <vector>
 
 #include "kernels/common.cuh"
@@ -16,22 +13,6 @@
 
 namespace yolo {
 namespace {
-
-template <typename T>
-std::string dims(const NhwcView<T>& v) {
-  return std::to_string(v.n) + "x" + std::to_string(v.h) + "x" + std::to_string(v.w) + "x" + std::to_string(v.c);
-}
-
-template <typename T>
-void check_view(const NhwcView<T>& v, const std::string& op, const std::string& name) {
-  std::string prefix = op + ": " + name + " ";
-  if (v.n < 0 || v.h < 0 || v.w < 0 || v.c < 0) throw Error(prefix + "has a negative size (" + dims(v) + ")");
-  if (v.stride < v.c)
-    throw Error(prefix + "has pixel stride " + std::to_string(v.stride) + " < channels " + std::to_string(v.c));
-  if (v.data == nullptr && v.elements() > 0) throw Error(prefix + "is a null pointer");
-  if (size_t(v.n) * v.h > INT_MAX || size_t(v.w) * v.stride > INT_MAX)
-    throw Error(prefix + "is too large (" + dims(v) + ", kernels index rows with int)");
-}
 
 // Up to four (src, dst) pairs of the same shape; the kernel takes it by value.
 struct CopyPairs {
@@ -48,15 +29,15 @@ void pair_up(std::span<const NhwcView<Part>> parts, NhwcView<Wide> wide, const c
   if (parts.size() < 1 || parts.size() > size_t(kRouteMaxInputs))
     throw Error(std::string(op) + ": takes 1 to " + std::to_string(kRouteMaxInputs) + " inputs, got " +
                 std::to_string(parts.size()));
-  check_view(wide, op, wide_name);
+  check_row_view_arg(wide, op, wide_name);
   int offset = 0;
   for (size_t i = 0; i < parts.size(); ++i) {
     const NhwcView<Part>& part = parts[i];
     std::string name = std::string(part_name) + "[" + std::to_string(i) + "]";
-    check_view(part, op, name);
+    check_row_view_arg(part, op, name);
     if (part.n != wide.n || part.h != wide.h || part.w != wide.w)
-      throw Error(std::string(op) + ": " + name + " is " + dims(part) + " but " + wide_name + " is " + dims(wide) +
-                  " (same batch and spatial size required)");
+      throw Error(std::string(op) + ": " + name + " is " + view_dims(part) + " but " + wide_name + " is " +
+                  view_dims(wide) + " (same batch and spatial size required)");
     NhwcView<Wide> slice = wide;
     slice.data = wide.data ? wide.data + offset : nullptr;
     slice.c = part.c;
@@ -89,7 +70,7 @@ CopyPairs backward_pairs(ConstAct grad_out, std::span<const Act> grad_inputs) {
 
 // A pair whose source already is its destination needs no copy (a producer that wrote straight
 // into its slice); with accumulate it would double, so only plain copies are skipped.
-bool in_place(const ConstAct& src, const Act& dst, bool accumulate) {
+YOLO_HOST_DEVICE inline bool in_place(const ConstAct& src, const Act& dst, bool accumulate) {
   return !accumulate && src.data == dst.data && src.stride == dst.stride;
 }
 
@@ -114,53 +95,35 @@ void copy_pairs_cpu(const CopyPairs& pairs, bool accumulate) {
   });
 }
 
-// ---- CUDA -------------------------------------------------------------------------------
-struct alignas(16) Vec4 {
-  float x, y, z, w;
-};
-__device__ __forceinline__ float add(float a, float b) { return a + b; }
-__device__ __forceinline__ Vec4 add(Vec4 a, Vec4 b) { return {a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w}; }
-template <int V>
-using Pack = std::conditional_t<V == 4, Vec4, float>;
-
-// Launch shape: grid z picks the pair, y strides over the n*h rows, x over a row's items; a
-// thread's index arithmetic is then one 32-bit division per item (64-bit division is slow).
+// ---- CUDA (on the row grid of common.cuh; grid z picks the pair) --------------------------
 template <int V>
 __global__ void copy_pairs_kernel(CopyPairs pairs, bool accumulate) {
   ConstAct src = pairs.src[blockIdx.z];
   Act dst = pairs.dst[blockIdx.z];
-  if (!accumulate && src.data == dst.data && src.stride == dst.stride) return;  // in place already
-  int packs = src.c / V, rows = src.n * src.h, per_row = src.w * packs;
-  for (int row = int(blockIdx.y); row < rows; row += int(gridDim.y))
-    for (int i = int(blockIdx.x * blockDim.x + threadIdx.x); i < per_row; i += int(gridDim.x * blockDim.x)) {
-      int x = i / packs, ch = (i - x * packs) * V;
-      size_t pixel = size_t(row) * src.w + x;
-      Pack<V> value = *reinterpret_cast<const Pack<V>*>(src.data + pixel * src.stride + ch);
-      Pack<V>* target = reinterpret_cast<Pack<V>*>(dst.data + pixel * dst.stride + ch);
-      *target = accumulate ? add(*target, value) : value;
-    }
+  if (in_place(src, dst, accumulate)) return;
+  for_each_row_pack<V>(src.n * src.h, src.w, src.c, [&](int row, int x, int ch) {
+    size_t pixel = size_t(row) * src.w + x;
+    FloatPack<V> value = load_pack<V>(src.data + pixel * src.stride + ch);
+    float* target = dst.data + pixel * dst.stride + ch;
+    store_pack<V>(target, accumulate ? add_packs(load_pack<V>(target), value) : value);
+  });
 }
 
 void copy_pairs_cuda(const CopyPairs& pairs, bool accumulate, cudaStream_t stream) {
-  auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
   bool vec4 = true;
   int widest = 0;
   for (int i = 0; i < pairs.count; ++i) {
-    const ConstAct& s = pairs.src[i];
-    const Act& d = pairs.dst[i];
-    vec4 = vec4 && s.c % 4 == 0 && s.stride % 4 == 0 && d.stride % 4 == 0 && aligned(s.data) && aligned(d.data);
-    widest = s.c > widest ? s.c : widest;
+    vec4 = vec4 && float4_view(pairs.src[i]) && float4_view(pairs.dst[i]);
+    widest = pairs.src[i].c > widest ? pairs.src[i].c : widest;
   }
   const ConstAct& any = pairs.src[0];
   size_t rows = size_t(any.n) * any.h, per_row = size_t(any.w) * (vec4 ? widest / 4 : widest);
   if (rows == 0 || per_row == 0) return;
-  unsigned threads = per_row >= 256 ? 256u : unsigned((per_row + 31) / 32 * 32);
-  size_t blocks = (per_row + threads - 1) / threads;
-  dim3 grid(unsigned(blocks < 1024 ? blocks : 1024), unsigned(rows < 65535 ? rows : 65535), unsigned(pairs.count));
+  RowLaunch shape = row_launch(rows, per_row, unsigned(pairs.count));
   if (vec4)
-    LAUNCH(copy_pairs_kernel<4>, grid, dim3(threads), 0, stream, pairs, accumulate);
+    LAUNCH(copy_pairs_kernel<4>, shape.grid, shape.block, 0, stream, pairs, accumulate);
   else
-    LAUNCH(copy_pairs_kernel<1>, grid, dim3(threads), 0, stream, pairs, accumulate);
+    LAUNCH(copy_pairs_kernel<1>, shape.grid, shape.block, 0, stream, pairs, accumulate);
 }
 
 }  // namespace

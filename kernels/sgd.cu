@@ -88,12 +88,8 @@ __global__ void sgd_update_kernel(float* w, const float* g, float* u, const SgdS
   }
 }
 
-struct alignas(16) Vec4 {
-  float x, y, z, w;
-};
-
 // Elements [0, head) and the last `tail` are done one by one; the 16-byte-aligned middle as
-// Vec4 packs.
+// float4 packs.
 struct Split {
   size_t head, packs, tail;
 };
@@ -108,10 +104,10 @@ __device__ __forceinline__ bool nonfinite(float v) { return (__float_as_uint(v) 
 
 __global__ void nonfinite_kernel(const float* g, Split split, int* flag) {
   size_t t = blockIdx.x * size_t(blockDim.x) + threadIdx.x, threads = size_t(gridDim.x) * blockDim.x;
-  const Vec4* packs = reinterpret_cast<const Vec4*>(g + split.head);
+  const float4* packs = reinterpret_cast<const float4*>(g + split.head);
   bool bad = false;
   for (size_t p = t; p < split.packs; p += threads) {
-    Vec4 v = packs[p];
+    float4 v = packs[p];
     bad = bad || nonfinite(v.x) || nonfinite(v.y) || nonfinite(v.z) || nonfinite(v.w);
   }
   if (t < split.head) bad = bad || nonfinite(g[t]);
@@ -121,10 +117,10 @@ __global__ void nonfinite_kernel(const float* g, Split split, int* flag) {
 
 __global__ void scale_kernel(float* g, Split split, float s) {
   size_t t = blockIdx.x * size_t(blockDim.x) + threadIdx.x, threads = size_t(gridDim.x) * blockDim.x;
-  Vec4* packs = reinterpret_cast<Vec4*>(g + split.head);
+  float4* packs = reinterpret_cast<float4*>(g + split.head);
   for (size_t p = t; p < split.packs; p += threads) {
-    Vec4 v = packs[p];
-    packs[p] = {v.x * s, v.y * s, v.z * s, v.w * s};
+    float4 v = packs[p];
+    packs[p] = make_float4(v.x * s, v.y * s, v.z * s, v.w * s);
   }
   if (t < split.head) g[t] *= s;
   if (t < split.tail) g[split.head + 4 * split.packs + t] *= s;

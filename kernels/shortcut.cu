@@ -1,11 +1,8 @@
 // Shortcut (residual add): reference, fast CPU version and CUDA kernels (see shortcut.h).
 #include "kernels/shortcut.h"
 
-#include <climits>
-#include <cstdint>
 #include <initializer_list>
 #include <string>
-#include <type_traits>
 #include <utility>
 
 #include "kernels/common.cuh"
@@ -15,114 +12,60 @@ namespace yolo {
 namespace {
 
 template <typename T>
-std::string dims(const NhwcView<T>& v) {
-  return std::to_string(v.n) + "x" + std::to_string(v.h) + "x" + std::to_string(v.w) + "x" + std::to_string(v.c);
-}
-
-template <typename T>
-void check_view(const NhwcView<T>& v, const char* op, const char* name) {
-  std::string prefix = std::string(op) + ": " + name + " ";
-  if (v.n < 0 || v.h < 0 || v.w < 0 || v.c < 0) throw Error(prefix + "has a negative size (" + dims(v) + ")");
-  if (v.stride < v.c)
-    throw Error(prefix + "has pixel stride " + std::to_string(v.stride) + " < channels " + std::to_string(v.c));
-  if (v.data == nullptr && v.elements() > 0) throw Error(prefix + "is a null pointer");
-  if (size_t(v.n) * v.h > INT_MAX || size_t(v.w) * v.stride > INT_MAX)
-    throw Error(prefix + "is too large (" + dims(v) + ", kernels index rows with int)");
-}
-
-template <typename A, typename B>
-void check_same_shape(const NhwcView<A>& a, const NhwcView<B>& b, const char* op, const char* a_name,
-                      const char* b_name) {
-  if (a.n != b.n || a.h != b.h || a.w != b.w || a.c != b.c)
-    throw Error(std::string(op) + ": " + a_name + " is " + dims(a) + " but " + b_name + " is " + dims(b) +
-                " (same shape required)");
-}
-
-template <typename T>
 void check_forward(const NhwcView<const T>& a, const NhwcView<const T>& b, const NhwcView<T>& out) {
-  check_view(a, "shortcut_forward", "a");
-  check_view(b, "shortcut_forward", "b");
-  check_view(out, "shortcut_forward", "out");
-  check_same_shape(a, out, "shortcut_forward", "a", "out");
-  check_same_shape(b, out, "shortcut_forward", "b", "out");
+  check_row_view_arg(a, "shortcut_forward", "a");
+  check_row_view_arg(b, "shortcut_forward", "b");
+  check_row_view_arg(out, "shortcut_forward", "out");
+  check_same_view_shape(a, out, "shortcut_forward", "a", "out");
+  check_same_view_shape(b, out, "shortcut_forward", "b", "out");
 }
 
 // Gradients with null data are skipped; the others must match grad_out.
 template <typename T>
 void check_backward(const NhwcView<const T>& grad_out, const NhwcView<T>& grad_a, const NhwcView<T>& grad_b) {
-  check_view(grad_out, "shortcut_backward", "grad_out");
+  check_row_view_arg(grad_out, "shortcut_backward", "grad_out");
   if (grad_a.data) {
-    check_view(grad_a, "shortcut_backward", "grad_a");
-    check_same_shape(grad_a, grad_out, "shortcut_backward", "grad_a", "grad_out");
+    check_row_view_arg(grad_a, "shortcut_backward", "grad_a");
+    check_same_view_shape(grad_a, grad_out, "shortcut_backward", "grad_a", "grad_out");
   }
   if (grad_b.data) {
-    check_view(grad_b, "shortcut_backward", "grad_b");
-    check_same_shape(grad_b, grad_out, "shortcut_backward", "grad_b", "grad_out");
+    check_row_view_arg(grad_b, "shortcut_backward", "grad_b");
+    check_same_view_shape(grad_b, grad_out, "shortcut_backward", "grad_b", "grad_out");
   }
 }
 
-// ---- CUDA -------------------------------------------------------------------------------
-struct alignas(16) Vec4 {
-  float x, y, z, w;
-};
-__device__ __forceinline__ float add(float a, float b) { return a + b; }
-__device__ __forceinline__ Vec4 add(Vec4 a, Vec4 b) { return {a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w}; }
-template <int V>
-using Pack = std::conditional_t<V == 4, Vec4, float>;
-template <int V>
-__device__ __forceinline__ Pack<V> load(const float* p) { return *reinterpret_cast<const Pack<V>*>(p); }
-template <int V>
-__device__ __forceinline__ void store(float* p, Pack<V> v) { *reinterpret_cast<Pack<V>*>(p) = v; }
-
-// Launch shape over NHWC rows: grid y strides over the n*h rows, x over a row's items; a
-// thread's index arithmetic is then one 32-bit division per item (64-bit division is slow).
-struct RowLaunch {
-  dim3 grid, block;
-};
-RowLaunch row_launch(size_t rows, size_t per_row) {
-  unsigned threads = per_row >= 256 ? 256u : unsigned((per_row + 31) / 32 * 32);
-  size_t blocks = (per_row + threads - 1) / threads;
-  return {dim3(unsigned(blocks < 1024 ? blocks : 1024), unsigned(rows < 65535 ? rows : 65535)), dim3(threads)};
-}
-
+// ---- CUDA (on the row grid of common.cuh) ------------------------------------------------
 // No __restrict__: out may alias a or b (each element is read before it is written, by the
 // same thread).
 template <int V>
 __global__ void shortcut_forward_kernel(ConstAct a, ConstAct b, Act out) {
-  int packs = out.c / V, rows = out.n * out.h, per_row = out.w * packs;
-  for (int row = int(blockIdx.y); row < rows; row += int(gridDim.y))
-    for (int i = int(blockIdx.x * blockDim.x + threadIdx.x); i < per_row; i += int(gridDim.x * blockDim.x)) {
-      int x = i / packs, ch = (i - x * packs) * V;
-      size_t pixel = size_t(row) * out.w + x;
-      Pack<V> sum = add(load<V>(a.data + pixel * a.stride + ch), load<V>(b.data + pixel * b.stride + ch));
-      store<V>(out.data + pixel * out.stride + ch, sum);
-    }
+  for_each_row_pack<V>(out.n * out.h, out.w, out.c, [&](int row, int x, int ch) {
+    size_t pixel = size_t(row) * out.w + x;
+    FloatPack<V> sum =
+        add_packs(load_pack<V>(a.data + pixel * a.stride + ch), load_pack<V>(b.data + pixel * b.stride + ch));
+    store_pack<V>(out.data + pixel * out.stride + ch, sum);
+  });
 }
 
 template <int V>
 __global__ void shortcut_backward_kernel(ConstAct grad_out, Act grad_a, Act grad_b, bool accumulate_a,
                                          bool accumulate_b) {
-  int packs = grad_out.c / V, rows = grad_out.n * grad_out.h, per_row = grad_out.w * packs;
-  for (int row = int(blockIdx.y); row < rows; row += int(gridDim.y))
-    for (int i = int(blockIdx.x * blockDim.x + threadIdx.x); i < per_row; i += int(gridDim.x * blockDim.x)) {
-      int x = i / packs, ch = (i - x * packs) * V;
-      size_t pixel = size_t(row) * grad_out.w + x;
-      Pack<V> g = load<V>(grad_out.data + pixel * grad_out.stride + ch);
-      if (grad_a.data) {
-        float* target = grad_a.data + pixel * grad_a.stride + ch;
-        store<V>(target, accumulate_a ? add(load<V>(target), g) : g);
-      }
-      if (grad_b.data) {
-        float* target = grad_b.data + pixel * grad_b.stride + ch;
-        store<V>(target, accumulate_b ? add(load<V>(target), g) : g);
-      }
+  for_each_row_pack<V>(grad_out.n * grad_out.h, grad_out.w, grad_out.c, [&](int row, int x, int ch) {
+    size_t pixel = size_t(row) * grad_out.w + x;
+    FloatPack<V> g = load_pack<V>(grad_out.data + pixel * grad_out.stride + ch);
+    if (grad_a.data) {
+      float* target = grad_a.data + pixel * grad_a.stride + ch;
+      store_pack<V>(target, accumulate_a ? add_packs(load_pack<V>(target), g) : g);
     }
+    if (grad_b.data) {
+      float* target = grad_b.data + pixel * grad_b.stride + ch;
+      store_pack<V>(target, accumulate_b ? add_packs(load_pack<V>(target), g) : g);
+    }
+  });
 }
 
-template <typename T>
-bool vec4_view(const NhwcView<T>& v) {
-  return v.data == nullptr || (v.stride % 4 == 0 && reinterpret_cast<uintptr_t>(v.data) % 16 == 0);
-}
+// A skipped gradient (null data) does not decide the access width.
+bool float4_or_skipped(const Act& grad) { return grad.data == nullptr || float4_view(grad); }
 
 }  // namespace
 
@@ -201,7 +144,7 @@ void shortcut_backward_cpu(ConstAct grad_out, Act grad_a, Act grad_b, bool accum
 void shortcut_forward_cuda(ConstAct a, ConstAct b, Act out, cudaStream_t stream) {
   check_forward(a, b, out);
   if (out.elements() == 0) return;
-  bool vec4 = out.c % 4 == 0 && vec4_view(a) && vec4_view(b) && vec4_view(out);
+  bool vec4 = float4_view(a) && float4_view(b) && float4_view(out);
   RowLaunch shape = row_launch(size_t(out.n) * out.h, size_t(out.w) * (vec4 ? out.c / 4 : out.c));
   if (vec4)
     LAUNCH(shortcut_forward_kernel<4>, shape.grid, shape.block, 0, stream, a, b, out);
@@ -213,7 +156,7 @@ void shortcut_backward_cuda(ConstAct grad_out, Act grad_a, Act grad_b, bool accu
                             cudaStream_t stream) {
   check_backward(grad_out, grad_a, grad_b);
   if (grad_out.elements() == 0 || (!grad_a.data && !grad_b.data)) return;
-  bool vec4 = grad_out.c % 4 == 0 && vec4_view(grad_out) && vec4_view(grad_a) && vec4_view(grad_b);
+  bool vec4 = float4_view(grad_out) && float4_or_skipped(grad_a) && float4_or_skipped(grad_b);
   RowLaunch shape = row_launch(size_t(grad_out.n) * grad_out.h, size_t(grad_out.w) * (vec4 ? grad_out.c / 4 : grad_out.c));
   if (vec4)
     LAUNCH(shortcut_backward_kernel<4>, shape.grid, shape.block, 0, stream, grad_out, grad_a, grad_b, accumulate_a,

@@ -2,11 +2,8 @@
 #include "kernels/upsample.h"
 
 #include <algorithm>
-#include <climits>
-#include <cstdint>
 #include <cstring>
 #include <string>
-#include <type_traits>
 #include <vector>
 
 #include "kernels/common.cuh"
@@ -15,97 +12,42 @@
 namespace yolo {
 namespace {
 
-template <typename T>
-std::string dims(const NhwcView<T>& v) {
-  return std::to_string(v.n) + "x" + std::to_string(v.h) + "x" + std::to_string(v.w) + "x" + std::to_string(v.c);
-}
-
-template <typename T>
-void check_view(const NhwcView<T>& v, const char* op, const char* name) {
-  std::string prefix = std::string(op) + ": " + name + " ";
-  if (v.n < 0 || v.h < 0 || v.w < 0 || v.c < 0) throw Error(prefix + "has a negative size (" + dims(v) + ")");
-  if (v.stride < v.c)
-    throw Error(prefix + "has pixel stride " + std::to_string(v.stride) + " < channels " + std::to_string(v.c));
-  if (v.data == nullptr && v.elements() > 0) throw Error(prefix + "is a null pointer");
-  if (size_t(v.n) * v.h > INT_MAX || size_t(v.w) * v.stride > INT_MAX)
-    throw Error(prefix + "is too large (" + dims(v) + ", kernels index rows with int)");
-}
-
 // small: the (n, h, w, c) view; big: the upsampled one.
 template <typename S, typename B>
 void check_shapes(const NhwcView<S>& small, const NhwcView<B>& big, int factor, const char* op, const char* small_name,
                   const char* big_name) {
   if (factor < 1) throw Error(std::string(op) + ": factor " + std::to_string(factor) + " must be at least 1");
-  check_view(small, op, small_name);
-  check_view(big, op, big_name);
+  check_row_view_arg(small, op, small_name);
+  check_row_view_arg(big, op, big_name);
   if (big.n != small.n || big.c != small.c || big.h != small.h * factor || big.w != small.w * factor)
-    throw Error(std::string(op) + ": " + big_name + " is " + dims(big) + " but " + small_name + " " + dims(small) +
-                " upsampled by " + std::to_string(factor) + " is " + std::to_string(small.n) + "x" +
+    throw Error(std::string(op) + ": " + big_name + " is " + view_dims(big) + " but " + small_name + " " +
+                view_dims(small) + " upsampled by " + std::to_string(factor) + " is " + std::to_string(small.n) + "x" +
                 std::to_string(small.h * factor) + "x" + std::to_string(small.w * factor) + "x" +
                 std::to_string(small.c));
 }
 
-// ---- CUDA -------------------------------------------------------------------------------
-struct alignas(16) Vec4 {
-  float x, y, z, w;
-};
-__device__ __forceinline__ float add(float a, float b) { return a + b; }
-__device__ __forceinline__ Vec4 add(Vec4 a, Vec4 b) { return {a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w}; }
-template <int V>
-using Pack = std::conditional_t<V == 4, Vec4, float>;
-
-template <int V>
-__device__ __forceinline__ Pack<V> load(const float* p) { return *reinterpret_cast<const Pack<V>*>(p); }
-template <int V>
-__device__ __forceinline__ void store(float* p, Pack<V> v) { *reinterpret_cast<Pack<V>*>(p) = v; }
-
-// Launch shape over NHWC rows: grid y strides over the n*h rows, x over a row's items; a
-// thread's index arithmetic is then one 32-bit division per item (64-bit division is slow).
-struct RowLaunch {
-  dim3 grid, block;
-};
-RowLaunch row_launch(size_t rows, size_t per_row) {
-  unsigned threads = per_row >= 256 ? 256u : unsigned((per_row + 31) / 32 * 32);
-  size_t blocks = (per_row + threads - 1) / threads;
-  return {dim3(unsigned(blocks < 1024 ? blocks : 1024), unsigned(rows < 65535 ? rows : 65535)), dim3(threads)};
-}
-
+// ---- CUDA (on the row grid of common.cuh) ------------------------------------------------
 // One thread per V channels of an output pixel.
 template <int V>
 __global__ void upsample_forward_kernel(ConstAct in, Act out, int factor) {
-  int packs = out.c / V, rows = out.n * out.h, per_row = out.w * packs;
-  for (int row = int(blockIdx.y); row < rows; row += int(gridDim.y)) {
+  for_each_row_pack<V>(out.n * out.h, out.w, out.c, [&](int row, int x, int ch) {
     int b = row / out.h, y = row % out.h;
-    for (int i = int(blockIdx.x * blockDim.x + threadIdx.x); i < per_row; i += int(gridDim.x * blockDim.x)) {
-      int x = i / packs, ch = (i - x * packs) * V;
-      store<V>(out.data + out.at(b, y, x, ch), load<V>(in.data + in.at(b, y / factor, x / factor, ch)));
-    }
-  }
+    store_pack<V>(out.data + out.at(b, y, x, ch), load_pack<V>(in.data + in.at(b, y / factor, x / factor, ch)));
+  });
 }
 
 // One thread per V channels of a grad_in pixel: gathers its factor x factor block in order.
 template <int V>
 __global__ void upsample_backward_kernel(ConstAct grad_out, Act grad_in, int factor, bool accumulate) {
-  int packs = grad_in.c / V, rows = grad_in.n * grad_in.h, per_row = grad_in.w * packs;
-  for (int row = int(blockIdx.y); row < rows; row += int(gridDim.y)) {
+  for_each_row_pack<V>(grad_in.n * grad_in.h, grad_in.w, grad_in.c, [&](int row, int x, int ch) {
     int b = row / grad_in.h, y = row % grad_in.h;
-    for (int i = int(blockIdx.x * blockDim.x + threadIdx.x); i < per_row; i += int(gridDim.x * blockDim.x)) {
-      int x = i / packs, ch = (i - x * packs) * V;
-      Pack<V> sum = load<V>(grad_out.data + grad_out.at(b, y * factor, x * factor, ch));
-      for (int dy = 0; dy < factor; ++dy)
-        for (int dx = dy == 0 ? 1 : 0; dx < factor; ++dx)
-          sum = add(sum, load<V>(grad_out.data + grad_out.at(b, y * factor + dy, x * factor + dx, ch)));
-      float* target = grad_in.data + grad_in.at(b, y, x, ch);
-      store<V>(target, accumulate ? add(load<V>(target), sum) : sum);
-    }
-  }
-}
-
-// Four channels at a time when every access of both views is 16-byte aligned.
-template <typename A, typename B>
-bool vec4_ok(const NhwcView<A>& a, const NhwcView<B>& b) {
-  auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
-  return a.c % 4 == 0 && a.stride % 4 == 0 && b.stride % 4 == 0 && aligned(a.data) && aligned(b.data);
+    FloatPack<V> sum = load_pack<V>(grad_out.data + grad_out.at(b, y * factor, x * factor, ch));
+    for (int dy = 0; dy < factor; ++dy)
+      for (int dx = dy == 0 ? 1 : 0; dx < factor; ++dx)
+        sum = add_packs(sum, load_pack<V>(grad_out.data + grad_out.at(b, y * factor + dy, x * factor + dx, ch)));
+    float* target = grad_in.data + grad_in.at(b, y, x, ch);
+    store_pack<V>(target, accumulate ? add_packs(load_pack<V>(target), sum) : sum);
+  });
 }
 
 }  // namespace
@@ -175,7 +117,7 @@ void upsample_backward_cpu(ConstAct grad_out, Act grad_in, int factor, bool accu
 void upsample_forward_cuda(ConstAct in, Act out, int factor, cudaStream_t stream) {
   check_shapes(in, out, factor, "upsample_forward", "in", "out");
   if (out.elements() == 0) return;
-  bool vec4 = vec4_ok(out, in);
+  bool vec4 = float4_view(out) && float4_view(in);
   RowLaunch shape = row_launch(size_t(out.n) * out.h, size_t(out.w) * (vec4 ? out.c / 4 : out.c));
   if (vec4)
     LAUNCH(upsample_forward_kernel<4>, shape.grid, shape.block, 0, stream, in, out, factor);
@@ -186,7 +128,7 @@ void upsample_forward_cuda(ConstAct in, Act out, int factor, cudaStream_t stream
 void upsample_backward_cuda(ConstAct grad_out, Act grad_in, int factor, bool accumulate, cudaStream_t stream) {
   check_shapes(grad_in, grad_out, factor, "upsample_backward", "grad_in", "grad_out");
   if (grad_in.elements() == 0) return;
-  bool vec4 = vec4_ok(grad_in, grad_out);
+  bool vec4 = float4_view(grad_in) && float4_view(grad_out);
   RowLaunch shape = row_launch(size_t(grad_in.n) * grad_in.h, size_t(grad_in.w) * (vec4 ? grad_in.c / 4 : grad_in.c));
   if (vec4)
     LAUNCH(upsample_backward_kernel<4>, shape.grid, shape.block, 0, stream, grad_out, grad_in, factor, accumulate);

@@ -1,14 +1,19 @@
 // Helpers for op tests (DESIGN.md, testing tiers 1 and 2): central finite differences in
-// double, and comparisons that report the first bad element with its index, value and the
-// reference.
+// double, comparisons that report the first bad element with its index, value and the
+// reference, and channel slices of wide NHWC buffers (the views ops must handle) with the
+// buffers' setup and checks.
 #pragma once
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <functional>
+#include <ostream>
 #include <string>
 #include <vector>
 
+#include "kernels/tensor.h"
 #include "tests/test_support.h"
 
 namespace yolo::testing {
@@ -44,6 +49,83 @@ std::string mismatch(const std::vector<Out>& out, const std::vector<Ref>& ref, d
   return std::to_string(bad) + " of " + std::to_string(out.size()) + " elements differ; first at [" +
          std::to_string(first) + "]: got " + std::to_string(double(out[first])) + ", reference " +
          std::to_string(double(ref[first]));
+}
+
+template <typename T>
+std::vector<double> to_double(const std::vector<T>& v) {
+  return std::vector<double>(v.begin(), v.end());
+}
+
+// Bit for bit the same (NaN included): what a repeated launch must give.
+template <typename T>
+bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
+  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0);
+}
+
+// ---- channel slices ------------------------------------------------------------------------
+// A view of channels [offset, offset + c) inside a wide NHWC buffer of `stride` channels per
+// pixel (offset + c <= stride), like a route's concatenation; stride = c, offset = 0 is dense.
+struct Slice {
+  int n, h, w, c, stride, offset;
+  size_t pixels() const { return size_t(n) * h * w; }
+  size_t size() const { return pixels() * size_t(stride); }  // the wide buffer's elements
+  size_t elements() const { return pixels() * size_t(c); }   // the view's elements
+  // The view into a wide buffer at base; a null base gives a null view of the same shape.
+  template <typename T>
+  NhwcView<T> on(T* base) const {
+    return nhwc(base ? base + offset : nullptr, n, h, w, c, stride);
+  }
+};
+
+// For CAPTURE: "NxHxWxC (stride S, offset O)".
+inline std::ostream& operator<<(std::ostream& out, const Slice& s) {
+  return out << s.n << "x" << s.h << "x" << s.w << "x" << s.c << " (stride " << s.stride << ", offset " << s.offset
+             << ")";
+}
+
+// `wide` with NaN in the slice's elements: what an op writing the slice must overwrite.
+inline std::vector<float> poisoned(std::vector<float> wide, const Slice& s) {
+  for (size_t p = 0; p < s.pixels(); ++p)
+    for (int ch = 0; ch < s.c; ++ch) wide[p * size_t(s.stride) + size_t(s.offset + ch)] = NAN;
+  return wide;
+}
+
+// A random wide buffer for an op's output slice: the slice poisoned, unless the op accumulates
+// into it (then its random values are what the op adds to).
+inline std::vector<float> output_buffer(Rng& rng, const Slice& s, bool accumulate = false) {
+  std::vector<float> wide = rng.floats(s.size());
+  return accumulate ? wide : poisoned(std::move(wide), s);
+}
+
+// The slice's elements of a wide buffer, contiguous (pixel by pixel), as T.
+template <typename T>
+std::vector<T> gather(const std::vector<float>& wide, const Slice& s) {
+  std::vector<T> out;
+  out.reserve(s.elements());
+  for (size_t p = 0; p < s.pixels(); ++p)
+    for (int ch = 0; ch < s.c; ++ch) out.push_back(T(wide[p * size_t(s.stride) + size_t(s.offset + ch)]));
+  return out;
+}
+
+// The inverse of gather: contiguous values (pixel by pixel) into the slice's elements of wide.
+template <typename T>
+void scatter(std::vector<float>& wide, const Slice& s, const std::vector<T>& values) {
+  for (size_t p = 0; p < s.pixels(); ++p)
+    for (int ch = 0; ch < s.c; ++ch)
+      wide[p * size_t(s.stride) + size_t(s.offset + ch)] = float(values[p * size_t(s.c) + size_t(ch)]);
+}
+
+// Elements of a wide buffer outside the slice that no longer hold the poison pattern of
+// DeviceArray::poison (all bits set): what an op wrote where it must not.
+inline size_t written_outside(const std::vector<float>& wide, const Slice& s) {
+  size_t count = 0;
+  for (size_t i = 0; i < wide.size(); ++i) {
+    int ch = int(i % size_t(s.stride));
+    uint32_t bits;
+    std::memcpy(&bits, &wide[i], sizeof bits);
+    if ((ch < s.offset || ch >= s.offset + s.c) && bits != 0xFFFFFFFFu) ++count;
+  }
+  return count;
 }
 
 }  // namespace yolo::testing

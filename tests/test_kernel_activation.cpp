@@ -2,7 +2,6 @@
 // CPU version and the CUDA kernels against the reference on channel slices, in place too.
 #include <doctest/doctest.h>
 
-#include <cstring>
 #include <string>
 #include <vector>
 
@@ -19,60 +18,23 @@ namespace {
 
 constexpr Activation kAllKinds[] = {Activation::Linear, Activation::Leaky, Activation::Relu, Activation::Logistic};
 
-// n x h x w x stride floats, of which channels [offset, offset + c) are the view.
-struct Layout {
-  int n, h, w, c, stride, offset;
-  size_t pixels() const { return size_t(n) * h * w; }
-  size_t floats() const { return pixels() * size_t(stride); }
-};
-
-ConstAct const_view(const DeviceArray<float>& a, const Layout& l) {
-  return nhwc<const float>(a.data() + l.offset, l.n, l.h, l.w, l.c, l.stride);
-}
-Act view(const DeviceArray<float>& a, const Layout& l) { return nhwc(a.data() + l.offset, l.n, l.h, l.w, l.c, l.stride); }
-
-// The view's elements, contiguous, as double (reference inputs) or float (outputs).
-template <typename T>
-std::vector<T> slice(const std::vector<float>& buffer, const Layout& l) {
-  std::vector<T> out;
-  for (size_t p = 0; p < l.pixels(); ++p)
-    for (int ch = 0; ch < l.c; ++ch) out.push_back(T(buffer[p * size_t(l.stride) + size_t(l.offset + ch)]));
-  return out;
-}
-
-// Elements outside the view that no longer hold the poison pattern (all bits set).
-size_t written_outside(const std::vector<float>& buffer, const Layout& l) {
-  size_t count = 0;
-  for (size_t i = 0; i < buffer.size(); ++i) {
-    int ch = int(i % size_t(l.stride));
-    uint32_t bits;
-    std::memcpy(&bits, &buffer[i], 4);
-    if ((ch < l.offset || ch >= l.offset + l.c) && bits != 0xFFFFFFFFu) ++count;
-  }
-  return count;
-}
-
-std::vector<double> reference_forward(Activation kind, const std::vector<double>& x, const Layout& l) {
+std::vector<double> reference_forward(Activation kind, const std::vector<double>& x, const Slice& l) {
   std::vector<double> y(x.size());
   activation_forward_reference<double>(kind, nhwc(x.data(), l.n, l.h, l.w, l.c), nhwc(y.data(), l.n, l.h, l.w, l.c));
   return y;
 }
 
 std::vector<double> reference_backward(Activation kind, const std::vector<double>& y, const std::vector<double>& grad_y,
-                                       const Layout& l) {
+                                       const Slice& l) {
   std::vector<double> grad_x(y.size());
   activation_backward_reference<double>(kind, nhwc(y.data(), l.n, l.h, l.w, l.c), nhwc(grad_y.data(), l.n, l.h, l.w, l.c),
                                         nhwc(grad_x.data(), l.n, l.h, l.w, l.c));
   return grad_x;
 }
 
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
-
 // Odd sizes; the second and fourth take the float4 path on the device, the first is a slice
 // with a scalar path, the second a slice at a 16-byte offset.
-const Layout kLayouts[] = {{3, 7, 5, 13, 16, 1}, {2, 5, 3, 16, 24, 4}, {1, 3, 3, 3, 3, 0}, {3, 1, 1, 8, 8, 0}};
+const Slice kSlices[] = {{3, 7, 5, 13, 16, 1}, {2, 5, 3, 16, 24, 4}, {1, 3, 3, 3, 3, 0}, {3, 1, 1, 8, 8, 0}};
 
 // Forward and backward of every kind on every layout, out of place and in place, against the
 // reference; on a device each launch is repeated and must give the same bits.
@@ -87,53 +49,48 @@ void check_against_reference(Device device, bool cuda) {
     if (cuda) activation_backward_cuda(kind, y, grad_y, grad_x, nullptr);
     else activation_backward_cpu(kind, y, grad_y, grad_x);
   };
-  for (const Layout& l : kLayouts) {
+  for (const Slice& l : kSlices) {
     for (Activation kind : kAllKinds) {
       const std::string kind_name = activation_name(kind);
       CAPTURE(kind_name);
-      CAPTURE(l.c);
-      CAPTURE(l.stride);
-      std::vector<float> x = rng.floats(l.floats(), -2.0f, 2.0f), grad_y = rng.floats(l.floats());
-      std::vector<double> y_ref = reference_forward(kind, slice<double>(x, l), l);
+      CAPTURE(l);
+      std::vector<float> x = rng.floats(l.size(), -2.0f, 2.0f), grad_y = rng.floats(l.size());
+      std::vector<double> y_ref = reference_forward(kind, gather<double>(x, l), l);
       // The backward's y: the forward's output (in float), written into a buffer of the same layout.
       std::vector<float> y_in = x;
-      {
-        std::vector<float> y_slice(y_ref.begin(), y_ref.end());
-        for (size_t p = 0; p < l.pixels(); ++p)
-          for (int ch = 0; ch < l.c; ++ch) y_in[p * size_t(l.stride) + size_t(l.offset + ch)] = y_slice[p * size_t(l.c) + size_t(ch)];
-      }
-      std::vector<double> grad_x_ref = reference_backward(kind, slice<double>(y_in, l), slice<double>(grad_y, l), l);
+      scatter(y_in, l, y_ref);
+      std::vector<double> grad_x_ref = reference_backward(kind, gather<double>(y_in, l), gather<double>(grad_y, l), l);
 
-      DeviceArray<float> d_x(device, x), d_y(device, l.floats()), d_y_in(device, y_in), d_grad_y(device, grad_y),
-          d_grad_x(device, l.floats());
+      DeviceArray<float> d_x(device, x), d_y(device, l.size()), d_y_in(device, y_in), d_grad_y(device, grad_y),
+          d_grad_x(device, l.size());
       d_y.poison();
-      forward(kind, const_view(d_x, l), view(d_y, l));
+      forward(kind, l.on<const float>(d_x.data()), l.on(d_y.data()));
       std::vector<float> y = d_y.download();
-      CHECK_CLOSE(slice<float>(y, l), y_ref, 1e-6, 1e-5);
+      CHECK_CLOSE(gather<float>(y, l), y_ref, 1e-6, 1e-5);
       CHECK(written_outside(y, l) == 0);
 
       d_grad_x.poison();
-      backward(kind, const_view(d_y_in, l), const_view(d_grad_y, l), view(d_grad_x, l));
+      backward(kind, l.on<const float>(d_y_in.data()), l.on<const float>(d_grad_y.data()), l.on(d_grad_x.data()));
       std::vector<float> grad_x = d_grad_x.download();
-      CHECK_CLOSE(slice<float>(grad_x, l), grad_x_ref, 1e-6, 1e-5);
+      CHECK_CLOSE(gather<float>(grad_x, l), grad_x_ref, 1e-6, 1e-5);
       CHECK(written_outside(grad_x, l) == 0);
 
       if (cuda) {  // the same launches again: the same bits
         d_y.poison();
-        forward(kind, const_view(d_x, l), view(d_y, l));
+        forward(kind, l.on<const float>(d_x.data()), l.on(d_y.data()));
         CHECK(same_bits(d_y.download(), y));
         d_grad_x.poison();
-        backward(kind, const_view(d_y_in, l), const_view(d_grad_y, l), view(d_grad_x, l));
+        backward(kind, l.on<const float>(d_y_in.data()), l.on<const float>(d_grad_y.data()), l.on(d_grad_x.data()));
         CHECK(same_bits(d_grad_x.download(), grad_x));
       }
 
       // In place: y over x, grad_x over grad_y.
       DeviceArray<float> d_inplace(device, x);
-      forward(kind, const_view(d_inplace, l), view(d_inplace, l));
-      CHECK_CLOSE(slice<float>(d_inplace.download(), l), y_ref, 1e-6, 1e-5);
+      forward(kind, l.on<const float>(d_inplace.data()), l.on(d_inplace.data()));
+      CHECK_CLOSE(gather<float>(d_inplace.download(), l), y_ref, 1e-6, 1e-5);
       d_inplace.upload(grad_y);
-      backward(kind, const_view(d_y_in, l), const_view(d_inplace, l), view(d_inplace, l));
-      CHECK_CLOSE(slice<float>(d_inplace.download(), l), grad_x_ref, 1e-6, 1e-5);
+      backward(kind, l.on<const float>(d_y_in.data()), l.on<const float>(d_inplace.data()), l.on(d_inplace.data()));
+      CHECK_CLOSE(gather<float>(d_inplace.download(), l), grad_x_ref, 1e-6, 1e-5);
     }
   }
 }
@@ -166,7 +123,7 @@ TEST_CASE("activation: hand-computed values, derivatives taken from the output")
 TEST_CASE("activation: reference backward matches finite differences") {
   Rng rng;
   CAPTURE(rng.seed());
-  const Layout l{2, 3, 2, 5, 5, 0};
+  const Slice l{2, 3, 2, 5, 5, 0};
   for (Activation kind : kAllKinds) {
     const std::string kind_name = activation_name(kind);
       CAPTURE(kind_name);

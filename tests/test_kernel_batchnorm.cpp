@@ -5,7 +5,6 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
-#include <cstring>
 #include <string>
 #include <vector>
 
@@ -22,63 +21,20 @@ namespace {
 
 constexpr Activation kAllKinds[] = {Activation::Linear, Activation::Leaky, Activation::Relu, Activation::Logistic};
 
-// n x h x w x stride floats, of which channels [offset, offset + c) are the view.
-struct Layout {
-  int n, h, w, c, stride, offset;
-  size_t pixels() const { return size_t(n) * h * w; }
-  size_t floats() const { return pixels() * size_t(stride); }
-  size_t elements() const { return pixels() * size_t(c); }
-};
-
-ConstAct const_view(const DeviceArray<float>& a, const Layout& l) {
-  return nhwc<const float>(a.data() + l.offset, l.n, l.h, l.w, l.c, l.stride);
-}
-Act view(const DeviceArray<float>& a, const Layout& l) { return nhwc(a.data() + l.offset, l.n, l.h, l.w, l.c, l.stride); }
 template <typename T>
-NhwcView<T> dense(T* data, const Layout& l) {
+NhwcView<T> dense(T* data, const Slice& l) {
   return nhwc(data, l.n, l.h, l.w, l.c);
 }
 template <typename T>
-NhwcView<const T> cdense(const T* data, const Layout& l) {
+NhwcView<const T> cdense(const T* data, const Slice& l) {
   return nhwc(data, l.n, l.h, l.w, l.c);
-}
-
-// The view's elements, contiguous.
-template <typename T>
-std::vector<T> slice(const std::vector<float>& buffer, const Layout& l) {
-  std::vector<T> out;
-  out.reserve(l.elements());
-  for (size_t p = 0; p < l.pixels(); ++p)
-    for (int ch = 0; ch < l.c; ++ch) out.push_back(T(buffer[p * size_t(l.stride) + size_t(l.offset + ch)]));
-  return out;
-}
-
-// Elements outside the view that no longer hold the poison pattern (all bits set).
-size_t written_outside(const std::vector<float>& buffer, const Layout& l) {
-  size_t count = 0;
-  for (size_t i = 0; i < buffer.size(); ++i) {
-    int ch = int(i % size_t(l.stride));
-    uint32_t bits;
-    std::memcpy(&bits, &buffer[i], 4);
-    if ((ch < l.offset || ch >= l.offset + l.c) && bits != 0xFFFFFFFFu) ++count;
-  }
-  return count;
-}
-
-template <typename T>
-std::vector<double> to_double(const std::vector<T>& v) {
-  return std::vector<double>(v.begin(), v.end());
-}
-
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
 // Inputs with per-channel offsets and spreads (means far from 0 test the stable statistics).
-std::vector<float> channel_data(Rng& rng, const Layout& l) {
+std::vector<float> channel_data(Rng& rng, const Slice& l) {
   std::vector<float> offset(size_t(l.stride)), spread(size_t(l.stride));
   for (int ch = 0; ch < l.stride; ++ch) offset[size_t(ch)] = rng.uniform(-3.0f, 3.0f), spread[size_t(ch)] = rng.uniform(0.2f, 2.0f);
-  std::vector<float> x(l.floats());
+  std::vector<float> x(l.size());
   for (size_t i = 0; i < x.size(); ++i) x[i] = offset[i % size_t(l.stride)] + spread[i % size_t(l.stride)] * rng.uniform(-1.0f, 1.0f);
   return x;
 }
@@ -101,7 +57,7 @@ Params random_params(Rng& rng, int c) {
 struct ForwardRef {
   std::vector<double> y, mean, var, running_mean, running_var;
 };
-ForwardRef reference_training(Activation act, const std::vector<double>& x, const Layout& l, const Params& p) {
+ForwardRef reference_training(Activation act, const std::vector<double>& x, const Slice& l, const Params& p) {
   ForwardRef r;
   size_t c = size_t(l.c);
   r.y.resize(x.size());
@@ -116,199 +72,185 @@ ForwardRef reference_training(Activation act, const std::vector<double>& x, cons
 
 // The cases each implementation runs: odd sizes and slices (scalar path), a 16-byte-aligned slice
 // and dense tensors (float4 path), tiny batches (m = 3, m = 1), and one with 130 pixel blocks.
-const Layout kLayouts[] = {{3, 7, 5, 13, 16, 1}, {2, 9, 11, 24, 32, 8}, {3, 37, 41, 16, 16, 0},
+const Slice kSlices[] = {{3, 7, 5, 13, 16, 1}, {2, 9, 11, 24, 32, 8}, {3, 37, 41, 16, 16, 0},
                            {1, 1, 3, 5, 7, 2},   {1, 1, 1, 4, 4, 0},    {2, 91, 91, 64, 64, 0}};
-bool is_large(const Layout& l) { return l.elements() > 200000; }
+bool is_large(const Slice& l) { return l.elements() > 200000; }
 
 struct Impl {
   Device device;
   bool cuda;
 };
 
+// f(l, act) for every case and activation kind, both captured. The large case (slow emulated)
+// runs only with linear and leaky, and only where `large` is set.
+template <typename F>
+void for_each_case(bool large, F&& f) {
+  for (const Slice& l : kSlices)
+    for (Activation act : kAllKinds) {
+      if (is_large(l) && (!large || (act != Activation::Linear && act != Activation::Leaky))) continue;
+      const std::string act_name = activation_name(act);
+      CAPTURE(act_name);
+      CAPTURE(l);
+      f(l, act);
+    }
+}
+
 void check_forward_training(const Impl& impl) {
   Rng rng;
   CAPTURE(rng.seed());
-  for (const Layout& l : kLayouts) {
-    for (Activation act : kAllKinds) {
-      if (is_large(l) && act != Activation::Linear && act != Activation::Leaky) continue;
-      const std::string act_name = activation_name(act);
-      CAPTURE(act_name);
-      CAPTURE(l.n);
-      CAPTURE(l.h);
-      CAPTURE(l.w);
-      CAPTURE(l.c);
-      CAPTURE(l.stride);
-      std::vector<float> x = channel_data(rng, l);
-      Params p = random_params(rng, l.c);
-      ForwardRef ref = reference_training(act, slice<double>(x, l), l, p);
+  for_each_case(true, [&](const Slice& l, Activation act) {
+    std::vector<float> x = channel_data(rng, l);
+    Params p = random_params(rng, l.c);
+    ForwardRef ref = reference_training(act, gather<double>(x, l), l, p);
 
-      const size_t c = size_t(l.c);
-      size_t workspace_bytes = batchnorm_workspace_bytes(l.n, l.h, l.w, l.c);
-      DeviceArray<unsigned char> workspace(impl.device, workspace_bytes);  // exact size: overruns are caught
-      DeviceArray<float> d_x(impl.device, x), d_y(impl.device, l.floats()), d_gamma(impl.device, p.gamma),
-          d_beta(impl.device, p.beta), d_mean(impl.device, c), d_var(impl.device, c),
-          d_running_mean(impl.device, p.running_mean), d_running_var(impl.device, p.running_var);
-      auto run = [&](ConstAct in, Act out) {
-        d_running_mean.upload(p.running_mean), d_running_var.upload(p.running_var);
-        d_mean.poison(), d_var.poison();
-        if (impl.cuda)
-          batchnorm_activation_forward_training_cuda(act, in, d_gamma.data(), d_beta.data(), out, d_mean.data(),
-                                                     d_var.data(), d_running_mean.data(), d_running_var.data(),
-                                                     workspace.data(), workspace_bytes, nullptr);
-        else
-          batchnorm_activation_forward_training_cpu(act, in, d_gamma.data(), d_beta.data(), out, d_mean.data(),
-                                                    d_var.data(), d_running_mean.data(), d_running_var.data(), nullptr,
-                                                    0);
-      };
+    const size_t c = size_t(l.c);
+    size_t workspace_bytes = batchnorm_workspace_bytes(l.n, l.h, l.w, l.c);
+    DeviceArray<unsigned char> workspace(impl.device, workspace_bytes);  // exact size: overruns are caught
+    DeviceArray<float> d_x(impl.device, x), d_y(impl.device, l.size()), d_gamma(impl.device, p.gamma),
+        d_beta(impl.device, p.beta), d_mean(impl.device, c), d_var(impl.device, c),
+        d_running_mean(impl.device, p.running_mean), d_running_var(impl.device, p.running_var);
+    auto run = [&](ConstAct in, Act out) {
+      d_running_mean.upload(p.running_mean), d_running_var.upload(p.running_var);
+      d_mean.poison(), d_var.poison();
+      if (impl.cuda)
+        batchnorm_activation_forward_training_cuda(act, in, d_gamma.data(), d_beta.data(), out, d_mean.data(),
+                                                   d_var.data(), d_running_mean.data(), d_running_var.data(),
+                                                   workspace.data(), workspace_bytes, nullptr);
+      else
+        batchnorm_activation_forward_training_cpu(act, in, d_gamma.data(), d_beta.data(), out, d_mean.data(),
+                                                  d_var.data(), d_running_mean.data(), d_running_var.data(), nullptr,
+                                                  0);
+    };
+    d_y.poison();
+    run(l.on<const float>(d_x.data()), l.on(d_y.data()));
+    std::vector<float> y = d_y.download(), mean = d_mean.download(), var = d_var.download(),
+                       running_mean = d_running_mean.download(), running_var = d_running_var.download();
+    CHECK_CLOSE(gather<float>(y, l), ref.y, 1e-5, 1e-4);
+    CHECK(written_outside(y, l) == 0);
+    CHECK_CLOSE(mean, ref.mean, 1e-5, 1e-5);
+    CHECK_CLOSE(var, ref.var, 1e-6, 1e-4);
+    CHECK_CLOSE(running_mean, ref.running_mean, 1e-6, 1e-5);
+    CHECK_CLOSE(running_var, ref.running_var, 1e-6, 1e-5);
+
+    if (impl.cuda) {  // again: the same bits everywhere
       d_y.poison();
-      run(const_view(d_x, l), view(d_y, l));
-      std::vector<float> y = d_y.download(), mean = d_mean.download(), var = d_var.download(),
-                         running_mean = d_running_mean.download(), running_var = d_running_var.download();
-      CHECK_CLOSE(slice<float>(y, l), ref.y, 1e-5, 1e-4);
-      CHECK(written_outside(y, l) == 0);
-      CHECK_CLOSE(mean, ref.mean, 1e-5, 1e-5);
-      CHECK_CLOSE(var, ref.var, 1e-6, 1e-4);
-      CHECK_CLOSE(running_mean, ref.running_mean, 1e-6, 1e-5);
-      CHECK_CLOSE(running_var, ref.running_var, 1e-6, 1e-5);
-
-      if (impl.cuda) {  // again: the same bits everywhere
-        d_y.poison();
-        run(const_view(d_x, l), view(d_y, l));
-        CHECK(same_bits(d_y.download(), y));
-        CHECK(same_bits(d_mean.download(), mean));
-        CHECK(same_bits(d_var.download(), var));
-        CHECK(same_bits(d_running_mean.download(), running_mean));
-        CHECK(same_bits(d_running_var.download(), running_var));
-      }
-      if (act == Activation::Leaky) {  // in place: y over x
-        DeviceArray<float> d_inplace(impl.device, x);
-        run(const_view(d_inplace, l), view(d_inplace, l));
-        CHECK_CLOSE(slice<float>(d_inplace.download(), l), ref.y, 1e-5, 1e-4);
-      }
+      run(l.on<const float>(d_x.data()), l.on(d_y.data()));
+      CHECK(same_bits(d_y.download(), y));
+      CHECK(same_bits(d_mean.download(), mean));
+      CHECK(same_bits(d_var.download(), var));
+      CHECK(same_bits(d_running_mean.download(), running_mean));
+      CHECK(same_bits(d_running_var.download(), running_var));
     }
-  }
+    if (act == Activation::Leaky) {  // in place: y over x
+      DeviceArray<float> d_inplace(impl.device, x);
+      run(l.on<const float>(d_inplace.data()), l.on(d_inplace.data()));
+      CHECK_CLOSE(gather<float>(d_inplace.download(), l), ref.y, 1e-5, 1e-4);
+    }
+  });
 }
 
 void check_forward_inference(const Impl& impl) {
   Rng rng;
   CAPTURE(rng.seed());
-  for (const Layout& l : kLayouts) {
-    if (is_large(l)) continue;
-    for (Activation act : kAllKinds) {
-      const std::string act_name = activation_name(act);
-      CAPTURE(act_name);
-      CAPTURE(l.c);
-      CAPTURE(l.stride);
-      std::vector<float> x = channel_data(rng, l);
-      Params p = random_params(rng, l.c);
-      for (float& m : p.running_mean) m *= 3.0f;  // like the data's channel offsets
-      std::vector<double> xd = slice<double>(x, l), y_ref(l.elements()), gamma = to_double(p.gamma),
-                          beta = to_double(p.beta), rm = to_double(p.running_mean), rv = to_double(p.running_var);
-      batchnorm_activation_forward_inference_reference<double>(act, cdense(xd.data(), l), gamma.data(), beta.data(),
-                                                               rm.data(), rv.data(), dense(y_ref.data(), l));
-      DeviceArray<float> d_x(impl.device, x), d_y(impl.device, l.floats()), d_gamma(impl.device, p.gamma),
-          d_beta(impl.device, p.beta), d_rm(impl.device, p.running_mean), d_rv(impl.device, p.running_var);
-      auto run = [&](ConstAct in, Act out) {
-        if (impl.cuda)
-          batchnorm_activation_forward_inference_cuda(act, in, d_gamma.data(), d_beta.data(), d_rm.data(),
-                                                      d_rv.data(), out, nullptr);
-        else
-          batchnorm_activation_forward_inference_cpu(act, in, d_gamma.data(), d_beta.data(), d_rm.data(),
-                                                     d_rv.data(), out);
-      };
+  for_each_case(false, [&](const Slice& l, Activation act) {
+    std::vector<float> x = channel_data(rng, l);
+    Params p = random_params(rng, l.c);
+    for (float& m : p.running_mean) m *= 3.0f;  // like the data's channel offsets
+    std::vector<double> xd = gather<double>(x, l), y_ref(l.elements()), gamma = to_double(p.gamma),
+                        beta = to_double(p.beta), rm = to_double(p.running_mean), rv = to_double(p.running_var);
+    batchnorm_activation_forward_inference_reference<double>(act, cdense(xd.data(), l), gamma.data(), beta.data(),
+                                                             rm.data(), rv.data(), dense(y_ref.data(), l));
+    DeviceArray<float> d_x(impl.device, x), d_y(impl.device, l.size()), d_gamma(impl.device, p.gamma),
+        d_beta(impl.device, p.beta), d_rm(impl.device, p.running_mean), d_rv(impl.device, p.running_var);
+    auto run = [&](ConstAct in, Act out) {
+      if (impl.cuda)
+        batchnorm_activation_forward_inference_cuda(act, in, d_gamma.data(), d_beta.data(), d_rm.data(),
+                                                    d_rv.data(), out, nullptr);
+      else
+        batchnorm_activation_forward_inference_cpu(act, in, d_gamma.data(), d_beta.data(), d_rm.data(),
+                                                   d_rv.data(), out);
+    };
+    d_y.poison();
+    run(l.on<const float>(d_x.data()), l.on(d_y.data()));
+    std::vector<float> y = d_y.download();
+    CHECK_CLOSE(gather<float>(y, l), y_ref, 1e-5, 1e-4);
+    CHECK(written_outside(y, l) == 0);
+    if (impl.cuda) {
       d_y.poison();
-      run(const_view(d_x, l), view(d_y, l));
-      std::vector<float> y = d_y.download();
-      CHECK_CLOSE(slice<float>(y, l), y_ref, 1e-5, 1e-4);
-      CHECK(written_outside(y, l) == 0);
-      if (impl.cuda) {
-        d_y.poison();
-        run(const_view(d_x, l), view(d_y, l));
-        CHECK(same_bits(d_y.download(), y));
-      }
-      DeviceArray<float> d_inplace(impl.device, x);
-      run(const_view(d_inplace, l), view(d_inplace, l));
-      CHECK_CLOSE(slice<float>(d_inplace.download(), l), y_ref, 1e-5, 1e-4);
+      run(l.on<const float>(d_x.data()), l.on(d_y.data()));
+      CHECK(same_bits(d_y.download(), y));
     }
-  }
+    DeviceArray<float> d_inplace(impl.device, x);
+    run(l.on<const float>(d_inplace.data()), l.on(d_inplace.data()));
+    CHECK_CLOSE(gather<float>(d_inplace.download(), l), y_ref, 1e-5, 1e-4);
+  });
 }
 
 void check_backward(const Impl& impl) {
   Rng rng;
   CAPTURE(rng.seed());
-  for (const Layout& l : kLayouts) {
-    for (Activation act : kAllKinds) {
-      if (is_large(l) && act != Activation::Linear && act != Activation::Leaky) continue;
-      const std::string act_name = activation_name(act);
-      CAPTURE(act_name);
-      CAPTURE(l.n);
-      CAPTURE(l.h);
-      CAPTURE(l.w);
-      CAPTURE(l.c);
-      CAPTURE(l.stride);
-      const size_t c = size_t(l.c);
-      std::vector<float> x = channel_data(rng, l), grad_y = rng.floats(l.floats());
-      Params p = random_params(rng, l.c);
-      // The forward's outputs, as float, as the backward gets them: y in x's layout, saved stats.
-      ForwardRef fwd = reference_training(act, slice<double>(x, l), l, p);
-      std::vector<float> y = x, mean(fwd.mean.begin(), fwd.mean.end()), var(fwd.var.begin(), fwd.var.end());
-      for (size_t q = 0; q < l.pixels(); ++q)
-        for (size_t ch = 0; ch < c; ++ch) y[q * size_t(l.stride) + size_t(l.offset) + ch] = float(fwd.y[q * c + ch]);
+  for_each_case(true, [&](const Slice& l, Activation act) {
+    const size_t c = size_t(l.c);
+    std::vector<float> x = channel_data(rng, l), grad_y = rng.floats(l.size());
+    Params p = random_params(rng, l.c);
+    // The forward's outputs, as float, as the backward gets them: y in x's layout, saved stats.
+    ForwardRef fwd = reference_training(act, gather<double>(x, l), l, p);
+    std::vector<float> y = x, mean(fwd.mean.begin(), fwd.mean.end()), var(fwd.var.begin(), fwd.var.end());
+    scatter(y, l, fwd.y);
 
-      std::vector<double> xd = slice<double>(x, l), yd = slice<double>(y, l), gyd = slice<double>(grad_y, l),
-                          gamma = to_double(p.gamma), meand = to_double(mean), vard = to_double(var),
-                          grad_x_ref(l.elements()), grad_gamma_ref(c), grad_beta_ref(c);
-      batchnorm_activation_backward_reference<double>(act, cdense(yd.data(), l), cdense(gyd.data(), l),
-                                                      cdense(xd.data(), l), gamma.data(), meand.data(), vard.data(),
-                                                      dense(grad_x_ref.data(), l), grad_gamma_ref.data(),
-                                                      grad_beta_ref.data());
+    std::vector<double> xd = gather<double>(x, l), yd = gather<double>(y, l), gyd = gather<double>(grad_y, l),
+                        gamma = to_double(p.gamma), meand = to_double(mean), vard = to_double(var),
+                        grad_x_ref(l.elements()), grad_gamma_ref(c), grad_beta_ref(c);
+    batchnorm_activation_backward_reference<double>(act, cdense(yd.data(), l), cdense(gyd.data(), l),
+                                                    cdense(xd.data(), l), gamma.data(), meand.data(), vard.data(),
+                                                    dense(grad_x_ref.data(), l), grad_gamma_ref.data(),
+                                                    grad_beta_ref.data());
 
-      size_t workspace_bytes = batchnorm_workspace_bytes(l.n, l.h, l.w, l.c);
-      DeviceArray<unsigned char> workspace(impl.device, workspace_bytes);
-      DeviceArray<float> d_x(impl.device, x), d_y(impl.device, y), d_grad_y(impl.device, grad_y),
-          d_grad_x(impl.device, l.floats()), d_gamma(impl.device, p.gamma), d_mean(impl.device, mean),
-          d_var(impl.device, var), d_grad_gamma(impl.device, c), d_grad_beta(impl.device, c);
-      // Linear goes through the plain batchnorm API, which has no y.
-      auto run = [&](ConstAct gy, Act gx) {
-        d_grad_gamma.poison(), d_grad_beta.poison();
-        if (act == Activation::Linear && impl.cuda)
-          batchnorm_backward_cuda(gy, const_view(d_x, l), d_gamma.data(), d_mean.data(), d_var.data(), gx,
-                                  d_grad_gamma.data(), d_grad_beta.data(), workspace.data(), workspace_bytes, nullptr);
-        else if (act == Activation::Linear)
-          batchnorm_backward_cpu(gy, const_view(d_x, l), d_gamma.data(), d_mean.data(), d_var.data(), gx,
-                                 d_grad_gamma.data(), d_grad_beta.data(), nullptr, 0);
-        else if (impl.cuda)
-          batchnorm_activation_backward_cuda(act, const_view(d_y, l), gy, const_view(d_x, l), d_gamma.data(),
-                                             d_mean.data(), d_var.data(), gx, d_grad_gamma.data(),
-                                             d_grad_beta.data(), workspace.data(), workspace_bytes, nullptr);
-        else
-          batchnorm_activation_backward_cpu(act, const_view(d_y, l), gy, const_view(d_x, l), d_gamma.data(),
-                                            d_mean.data(), d_var.data(), gx, d_grad_gamma.data(), d_grad_beta.data(),
-                                            nullptr, 0);
-      };
+    size_t workspace_bytes = batchnorm_workspace_bytes(l.n, l.h, l.w, l.c);
+    DeviceArray<unsigned char> workspace(impl.device, workspace_bytes);
+    DeviceArray<float> d_x(impl.device, x), d_y(impl.device, y), d_grad_y(impl.device, grad_y),
+        d_grad_x(impl.device, l.size()), d_gamma(impl.device, p.gamma), d_mean(impl.device, mean),
+        d_var(impl.device, var), d_grad_gamma(impl.device, c), d_grad_beta(impl.device, c);
+    // Linear goes through the plain batchnorm API, which has no y.
+    auto run = [&](ConstAct gy, Act gx) {
+      d_grad_gamma.poison(), d_grad_beta.poison();
+      if (act == Activation::Linear && impl.cuda)
+        batchnorm_backward_cuda(gy, l.on<const float>(d_x.data()), d_gamma.data(), d_mean.data(), d_var.data(), gx,
+                                d_grad_gamma.data(), d_grad_beta.data(), workspace.data(), workspace_bytes, nullptr);
+      else if (act == Activation::Linear)
+        batchnorm_backward_cpu(gy, l.on<const float>(d_x.data()), d_gamma.data(), d_mean.data(), d_var.data(), gx,
+                               d_grad_gamma.data(), d_grad_beta.data(), nullptr, 0);
+      else if (impl.cuda)
+        batchnorm_activation_backward_cuda(act, l.on<const float>(d_y.data()), gy, l.on<const float>(d_x.data()),
+                                           d_gamma.data(), d_mean.data(), d_var.data(), gx, d_grad_gamma.data(),
+                                           d_grad_beta.data(), workspace.data(), workspace_bytes, nullptr);
+      else
+        batchnorm_activation_backward_cpu(act, l.on<const float>(d_y.data()), gy, l.on<const float>(d_x.data()),
+                                          d_gamma.data(), d_mean.data(), d_var.data(), gx, d_grad_gamma.data(),
+                                          d_grad_beta.data(), nullptr, 0);
+    };
+    d_grad_x.poison();
+    run(l.on<const float>(d_grad_y.data()), l.on(d_grad_x.data()));
+    std::vector<float> grad_x = d_grad_x.download(), grad_gamma = d_grad_gamma.download(),
+                       grad_beta = d_grad_beta.download();
+    CHECK_CLOSE(gather<float>(grad_x, l), grad_x_ref, 1e-5, 1e-4);
+    CHECK(written_outside(grad_x, l) == 0);
+    CHECK_CLOSE(grad_gamma, grad_gamma_ref, 1e-4, 1e-4);
+    CHECK_CLOSE(grad_beta, grad_beta_ref, 1e-4, 1e-4);
+
+    if (impl.cuda) {
       d_grad_x.poison();
-      run(const_view(d_grad_y, l), view(d_grad_x, l));
-      std::vector<float> grad_x = d_grad_x.download(), grad_gamma = d_grad_gamma.download(),
-                         grad_beta = d_grad_beta.download();
-      CHECK_CLOSE(slice<float>(grad_x, l), grad_x_ref, 1e-5, 1e-4);
-      CHECK(written_outside(grad_x, l) == 0);
-      CHECK_CLOSE(grad_gamma, grad_gamma_ref, 1e-4, 1e-4);
-      CHECK_CLOSE(grad_beta, grad_beta_ref, 1e-4, 1e-4);
-
-      if (impl.cuda) {
-        d_grad_x.poison();
-        run(const_view(d_grad_y, l), view(d_grad_x, l));
-        CHECK(same_bits(d_grad_x.download(), grad_x));
-        CHECK(same_bits(d_grad_gamma.download(), grad_gamma));
-        CHECK(same_bits(d_grad_beta.download(), grad_beta));
-      }
-      if (act == Activation::Leaky || act == Activation::Linear) {  // in place: grad_x over grad_y
-        DeviceArray<float> d_inplace(impl.device, grad_y);
-        run(const_view(d_inplace, l), view(d_inplace, l));
-        CHECK_CLOSE(slice<float>(d_inplace.download(), l), grad_x_ref, 1e-5, 1e-4);
-      }
+      run(l.on<const float>(d_grad_y.data()), l.on(d_grad_x.data()));
+      CHECK(same_bits(d_grad_x.download(), grad_x));
+      CHECK(same_bits(d_grad_gamma.download(), grad_gamma));
+      CHECK(same_bits(d_grad_beta.download(), grad_beta));
     }
-  }
+    if (act == Activation::Leaky || act == Activation::Linear) {  // in place: grad_x over grad_y
+      DeviceArray<float> d_inplace(impl.device, grad_y);
+      run(l.on<const float>(d_inplace.data()), l.on(d_inplace.data()));
+      CHECK_CLOSE(gather<float>(d_inplace.download(), l), grad_x_ref, 1e-5, 1e-4);
+    }
+  });
 }
 
 // One channel: x = 1, 2, 3, 4 -> mean 2.5, biased var 1.25, unbiased 5/3; another: x = -2, 0, 2, 4
@@ -360,7 +302,7 @@ void check_hand_computed(const Impl& impl) {
 TEST_CASE("batchnorm: reference backward matches finite differences, plain and fused") {
   Rng rng;
   CAPTURE(rng.seed());
-  const Layout l{2, 3, 2, 3, 3, 0};  // m = 12 pixels
+  const Slice l{2, 3, 2, 3, 3, 0};  // m = 12 pixels
   const size_t n = l.elements(), c = size_t(l.c);
   for (Activation act : kAllKinds) {
     const std::string act_name = activation_name(act);

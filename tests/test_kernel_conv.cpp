@@ -4,6 +4,7 @@
 // and split count of the CUDA kernels; identical bits on a second launch; bad arguments.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -120,7 +121,8 @@ ConvData make_data(const ConvCase& c, Rng& rng) {
   std::vector<double> in = to_double(d.in), w = to_double(d.weights), b = to_double(d.bias), go = to_double(d.grad_out);
   std::vector<double> out(ol.size(), 0.0), gi = to_double(d.grad_in_start);
   const double* bias = c.bias ? b.data() : nullptr;
-  conv2d_forward_reference<double>(c.s, il.view<const double>(in.data()), w.data(), bias, ol.view(out.data()));
+  conv2d_forward_reference<double>(c.s, il.view<const double>(in.data()), w.data(), bias, ol.view(out.data()), nullptr,
+                                   0);
   conv2d_backward_data_reference<double>(c.s, ol.view<const double>(go.data()), w.data(), il.view(gi.data()),
                                          c.accumulate, nullptr, 0);
   d.grad_weights.assign(c.s.weight_count(), 0.0);
@@ -158,7 +160,7 @@ ConvResult run_cpu(const ConvCase& c, const ConvData& d) {
   r.grad_weights.assign(c.s.weight_count(), kNaN);
   r.grad_bias.assign(c.bias ? size_t(c.s.c_out) : 0, kNaN);
   conv2d_forward_cpu(c.s, il.view<const float>(d.in.data()), d.weights.data(), c.bias ? d.bias.data() : nullptr,
-                     ol.view(r.out.data()));
+                     ol.view(r.out.data()), nullptr, 0);
   conv2d_backward_data_cpu(c.s, ol.view<const float>(d.grad_out.data()), d.weights.data(), il.view(r.grad_in.data()),
                            c.accumulate, nullptr, 0);
   conv2d_backward_weights_cpu(c.s, il.view<const float>(d.in.data()), ol.view<const float>(d.grad_out.data()),
@@ -181,13 +183,15 @@ ConvResult run_cuda(Device device, const ConvCase& c, const ConvData& d) {
   DeviceArray<float> grad_weights(device, c.s.weight_count()), grad_bias(device, size_t(c.s.c_out));
   grad_weights.poison();
   grad_bias.poison();
+  const size_t forward_ws = conv2d_forward_workspace_bytes(c.s);
   const size_t data_ws = conv2d_backward_data_workspace_bytes(c.s);
   const size_t weight_ws = conv2d_backward_weights_workspace_bytes(c.s);
-  DeviceArray<float> workspace(device, std::max(data_ws, weight_ws) / sizeof(float) + 1);
+  DeviceArray<float> workspace(device, std::max({forward_ws, data_ws, weight_ws}) / sizeof(float) + 1);
   workspace.poison();  // every partial sum must be written before it is read
 
   conv2d_forward_cuda(c.s, il.view<const float>(in.data()), weights.data(), c.bias ? bias.data() : nullptr,
-                      ol.view(out.data()), nullptr);
+                      ol.view(out.data()), forward_ws ? workspace.data() : nullptr, forward_ws, nullptr);
+  workspace.poison();
   conv2d_backward_data_cuda(c.s, ol.view<const float>(grad_out.data()), weights.data(), il.view(grad_in.data()),
                             c.accumulate, data_ws ? workspace.data() : nullptr, data_ws, nullptr);
   workspace.poison();
@@ -222,12 +226,12 @@ TEST_CASE("conv: reference forward on a hand-computed case") {
   Conv2dShape s{1, 3, 3, 1, 1, 3, 1};
   std::vector<double> out(9, 0.0);
   conv2d_forward_reference<double>(s, nhwc<const double>(in.data(), 1, 3, 3, 1), w.data(), bias.data(),
-                                   nhwc(out.data(), 1, 3, 3, 1));
+                                   nhwc(out.data(), 1, 3, 3, 1), nullptr, 0);
   CHECK(out == std::vector<double>{12.5, 21.5, 16.5, 27.5, 45.5, 33.5, 24.5, 39.5, 28.5});
   s.stride = 2;
   std::vector<double> out2(4, 0.0);
   conv2d_forward_reference<double>(s, nhwc<const double>(in.data(), 1, 3, 3, 1), w.data(), nullptr,
-                                   nhwc(out2.data(), 1, 2, 2, 1));
+                                   nhwc(out2.data(), 1, 2, 2, 1), nullptr, 0);
   CHECK(out2 == std::vector<double>{12, 16, 24, 28});
 }
 
@@ -246,7 +250,7 @@ TEST_CASE("conv: reference gradients match finite differences") {
     auto loss = [&](const std::vector<double>& xv, const std::vector<double>& wv, const std::vector<double>& bv) {
       std::vector<double> out(probe.size());
       conv2d_forward_reference<double>(s, nhwc<const double>(xv.data(), s.n, s.h, s.w, s.c_in), wv.data(), bv.data(),
-                                       nhwc(out.data(), s.n, oh, ow, s.c_out));
+                                       nhwc(out.data(), s.n, oh, ow, s.c_out), nullptr, 0);
       double sum = 0;
       for (size_t i = 0; i < out.size(); ++i) sum += out[i] * probe[i];
       return sum;
@@ -302,15 +306,17 @@ TEST_CASE("conv: cuda matches the reference with every tile shape and split coun
   KERNEL_TEST_DEVICE(device);
   Rng rng;
   CAPTURE(rng.seed());
-  // Several row and column tiles for every shape (up to 3 x 2 of 128), empty split chunks (5
-  // splits of 3 stages), both float4 and scalar paths.
+  // Several row and column tiles for every shape (up to 3 x 2 of 128), both float4 and scalar
+  // paths, and split counts that leave empty chunks: 7 splits of forward K = 117 and 144 (15
+  // and 18 stages, chunks of 3) leave 2 and 1 empty, of the 1-tap class's backward-data K = 132
+  // (17 stages) 1, and 5 or 7 of backward-weights K = 84 pixels (11 stages) 1.
   const std::vector<ConvCase> cases = {
       {{3, 11, 9, 13, 70, 3, 1}, 3, 2, 1, 0, true, true},
       {{2, 13, 11, 16, 132, 3, 2}, 0, 0, 4, 4, false, false},
   };
   for (const ConvCase& c : cases)
     for (int tile = 0; tile < 4; ++tile)
-      for (int splits : {1, 2, 5}) {
+      for (int splits : {1, 2, 5, 7}) {
         CAPTURE(c.describe());
         CAPTURE(tile);
         CAPTURE(splits);
@@ -331,12 +337,16 @@ TEST_CASE("conv: bad arguments throw") {
     CHECK_THROWS_AS(bad.validate(), Error);
   CHECK_NOTHROW(good.validate());
   // Views that do not match the shape, a stride below the channel count, null weights.
-  CHECK_THROWS_AS(conv2d_forward_cpu(good, nhwc<const float>(in.data(), 1, 4, 3, 3), w.data(), nullptr, out_view),
+  CHECK_THROWS_AS(
+      conv2d_forward_cpu(good, nhwc<const float>(in.data(), 1, 4, 3, 3), w.data(), nullptr, out_view, nullptr, 0),
+      Error);
+  CHECK_THROWS_AS(conv2d_forward_cpu(good, in_view, w.data(), nullptr, nhwc(out.data(), 1, 4, 4, 3), nullptr, 0),
                   Error);
-  CHECK_THROWS_AS(conv2d_forward_cpu(good, in_view, w.data(), nullptr, nhwc(out.data(), 1, 4, 4, 3)), Error);
-  CHECK_THROWS_AS(conv2d_forward_cpu(good, ConstAct{in.data(), 1, 4, 4, 3, 2}, w.data(), nullptr, out_view), Error);
-  CHECK_THROWS_AS(conv2d_forward_cpu(good, in_view, nullptr, nullptr, out_view), Error);
-  CHECK_THROWS_AS(conv2d_forward_reference<float>(good, ConstAct{nullptr, 1, 4, 4, 3, 3}, w.data(), nullptr, out_view),
+  CHECK_THROWS_AS(
+      conv2d_forward_cpu(good, ConstAct{in.data(), 1, 4, 4, 3, 2}, w.data(), nullptr, out_view, nullptr, 0), Error);
+  CHECK_THROWS_AS(conv2d_forward_cpu(good, in_view, nullptr, nullptr, out_view, nullptr, 0), Error);
+  CHECK_THROWS_AS(conv2d_forward_reference<float>(good, ConstAct{nullptr, 1, 4, 4, 3, 3}, w.data(), nullptr, out_view,
+                                                  nullptr, 0),
                   Error);
   CHECK_THROWS_AS(conv2d_backward_weights_cpu(good, in_view, as_const(out_view), nullptr, nullptr, nullptr, 0), Error);
   CHECK_THROWS_AS(conv2d_backward_data_cpu(good, in_view, w.data(), nhwc(in.data(), 1, 4, 4, 3), false, nullptr, 0),
@@ -348,10 +358,19 @@ TEST_CASE("conv: cuda launchers reject bad arguments and a short workspace") {
   const Conv2dShape s{1, 5, 5, 4, 4, 3, 1};
   DeviceArray<float> in(device, 100), w(device, s.weight_count()), out(device, 100), gw(device, s.weight_count());
   ConstAct in_view = nhwc<const float>(in.data(), 1, 5, 5, 4);
-  CHECK_THROWS_AS(conv2d_forward_cuda(s, in_view, nullptr, nullptr, nhwc(out.data(), 1, 5, 5, 4), nullptr), Error);
-  CHECK_THROWS_AS(conv2d_forward_cuda(s, in_view, w.data(), nullptr, nhwc(out.data(), 1, 5, 4, 4), nullptr), Error);
-  ForcedTiling forced(3, 4);  // splits, so both backward passes need a workspace
+  CHECK_THROWS_AS(
+      conv2d_forward_cuda(s, in_view, nullptr, nullptr, nhwc(out.data(), 1, 5, 5, 4), nullptr, 0, nullptr), Error);
+  CHECK_THROWS_AS(
+      conv2d_forward_cuda(s, in_view, w.data(), nullptr, nhwc(out.data(), 1, 5, 4, 4), nullptr, 0, nullptr), Error);
+  ForcedTiling forced(3, 4);  // splits, so every pass needs a workspace
+  REQUIRE(conv2d_forward_workspace_bytes(s) > 0);
   REQUIRE(conv2d_backward_data_workspace_bytes(s) > 0);
+  CHECK_THROWS_WITH_AS(
+      conv2d_forward_cuda(s, in_view, w.data(), nullptr, nhwc(out.data(), 1, 5, 5, 4), nullptr, 0, nullptr),
+      doctest::Contains("workspace"), Error);
+  CHECK_THROWS_WITH_AS(conv2d_forward_cuda(s, in_view, w.data(), nullptr, nhwc(out.data(), 1, 5, 5, 4), gw.data(),
+                                           conv2d_forward_workspace_bytes(s) - 4, nullptr),
+                       doctest::Contains("workspace"), Error);
   CHECK_THROWS_WITH_AS(conv2d_backward_data_cuda(s, nhwc<const float>(out.data(), 1, 5, 5, 4), w.data(),
                                                  nhwc(in.data(), 1, 5, 5, 4), false, nullptr, 0, nullptr),
                        doctest::Contains("workspace"), Error);

@@ -1,8 +1,8 @@
 // gemm: the reference against a hand-computed product and, through the [connected] layer's
 // backward identities, finite differences (double); the fast CPU version and the CUDA kernels
 // against the reference on fresh random inputs: every transpose combination, odd sizes, row
-// pitches longer than the rows, bias or none, accumulate, every tile shape; identical bits on
-// a second launch; bad arguments.
+// pitches longer than the rows, bias or none, accumulate, every tile shape, split K (empty
+// chunks included); identical bits on a second launch; bad arguments and a missing workspace.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -10,6 +10,7 @@
 #include <limits>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "kernels/gemm.h"
@@ -71,7 +72,7 @@ GemmData make_data(const GemmCase& c, Rng& rng) {
   for (size_t i = 0; i < d.c_start.size(); ++i)
     if (!c.accumulate || !c.in_c(i)) d.c_start[i] = kNaN;
   std::vector<double> a = to_double(d.a), b = to_double(d.b), bias = to_double(d.bias), out = to_double(d.c_start);
-  gemm_reference<double>(c.s, a.data(), b.data(), c.bias ? bias.data() : nullptr, out.data(), c.accumulate);
+  gemm_reference<double>(c.s, a.data(), b.data(), c.bias ? bias.data() : nullptr, out.data(), c.accumulate, nullptr, 0);
   d.expected = c_elements(c, out);
   return d;
 }
@@ -106,19 +107,23 @@ constexpr double kAtol = 1e-4, kRtol = 1e-4;
 
 std::vector<float> run_cpu(const GemmCase& c, const GemmData& d) {
   std::vector<float> out = d.c_start;
-  gemm_cpu(c.s, d.a.data(), d.b.data(), c.bias ? d.bias.data() : nullptr, out.data(), c.accumulate);
+  gemm_cpu(c.s, d.a.data(), d.b.data(), c.bias ? d.bias.data() : nullptr, out.data(), c.accumulate, nullptr, 0);
   return out;
 }
 
 std::vector<float> run_cuda(Device device, const GemmCase& c, const GemmData& d) {
   DeviceArray<float> a(device, d.a), b(device, d.b), out(device, d.c_start);
   DeviceArray<float> bias(device, c.bias ? d.bias : std::vector<float>{0.0f});
-  gemm_cuda(c.s, a.data(), b.data(), c.bias ? bias.data() : nullptr, out.data(), c.accumulate, nullptr);
+  const size_t ws = gemm_workspace_bytes(c.s);
+  DeviceArray<float> workspace(device, ws / sizeof(float) + 1);
+  workspace.poison();  // every partial sum must be written before it is read
+  gemm_cuda(c.s, a.data(), b.data(), c.bias ? bias.data() : nullptr, out.data(), c.accumulate,
+            ws ? workspace.data() : nullptr, ws, nullptr);
   return out.download();
 }
 
 struct ForcedTiling {
-  explicit ForcedTiling(int tile) { set_gemm_tiling_for_tests(tile, 0); }
+  ForcedTiling(int tile, int splits) { set_gemm_tiling_for_tests(tile, splits); }
   ~ForcedTiling() { set_gemm_tiling_for_tests(-1, 0); }
 };
 
@@ -128,11 +133,12 @@ TEST_CASE("gemm: reference on a hand-computed product") {
   // [1 2 3; 4 5 6] * [1 0; 0 1; 1 1] + [10 20] = [14 25; 20 31]
   std::vector<double> a = {1, 2, 3, 4, 5, 6}, b = {1, 0, 0, 1, 1, 1}, bias = {10, 20};
   std::vector<double> out(4, -1.0);
-  gemm_reference<double>(GemmShape{2, 2, 3}, a.data(), b.data(), bias.data(), out.data(), false);
+  gemm_reference<double>(GemmShape{2, 2, 3}, a.data(), b.data(), bias.data(), out.data(), false, nullptr, 0);
   CHECK(out == std::vector<double>{14, 25, 20, 31});
   // The same with A and B stored transposed, accumulated onto the result: doubles it.
   std::vector<double> at = {1, 4, 2, 5, 3, 6}, bt = {1, 0, 1, 0, 1, 1};
-  gemm_reference<double>(GemmShape{2, 2, 3, true, true}, at.data(), bt.data(), bias.data(), out.data(), true);
+  gemm_reference<double>(GemmShape{2, 2, 3, true, true}, at.data(), bt.data(), bias.data(), out.data(), true, nullptr,
+                         0);
   CHECK(out == std::vector<double>{28, 50, 40, 62});
 }
 
@@ -147,7 +153,7 @@ TEST_CASE("gemm: connected-layer gradients from the reference match finite diffe
   auto loss = [&](const std::vector<double>& iv, const std::vector<double>& wv, const std::vector<double>& bv) {
     std::vector<double> out(batch * fan_out);
     gemm_reference<double>(GemmShape{batch, fan_out, fan_in, false, true}, iv.data(), wv.data(), bv.data(), out.data(),
-                           false);
+                           false, nullptr, 0);
     double sum = 0;
     for (size_t i = 0; i < out.size(); ++i) sum += out[i] * probe[i];
     return sum;
@@ -157,10 +163,12 @@ TEST_CASE("gemm: connected-layer gradients from the reference match finite diffe
   std::vector<double> num_b = numeric_gradient(b, [&](const std::vector<double>& v) { return loss(in, w, v); });
 
   std::vector<double> d_in(in.size()), d_w(w.size(), 0.0), ones(batch, 1.0), d_b(fan_out);
-  gemm_reference<double>(GemmShape{batch, fan_in, fan_out}, probe.data(), w.data(), nullptr, d_in.data(), false);
+  gemm_reference<double>(GemmShape{batch, fan_in, fan_out}, probe.data(), w.data(), nullptr, d_in.data(), false,
+                         nullptr, 0);
   gemm_reference<double>(GemmShape{fan_out, fan_in, batch, true, false}, probe.data(), in.data(), nullptr, d_w.data(),
-                         false);
-  gemm_reference<double>(GemmShape{1, fan_out, batch}, ones.data(), probe.data(), nullptr, d_b.data(), false);
+                         false, nullptr, 0);
+  gemm_reference<double>(GemmShape{1, fan_out, batch}, ones.data(), probe.data(), nullptr, d_b.data(), false, nullptr,
+                         0);
   CHECK_CLOSE(d_in, num_in, 1e-6, 1e-6);
   CHECK_CLOSE(d_w, num_w, 1e-6, 1e-6);
   CHECK_CLOSE(d_b, num_b, 1e-6, 1e-6);
@@ -185,13 +193,13 @@ TEST_CASE("gemm: cpu matches the reference") {
 
 TEST_CASE("gemm: k = 0 leaves bias (or C + bias)") {
   std::vector<float> bias = {1, 2, 3}, c = {5, 5, 5, 5, 5, 5};
-  gemm_cpu(GemmShape{2, 3, 0}, nullptr, nullptr, bias.data(), c.data(), true);
+  gemm_cpu(GemmShape{2, 3, 0}, nullptr, nullptr, bias.data(), c.data(), true, nullptr, 0);
   CHECK(c == std::vector<float>{6, 7, 8, 6, 7, 8});
-  gemm_cpu(GemmShape{2, 3, 0}, nullptr, nullptr, nullptr, c.data(), false);
+  gemm_cpu(GemmShape{2, 3, 0}, nullptr, nullptr, nullptr, c.data(), false, nullptr, 0);
   CHECK(c == std::vector<float>(6, 0.0f));
 }
 
-TEST_CASE("gemm: cuda matches the reference with every tile shape, twice with the same bits") {
+TEST_CASE("gemm: cuda matches the reference with every tile shape and split, twice with the same bits") {
   KERNEL_TEST_DEVICE(device);
   Rng rng;
   CAPTURE(rng.seed());
@@ -199,12 +207,15 @@ TEST_CASE("gemm: cuda matches the reference with every tile shape, twice with th
   cases.push_back(GemmCase{GemmShape{130, 133, 21, false, true}, true, false});  // several tiles each way
   cases.push_back(GemmCase{GemmShape{132, 136, 24, true, false, 0, 0, 0}, false, true});
   cases.push_back(GemmCase{GemmShape{5, 7, 0}, true, true});  // k = 0
+  // Automatic, then a forced tile, then that tile with K split 2 or 3 ways (with empty chunks
+  // where K has fewer stages than that: k = 1, 13 and 29 have 1, 2 and 4).
   int index = 0;
   for (const GemmCase& c : cases) {
-    for (int tile : {-1, index % 4}) {
+    for (auto [tile, splits] : {std::pair{-1, 0}, {index % 4, 1}, {index % 4, 2 + index % 2}}) {
       CAPTURE(c.describe());
       CAPTURE(tile);
-      ForcedTiling forced(tile);
+      CAPTURE(splits);
+      ForcedTiling forced(tile, splits);
       const GemmData d = make_data(c, rng);
       const std::vector<float> out = run_cuda(device, c, d);
       CHECK_CLOSE(c_elements(c, out), d.expected, kAtol, kRtol);
@@ -218,18 +229,28 @@ TEST_CASE("gemm: cuda matches the reference with every tile shape, twice with th
 
 TEST_CASE("gemm: bad arguments throw") {
   std::vector<float> a(12), b(12), c(12);
-  CHECK_THROWS_AS(gemm_cpu(GemmShape{-1, 2, 2}, a.data(), b.data(), nullptr, c.data(), false), Error);
-  CHECK_THROWS_AS(gemm_cpu(GemmShape{2, 3, 4, false, false, 3}, a.data(), b.data(), nullptr, c.data(), false), Error);
-  CHECK_THROWS_AS(gemm_cpu(GemmShape{2, 3, 4, false, false, 0, 2}, a.data(), b.data(), nullptr, c.data(), false),
+  CHECK_THROWS_AS(gemm_cpu(GemmShape{-1, 2, 2}, a.data(), b.data(), nullptr, c.data(), false, nullptr, 0), Error);
+  CHECK_THROWS_AS(
+      gemm_cpu(GemmShape{2, 3, 4, false, false, 3}, a.data(), b.data(), nullptr, c.data(), false, nullptr, 0), Error);
+  CHECK_THROWS_AS(
+      gemm_cpu(GemmShape{2, 3, 4, false, false, 0, 2}, a.data(), b.data(), nullptr, c.data(), false, nullptr, 0),
+      Error);
+  CHECK_THROWS_AS(
+      gemm_cpu(GemmShape{2, 3, 4, false, false, 0, 0, 2}, a.data(), b.data(), nullptr, c.data(), false, nullptr, 0),
+      Error);
+  CHECK_THROWS_AS(gemm_cpu(GemmShape{2, 3, 4}, nullptr, b.data(), nullptr, c.data(), false, nullptr, 0), Error);
+  CHECK_THROWS_AS(gemm_reference<float>(GemmShape{2, 3, 4}, a.data(), b.data(), nullptr, nullptr, false, nullptr, 0),
                   Error);
-  CHECK_THROWS_AS(gemm_cpu(GemmShape{2, 3, 4, false, false, 0, 0, 2}, a.data(), b.data(), nullptr, c.data(), false),
-                  Error);
-  CHECK_THROWS_AS(gemm_cpu(GemmShape{2, 3, 4}, nullptr, b.data(), nullptr, c.data(), false), Error);
-  CHECK_THROWS_AS(gemm_reference<float>(GemmShape{2, 3, 4}, a.data(), b.data(), nullptr, nullptr, false), Error);
   CHECK_THROWS_AS(set_gemm_tiling_for_tests(4, 0), Error);
   std::string why;
   if (kernel_device(&why)) {
-    CHECK_THROWS_AS(gemm_cuda(GemmShape{2, 3, 4, true, false, 1}, a.data(), b.data(), nullptr, c.data(), false, nullptr),
+    CHECK_THROWS_AS(gemm_cuda(GemmShape{2, 3, 4, true, false, 1}, a.data(), b.data(), nullptr, c.data(), false,
+                              nullptr, 0, nullptr),
                     Error);
+    ForcedTiling forced(0, 2);  // a split needs a workspace
+    REQUIRE(gemm_workspace_bytes(GemmShape{2, 3, 4}) > 0);
+    CHECK_THROWS_WITH_AS(
+        gemm_cuda(GemmShape{2, 3, 4}, a.data(), b.data(), nullptr, c.data(), false, nullptr, 0, nullptr),
+        doctest::Contains("workspace"), Error);
   }
 }

@@ -5,7 +5,6 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
-#include <cstring>
 #include <numeric>
 #include <random>
 #include <vector>
@@ -19,28 +18,6 @@ using namespace yolo;
 using namespace yolo::testing;
 
 namespace {
-
-// A view of channels [offset, offset + c) inside a wide NHWC buffer of `stride` channels.
-struct Slice {
-  int n, h, w, c, stride, offset;
-  size_t size() const { return size_t(n) * h * w * stride; }
-  size_t elements() const { return size_t(n) * h * w * c; }
-  template <typename T>
-  NhwcView<T> on(T* base) const {
-    return nhwc(base + offset, n, h, w, c, stride);
-  }
-};
-
-std::vector<double> to_double(const std::vector<float>& v) { return {v.begin(), v.end()}; }
-
-std::vector<float> poisoned(std::vector<float> wide, const Slice& s) {
-  Act v = s.on(wide.data());
-  for (int b = 0; b < v.n; ++b)
-    for (int y = 0; y < v.h; ++y)
-      for (int x = 0; x < v.w; ++x)
-        for (int ch = 0; ch < v.c; ++ch) v.data[v.at(b, y, x, ch)] = NAN;
-  return wide;
-}
 
 struct Case {
   int n, h, w, c, size, stride;
@@ -149,15 +126,13 @@ template <typename Forward, typename Backward>
 void compare_with_reference(Rng& rng, const Forward& forward, const Backward& backward) {
   for (const Case& k : kCases)
     for (bool ties : {false, true}) {
-      CAPTURE(k.n);
-      CAPTURE(k.h);
-      CAPTURE(k.w);
-      CAPTURE(k.c);
+      Slice is = in_slice(k), os = out_slice(k);
+      CAPTURE(is);
+      CAPTURE(os);
       CAPTURE(k.size);
       CAPTURE(k.stride);
       CAPTURE(ties);
-      Slice is = in_slice(k), os = out_slice(k);
-      std::vector<float> in = inputs(rng, is.size(), ties), out_before = poisoned(rng.floats(os.size()), os);
+      std::vector<float> in = inputs(rng, is.size(), ties), out_before = output_buffer(rng, os);
       std::vector<double> in_d = to_double(in), ref_out = to_double(out_before);
       std::vector<int> ref_argmax(os.elements(), -1);
       maxpool_forward_reference<double>(is.on<const double>(in_d.data()), os.on(ref_out.data()), ref_argmax.data(),
@@ -168,8 +143,7 @@ void compare_with_reference(Rng& rng, const Forward& forward, const Backward& ba
 
       for (bool accumulate : {false, true}) {
         CAPTURE(accumulate);
-        std::vector<float> grad_out = rng.floats(os.size()), gi_before = rng.floats(is.size());
-        if (!accumulate) gi_before = poisoned(gi_before, is);
+        std::vector<float> grad_out = rng.floats(os.size()), gi_before = output_buffer(rng, is, accumulate);
         std::vector<double> go_d = to_double(grad_out), ref_grad = to_double(gi_before);
         maxpool_backward_reference<double>(os.on<const double>(go_d.data()), ref_argmax.data(), is.on(ref_grad.data()),
                                            k.size, k.stride, accumulate);
@@ -191,7 +165,7 @@ TEST_CASE("maxpool: cpu matches the reference") {
         maxpool_forward_cpu(in_slice(k).on(in.data()), os.on(out.data()), argmax.data(), k.size, k.stride);
         std::vector<float> again = out;  // without argmax: the same values
         maxpool_forward_cpu(in_slice(k).on(in.data()), os.on(again.data()), nullptr, k.size, k.stride);
-        CHECK(std::memcmp(again.data(), out.data(), out.size() * sizeof(float)) == 0);
+        CHECK(same_bits(again, out));
         return ForwardRun{out, argmax};
       },
       [](const std::vector<float>& grad_out, const std::vector<int>& argmax, std::vector<float> grad_in, const Case& k,
@@ -229,7 +203,7 @@ TEST_CASE("maxpool: cuda matches the reference and repeats bit for bit") {
         std::vector<float> first = run();
         d_gi.upload(gi_before);
         std::vector<float> second = run();
-        CHECK(std::memcmp(first.data(), second.data(), first.size() * sizeof(float)) == 0);
+        CHECK(same_bits(first, second));
         return first;
       });
 }

@@ -3,7 +3,6 @@
 // vector widths, accumulate, an input already in place), determinism, and argument checks.
 #include <doctest/doctest.h>
 
-#include <cstring>
 #include <vector>
 
 #include "kernels/route.h"
@@ -15,27 +14,6 @@ using namespace yolo;
 using namespace yolo::testing;
 
 namespace {
-
-// A view of channels [offset, offset + c) inside a wide NHWC buffer of `stride` channels.
-struct Slice {
-  int n, h, w, c, stride, offset;
-  size_t size() const { return size_t(n) * h * w * stride; }
-  template <typename T>
-  NhwcView<T> on(T* base) const {
-    return nhwc(base + offset, n, h, w, c, stride);
-  }
-};
-
-std::vector<double> to_double(const std::vector<float>& v) { return {v.begin(), v.end()}; }
-
-std::vector<float> poisoned(std::vector<float> wide, const Slice& s) {
-  Act v = s.on(wide.data());
-  for (int b = 0; b < v.n; ++b)
-    for (int y = 0; y < v.h; ++y)
-      for (int x = 0; x < v.w; ++x)
-        for (int ch = 0; ch < v.c; ++ch) v.data[v.at(b, y, x, ch)] = NAN;
-  return wide;
-}
 
 // One configuration: the inputs' channel counts and the padding around each slice.
 struct Case {
@@ -118,13 +96,13 @@ namespace {
 template <typename Forward, typename Backward>
 void compare_with_reference(Rng& rng, const Forward& forward, const Backward& backward) {
   for (const Case& k : kCases) {
-    CAPTURE(k.channels.size());
-    CAPTURE(k.channels[0]);
-    CAPTURE(k.out_offset);
     Layout l = layout_of(k);
+    CAPTURE(k.channels.size());
+    CAPTURE(l.inputs[0]);
+    CAPTURE(l.out);
     std::vector<std::vector<float>> ins;
     for (const Slice& s : l.inputs) ins.push_back(rng.floats(s.size()));
-    std::vector<float> out_before = poisoned(rng.floats(l.out.size()), l.out);
+    std::vector<float> out_before = output_buffer(rng, l.out);
 
     std::vector<std::vector<double>> ins_d;
     for (auto& v : ins) ins_d.push_back(to_double(v));
@@ -136,8 +114,7 @@ void compare_with_reference(Rng& rng, const Forward& forward, const Backward& ba
       CAPTURE(accumulate);
       std::vector<float> grad_out = rng.floats(l.out.size());
       std::vector<std::vector<float>> grads_before;
-      for (const Slice& s : l.inputs)
-        grads_before.push_back(accumulate ? rng.floats(s.size()) : poisoned(rng.floats(s.size()), s));
+      for (const Slice& s : l.inputs) grads_before.push_back(output_buffer(rng, s, accumulate));
       std::vector<double> go_d = to_double(grad_out);
       std::vector<std::vector<double>> ref_grads;
       for (auto& g : grads_before) ref_grads.push_back(to_double(g));
@@ -192,8 +169,7 @@ TEST_CASE("route: cuda matches the reference and repeats bit for bit") {
         for (size_t i = 0; i < d_grads.size(); ++i) first.push_back(d_grads[i].download()), d_grads[i].upload(grads_before[i]);
         route_backward_cuda(l.out.on<const float>(d_go.data()), views<float>(l.inputs, d_grads), accumulate, nullptr);
         for (auto& d : d_grads) second.push_back(d.download());
-        for (size_t i = 0; i < first.size(); ++i)
-          CHECK(std::memcmp(first[i].data(), second[i].data(), first[i].size() * sizeof(float)) == 0);
+        for (size_t i = 0; i < first.size(); ++i) CHECK(same_bits(first[i], second[i]));
         return first;
       });
 }

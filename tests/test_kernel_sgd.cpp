@@ -7,7 +7,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <limits>
 #include <string>
 #include <tuple>
@@ -22,8 +21,6 @@ using namespace yolo;
 using namespace yolo::testing;
 
 namespace {
-
-std::vector<double> to_double(const std::vector<float>& v) { return {v.begin(), v.end()}; }
 
 // Random back-to-back segments covering [begin, end), some empty, decay flags mixed.
 std::vector<SgdSegment> random_segments(Rng& rng, size_t begin, size_t end) {
@@ -104,8 +101,8 @@ TEST_CASE("sgd: cuda matches the double reference over several steps, bit for bi
     d_w.upload(w);
     d_u.upload(u);
     run();
-    CHECK(std::memcmp(w1.data(), d_w.download().data(), w1.size() * sizeof(float)) == 0);
-    CHECK(std::memcmp(u1.data(), d_u.download().data(), u1.size() * sizeof(float)) == 0);
+    CHECK(same_bits(w1, d_w.download()));
+    CHECK(same_bits(u1, d_u.download()));
     for (size_t i = 0; i < w.size(); ++i)
       if (i < begin || i >= end) CHECK((w1[i] == w[i] && u1[i] == u[i]));  // outside the bucket: untouched
     w = w1;

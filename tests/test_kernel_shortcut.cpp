@@ -3,7 +3,6 @@
 // skipped gradients, out aliasing a, grad_a aliasing grad_out), determinism, argument checks.
 #include <doctest/doctest.h>
 
-#include <cstring>
 #include <vector>
 
 #include "kernels/shortcut.h"
@@ -15,27 +14,6 @@ using namespace yolo;
 using namespace yolo::testing;
 
 namespace {
-
-// A view of channels [offset, offset + c) inside a wide NHWC buffer of `stride` channels.
-struct Slice {
-  int n, h, w, c, stride, offset;
-  size_t size() const { return size_t(n) * h * w * stride; }
-  template <typename T>
-  NhwcView<T> on(T* base) const {
-    return base ? nhwc(base + offset, n, h, w, c, stride) : nhwc<T>(nullptr, n, h, w, c, stride);
-  }
-};
-
-std::vector<double> to_double(const std::vector<float>& v) { return {v.begin(), v.end()}; }
-
-std::vector<float> poisoned(std::vector<float> wide, const Slice& s) {
-  Act v = s.on(wide.data());
-  for (int b = 0; b < v.n; ++b)
-    for (int y = 0; y < v.h; ++y)
-      for (int x = 0; x < v.w; ++x)
-        for (int ch = 0; ch < v.c; ++ch) v.data[v.at(b, y, x, ch)] = NAN;
-  return wide;
-}
 
 struct Case {
   Slice a, b, out;
@@ -88,11 +66,10 @@ struct BackwardRun {
 template <typename Forward, typename Backward>
 void compare_with_reference(Rng& rng, const Forward& forward, const Backward& backward) {
   for (const Case& k : kCases) {
-    CAPTURE(k.a.c);
-    CAPTURE(k.a.stride);
-    CAPTURE(k.out.stride);
-    std::vector<float> a = rng.floats(k.a.size()), b = rng.floats(k.b.size());
-    std::vector<float> out_before = poisoned(rng.floats(k.out.size()), k.out);
+    CAPTURE(k.a);
+    CAPTURE(k.b);
+    CAPTURE(k.out);
+    std::vector<float> a = rng.floats(k.a.size()), b = rng.floats(k.b.size()), out_before = output_buffer(rng, k.out);
     std::vector<double> a_d = to_double(a), b_d = to_double(b), ref_out = to_double(out_before);
     shortcut_forward_reference<double>(k.a.on<const double>(a_d.data()), k.b.on<const double>(b_d.data()),
                                        k.out.on(ref_out.data()));
@@ -103,17 +80,16 @@ void compare_with_reference(Rng& rng, const Forward& forward, const Backward& ba
       bool accumulate_a = mode & 1, accumulate_b = mode & 2, skip_a = mode == 4, skip_b = mode == 5;
       CAPTURE(mode);
       std::vector<float> grad_out = rng.floats(k.out.size());
-      std::vector<float> ga_before = rng.floats(k.a.size()), gb_before = rng.floats(k.b.size());
-      if (!accumulate_a) ga_before = poisoned(ga_before, k.a);
-      if (!accumulate_b) gb_before = poisoned(gb_before, k.b);
+      std::vector<float> ga_before = output_buffer(rng, k.a, accumulate_a),
+                         gb_before = output_buffer(rng, k.b, accumulate_b);
       std::vector<double> go_d = to_double(grad_out), ref_a = to_double(ga_before), ref_b = to_double(gb_before);
       shortcut_backward_reference<double>(k.out.on<const double>(go_d.data()), k.a.on(skip_a ? nullptr : ref_a.data()),
                                           k.b.on(skip_b ? nullptr : ref_b.data()), accumulate_a, accumulate_b);
       BackwardRun run = backward(grad_out, ga_before, gb_before, k, skip_a, skip_b, accumulate_a, accumulate_b);
       // A skipped gradient stays as it was, bit for bit (NaN included).
-      if (skip_a) CHECK(std::memcmp(run.grad_a.data(), ga_before.data(), ga_before.size() * sizeof(float)) == 0);
+      if (skip_a) CHECK(same_bits(run.grad_a, ga_before));
       else CHECK_CLOSE(run.grad_a, ref_a, 1e-6, 1e-4);
-      if (skip_b) CHECK(std::memcmp(run.grad_b.data(), gb_before.data(), gb_before.size() * sizeof(float)) == 0);
+      if (skip_b) CHECK(same_bits(run.grad_b, gb_before));
       else CHECK_CLOSE(run.grad_b, ref_b, 1e-6, 1e-4);
     }
   }
@@ -163,8 +139,8 @@ TEST_CASE("shortcut: cuda matches the reference and repeats bit for bit") {
         d_ga.upload(ga);
         d_gb.upload(gb);
         BackwardRun second = run();
-        CHECK(std::memcmp(first.grad_a.data(), second.grad_a.data(), ga.size() * sizeof(float)) == 0);
-        CHECK(std::memcmp(first.grad_b.data(), second.grad_b.data(), gb.size() * sizeof(float)) == 0);
+        CHECK(same_bits(first.grad_a, second.grad_a));
+        CHECK(same_bits(first.grad_b, second.grad_b));
         return first;
       });
 }

@@ -3,7 +3,6 @@
 // determinism, and argument checks.
 #include <doctest/doctest.h>
 
-#include <cstring>
 #include <vector>
 
 #include "kernels/upsample.h"
@@ -15,28 +14,6 @@ using namespace yolo;
 using namespace yolo::testing;
 
 namespace {
-
-// A view of channels [offset, offset + c) inside a wide NHWC buffer of `stride` channels.
-struct Slice {
-  int n, h, w, c, stride, offset;
-  size_t size() const { return size_t(n) * h * w * stride; }
-  template <typename T>
-  NhwcView<T> on(T* base) const {
-    return nhwc(base + offset, n, h, w, c, stride);
-  }
-};
-
-std::vector<double> to_double(const std::vector<float>& v) { return {v.begin(), v.end()}; }
-
-// The wide buffer with NaN in the view's elements (what the op must overwrite).
-std::vector<float> poisoned(std::vector<float> wide, const Slice& s) {
-  Act v = s.on(wide.data());
-  for (int b = 0; b < v.n; ++b)
-    for (int y = 0; y < v.h; ++y)
-      for (int x = 0; x < v.w; ++x)
-        for (int ch = 0; ch < v.c; ++ch) v.data[v.at(b, y, x, ch)] = NAN;
-  return wide;
-}
 
 struct Case {
   int n, h, w, c, factor;
@@ -99,16 +76,12 @@ namespace {
 template <typename Forward, typename Backward>
 void compare_with_reference(Rng& rng, const Forward& forward, const Backward& backward) {
   for (const Case& k : kCases) {
-    CAPTURE(k.n);
-    CAPTURE(k.h);
-    CAPTURE(k.w);
-    CAPTURE(k.c);
-    CAPTURE(k.factor);
-    CAPTURE(k.small_stride);
-    CAPTURE(k.big_stride);
     Slice small{k.n, k.h, k.w, k.c, k.small_stride, k.small_offset};
     Slice big{k.n, k.h * k.factor, k.w * k.factor, k.c, k.big_stride, k.big_offset};
-    std::vector<float> in = rng.floats(small.size()), out_before = poisoned(rng.floats(big.size()), big);
+    CAPTURE(small);
+    CAPTURE(big);
+    CAPTURE(k.factor);
+    std::vector<float> in = rng.floats(small.size()), out_before = output_buffer(rng, big);
 
     std::vector<double> in_d = to_double(in), ref_out = to_double(out_before);
     upsample_forward_reference<double>(small.on<const double>(in_d.data()), big.on(ref_out.data()), k.factor);
@@ -117,8 +90,7 @@ void compare_with_reference(Rng& rng, const Forward& forward, const Backward& ba
 
     for (bool accumulate : {false, true}) {
       CAPTURE(accumulate);
-      std::vector<float> grad_out = rng.floats(big.size()), grad_in_before = rng.floats(small.size());
-      if (!accumulate) grad_in_before = poisoned(grad_in_before, small);
+      std::vector<float> grad_out = rng.floats(big.size()), grad_in_before = output_buffer(rng, small, accumulate);
       std::vector<double> go_d = to_double(grad_out), ref_grad = to_double(grad_in_before);
       upsample_backward_reference<double>(big.on<const double>(go_d.data()), small.on(ref_grad.data()), k.factor,
                                           accumulate);
@@ -166,7 +138,7 @@ TEST_CASE("upsample: cuda matches the reference and repeats bit for bit") {
         d_gi.upload(grad_in_before);
         upsample_backward_cuda(big.on<const float>(d_go.data()), small.on(d_gi.data()), factor, accumulate, nullptr);
         std::vector<float> second = d_gi.download();
-        CHECK(std::memcmp(first.data(), second.data(), first.size() * sizeof(float)) == 0);
+        CHECK(same_bits(first, second));
         return first;
       });
 }

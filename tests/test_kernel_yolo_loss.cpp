@@ -423,7 +423,7 @@ TEST_CASE("yolo_loss: truths beyond 90 are dropped and counted") {
     Outcome dropped = run(k, impl);
     CHECK(dropped.stats.truths_dropped == 1);
     CHECK(dropped.stats.assigned == 90);
-    CHECK(std::memcmp(dropped.grad.data(), kept.grad.data(), kept.grad.size() * sizeof(float)) == 0);
+    CHECK(same_bits(dropped.grad, kept.grad));
     // A count beyond the row (truth_stride) is dropped too.
     Case narrow = k;
     narrow.truth_stride = 90;
@@ -431,7 +431,7 @@ TEST_CASE("yolo_loss: truths beyond 90 are dropped and counted") {
     narrow.truths.resize(90);
     Outcome beyond = run(narrow, impl);
     CHECK(beyond.stats.truths_dropped == 5);
-    CHECK(std::memcmp(beyond.grad.data(), kept.grad.data(), kept.grad.size() * sizeof(float)) == 0);
+    CHECK(same_bits(beyond.grad, kept.grad));
     // The dropped truth would have mattered: alone, it makes its cell's prediction positive.
     Case alone = k;
     alone.set_truth(0, 0, k.truths[90]);
@@ -551,7 +551,7 @@ TEST_CASE("yolo_loss: cuda run twice gives identical bits") {
   Case k = make_case(config, 3, 7, 9, 12, 1, 1);
   random_truths_and_input(k, rng, 12, false);
   Outcome first = run(k, Impl::Cuda), second = run(k, Impl::Cuda);
-  CHECK(std::memcmp(first.buffer.data(), second.buffer.data(), first.buffer.size() * sizeof(float)) == 0);
+  CHECK(same_bits(first.buffer, second.buffer));
   CHECK(std::memcmp(&first.stats, &second.stats, sizeof(YoloLossStats)) == 0);
 }
 

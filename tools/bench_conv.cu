@@ -51,9 +51,10 @@ BENCH_ENTRY("conv", [](const Context& context, std::vector<Result>& out) {
     DeviceMemory result = filled(context.device, out_n), grad_out = filled(context.device, out_n);
     DeviceMemory grad_in = filled(context.device, in_n), grad_w = filled(context.device, w_n);
     DeviceMemory grad_b = filled(context.device, b_n);
+    const size_t ws_forward = gpu ? conv2d_forward_workspace_bytes(s) : 0;
     const size_t ws_data = gpu ? conv2d_backward_data_workspace_bytes(s) : 0;
     const size_t ws_weights = gpu ? conv2d_backward_weights_workspace_bytes(s) : 0;
-    DeviceMemory workspace(context.device, std::max<size_t>({ws_data, ws_weights, 256}));
+    DeviceMemory workspace(context.device, std::max<size_t>({ws_forward, ws_data, ws_weights, 256}));
     ConstAct in_v = nhwc<const float>(f(in), s.n, s.h, s.w, s.c_in);
     ConstAct grad_out_v = nhwc<const float>(f(grad_out), s.n, s.out_h(), s.out_w(), s.c_out);
     Act out_v = nhwc(f(result), s.n, s.out_h(), s.out_w(), s.c_out);
@@ -64,7 +65,9 @@ BENCH_ENTRY("conv", [](const Context& context, std::vector<Result>& out) {
     Result data{"conv bwd data", shape, 0, 4.0 * double(out_n + w_n + in_n), flops};
     Result wts{"conv bwd weights", shape, 0, 4.0 * double(in_n + out_n + w_n + b_n), flops};
     if (gpu) {
-      fwd.ms = time_ms(context, [&] { conv2d_forward_cuda(s, in_v, f(weights), f(bias), out_v, context.stream); });
+      fwd.ms = time_ms(context, [&] {
+        conv2d_forward_cuda(s, in_v, f(weights), f(bias), out_v, workspace.data(), workspace.size(), context.stream);
+      });
       data.ms = time_ms(context, [&] {
         conv2d_backward_data_cuda(s, grad_out_v, f(weights), grad_in_v, false, workspace.data(), workspace.size(),
                                   context.stream);
@@ -74,7 +77,7 @@ BENCH_ENTRY("conv", [](const Context& context, std::vector<Result>& out) {
                                      context.stream);
       });
     } else {
-      fwd.ms = time_ms(context, [&] { conv2d_forward_cpu(s, in_v, f(weights), f(bias), out_v); });
+      fwd.ms = time_ms(context, [&] { conv2d_forward_cpu(s, in_v, f(weights), f(bias), out_v, nullptr, 0); });
       data.ms = time_ms(context, [&] { conv2d_backward_data_cpu(s, grad_out_v, f(weights), grad_in_v, false, nullptr, 0); });
       wts.ms = time_ms(context, [&] { conv2d_backward_weights_cpu(s, in_v, grad_out_v, f(grad_w), f(grad_b), nullptr, 0); });
     }
@@ -101,15 +104,22 @@ BENCH_ENTRY("gemm", [](const Context& context, std::vector<Result>& out) {
       {"gemm NN (1x1 bwd data)", GemmShape{pixels, c_in, c_out, false, false}, &act, &w, nullptr, &grad_in},
       {"gemm TN (1x1 bwd wts)", GemmShape{c_out, c_in, pixels, true, false}, &act, &in, nullptr, &grad_w},
   };
+  size_t ws_bytes = 256;
+  if (context.device.is_cuda())
+    for (const Form& form : forms) ws_bytes = std::max(ws_bytes, gemm_workspace_bytes(form.shape));
+  DeviceMemory workspace(context.device, ws_bytes);
   for (const Form& form : forms) {
     const GemmShape& g = form.shape;
     const float* bias_ptr = form.bias ? f(*form.bias) : nullptr;
     Result r{form.op, std::to_string(g.m) + "x" + std::to_string(g.n) + "x" + std::to_string(g.k), 0,
              4.0 * (double(g.m) * g.k + double(g.k) * g.n + double(g.m) * g.n), 2.0 * g.m * double(g.n) * g.k};
     if (context.device.is_cuda())
-      r.ms = time_ms(context, [&] { gemm_cuda(g, f(*form.a), f(*form.b), bias_ptr, f(*form.c), false, context.stream); });
+      r.ms = time_ms(context, [&] {
+        gemm_cuda(g, f(*form.a), f(*form.b), bias_ptr, f(*form.c), false, workspace.data(), workspace.size(),
+                  context.stream);
+      });
     else
-      r.ms = time_ms(context, [&] { gemm_cpu(g, f(*form.a), f(*form.b), bias_ptr, f(*form.c), false); });
+      r.ms = time_ms(context, [&] { gemm_cpu(g, f(*form.a), f(*form.b), bias_ptr, f(*form.c), false, nullptr, 0); });
     out.push_back(r);
   }
 });
