@@ -45,7 +45,7 @@ int main(int argc, char** argv) {
     if (!gpu) std::printf("bench_kernels: no GPU used (%s): timing the fast CPU ops\n",
                           force_cpu ? "--cpu" : found.why_no_gpu.c_str());
     bench::Ceilings ceilings = bench::measure_ceilings(context.device);
-    std::printf("device: %s   ceilings: copy %.0f GB/s, FP32 %.2f TFLOP/s   batch %d, median of %d\n",
+    std::printf("device: %s   ceilings: copy %.0f GB/s, FP32 %.3f TFLOP/s   batch %d, median of %d\n",
                 ceilings.where.c_str(), ceilings.copy_gbs, ceilings.fp32_tflops, context.batch, context.repeats);
     if (ceilings_only) return 0;
     std::printf("%-22s %-34s %10s %9s %6s %9s %6s\n", "op", "shape", "ms", "GB/s", "%copy", "TFLOP/s", "%fp32");
