@@ -6,6 +6,7 @@
 #include <condition_variable>
 #include <cstdlib>
 #include <exception>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -18,9 +19,7 @@ thread_local bool t_in_pool_work = false;
 
 class Pool {
  public:
-  Pool() {
-    int n = int(std::thread::hardware_concurrency());
-    if (const char* env = std::getenv("YOLO_CPU_THREADS")) n = std::atoi(env);
+  explicit Pool(int n) {
     threads_ = n < 1 ? 1 : n;
     for (int i = 1; i < threads_; ++i) workers_.emplace_back([this] { worker(); });
   }
@@ -94,10 +93,18 @@ class Pool {
   std::exception_ptr error_;
 };
 
-Pool& pool() {
-  static Pool instance;
-  return instance;
+int default_threads() {
+  int n = int(std::thread::hardware_concurrency());
+  if (const char* env = std::getenv("YOLO_CPU_THREADS")) n = std::atoi(env);
+  return n;
 }
+
+std::unique_ptr<Pool>& pool_slot() {
+  static std::unique_ptr<Pool> slot = std::make_unique<Pool>(default_threads());
+  return slot;
+}
+
+Pool& pool() { return *pool_slot(); }
 
 }  // namespace
 
@@ -111,5 +118,10 @@ void parallel_for(size_t count, const std::function<void(size_t)>& work) {
 }
 
 int cpu_pool_threads() { return pool().threads(); }
+
+void set_cpu_pool_threads(int threads) {
+  pool_slot().reset();  // joins the old workers first
+  pool_slot() = std::make_unique<Pool>(threads);
+}
 
 }  // namespace yolo

@@ -14,6 +14,10 @@ void parallel_for(size_t count, const std::function<void(size_t)>& work);
 
 int cpu_pool_threads();
 
+// Replaces the pool with one of `threads` threads (for tests that prove results do not depend
+// on the thread count). Must not run while any parallel_for is in progress.
+void set_cpu_pool_threads(int threads);
+
 // One pixel's c channels, out[ch] = f(ch, in[ch]), in blocks of 8 through a local array: all
 // loads before the stores (in place is safe) and fixed-size loops that g++ vectorizes at -O2.
 template <typename F>

@@ -1,6 +1,6 @@
 // YOLO layer loss (see yolo_loss.h for the formulation): the naive reference (darknet's passes
 // over a per-prediction target table), the fast CPU version (threaded over images) and the CUDA
-// version (four launches, all on the device). The CPU and CUDA versions share the per-prediction
+// version (three launches, all on the device). The CPU and CUDA versions share the per-prediction
 // math below; the reference is written independently of it.
 #include "kernels/yolo_loss.h"
 
@@ -130,7 +130,10 @@ __host__ __device__ inline int grid_cell(float coordinate, int cells) {
 __host__ __device__ inline bool prepare_truth(const YoloTruth& t, const YoloLossConfig& c, int W, int H,
                                               PreparedTruth* out) {
   bool finite = finite_value(t.x) && finite_value(t.y) && finite_value(t.w) && finite_value(t.h);
-  if (!finite || !(t.w > 0.0f) || !(t.h > 0.0f) || t.class_id < 0 || t.class_id >= c.classes) return false;
+  // Normalised boxes: centre in [0,1], size in (0,1]. Anything else (pixel coordinates by
+  // mistake) would give a negative box weight 2 - w*h or land in a clamped cell.
+  bool inside = t.x >= 0.0f && t.x <= 1.0f && t.y >= 0.0f && t.y <= 1.0f && t.w <= 1.0f && t.h <= 1.0f;
+  if (!finite || !inside || !(t.w > 0.0f) || !(t.h > 0.0f) || t.class_id < 0 || t.class_id >= c.classes) return false;
   int i = grid_cell(t.x, W), j = grid_cell(t.y, H);
   float best = 0.0f;
   int best_n = 0;
@@ -421,7 +424,8 @@ void yolo_loss_reference(NhwcView<const T> input, const YoloLossConfig& config, 
     for (int t = 0; t < used; ++t) {
       const YoloTruth& truth = truths[size_t(b) * truth_stride + t];
       bool finite = std::isfinite(truth.x) && std::isfinite(truth.y) && std::isfinite(truth.w) && std::isfinite(truth.h);
-      if (finite && truth.w > 0 && truth.h > 0 && truth.class_id >= 0 && truth.class_id < K) kept.push_back(truth);
+      bool inside = truth.x >= 0 && truth.x <= 1 && truth.y >= 0 && truth.y <= 1 && truth.w <= 1 && truth.h <= 1;
+      if (finite && inside && truth.w > 0 && truth.h > 0 && truth.class_id >= 0 && truth.class_id < K) kept.push_back(truth);
       else ++s.truths_invalid;
     }
     auto truth_box = [&](int t) { return RefBox<T>{T(kept[t].x), T(kept[t].y), T(kept[t].w), T(kept[t].h)}; };

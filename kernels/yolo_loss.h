@@ -9,7 +9,9 @@
 //
 // Truths: per image the first min(count, truth_stride, kYoloMaxTruths) boxes of its row of
 // `truth_stride` boxes are used; the rest of `count` are dropped and counted. A truth is invalid
-// (skipped entirely, counted) unless x, y are finite, 0 < w, h are finite and 0 <= class_id < K.
+// (skipped entirely, counted) unless 0 <= x, y <= 1, 0 < w, h <= 1 (all finite) and
+// 0 <= class_id < K. Unlike darknet, a truth at x == 0 is a real box, not the end of the list:
+// the loader passes exact counts.
 //
 // Assignment: truth (x, y, w, h, class) goes to cell i = floor(x*W), j = floor(y*H) (clamped to the
 // grid) and to the anchor, among ALL the model's anchors, whose width/height IoU with (w, h) is
@@ -82,7 +84,7 @@ struct YoloLossStatsT {
   int assigned = 0;        // truths assigned to this layer's anchors
   int recall50 = 0;        // assigned truths whose prediction IoU > 0.5
   int truths_dropped = 0;  // beyond kYoloMaxTruths (or beyond truth_stride)
-  int truths_invalid = 0;  // skipped: bad class, non-positive size, non-finite values
+  int truths_invalid = 0;  // skipped: bad class, size outside (0,1], centre outside [0,1], non-finite
   T total() const { return box_loss + obj_loss + noobj_loss + class_loss; }
 };
 using YoloLossStats = YoloLossStatsT<float>;
@@ -101,7 +103,7 @@ void yolo_loss_cpu(ConstAct input, const YoloLossConfig& config, const YoloTruth
 
 // Device workspace yolo_loss_cuda needs for a batch of n images of h x w cells.
 size_t yolo_loss_workspace_bytes(int n, int h, int w, const YoloLossConfig& config);
-// Everything on the device, no host copies: 4 launches on `stream` (truth table per image,
+// Everything on the device, no host copies: 3 launches on `stream` (truth table per image,
 // per-prediction gradient and loss partials, final ordered reduction into *stats).
 void yolo_loss_cuda(ConstAct input, const YoloLossConfig& config, const YoloTruth* truths, const int* truth_counts,
                     int truth_stride, Act grad, YoloLossStats* stats, void* workspace, size_t workspace_bytes,

@@ -189,8 +189,8 @@ YoloLossConfig hand_config(std::vector<int> mask = {2, 3, 4}, float ignore_thres
 
 // Random tx, ty, to, classes; tiny boxes (tw = th = -4) so that no prediction overlaps a truth
 // unless a test places it there.
-Case hand_case(Rng& rng, YoloLossConfig config = hand_config()) {
-  Case k = make_case(config, 1, 4, 4, 4);
+Case hand_case(Rng& rng, YoloLossConfig config = hand_config(), int truth_stride = 4) {
+  Case k = make_case(config, 1, 4, 4, truth_stride);
   for (int j = 0; j < 4; ++j)
     for (int i = 0; i < 4; ++i)
       for (int a = 0; a < config.mask_count; ++a)
@@ -470,16 +470,18 @@ TEST_CASE("yolo_loss: a truth whose best anchor is another layer's trains nothin
 TEST_CASE("yolo_loss: invalid truths are skipped and counted") {
   Rng rng;
   CAPTURE(rng.seed());
-  Case k = hand_case(rng);
+  Case k = hand_case(rng, hand_config(), 6);
   k.set_truth(0, 0, YoloTruth{0.5f, 0.5f, 0.25f, 0.5f, 3});  // class out of range
   k.set_truth(0, 1, YoloTruth{0.5f, 0.5f, 0.0f, 0.5f, 0});   // zero width
   k.set_truth(0, 2, YoloTruth{std::nanf(""), 0.5f, 0.25f, 0.5f, 0});
   k.set_truth(0, 3, kOnAnchor);
-  k.counts[0] = 4;
+  k.set_truth(0, 4, YoloTruth{208.0f, 160.0f, 64.0f, 128.0f, 0});  // pixel coordinates by mistake
+  k.set_truth(0, 5, YoloTruth{0.5f, 1.25f, 0.25f, 0.5f, 0});        // centre below the image
+  k.counts[0] = 6;
   for (Impl impl : impls_here()) {
     CAPTURE(impl_name(impl));
     Outcome o = run(k, impl);
-    CHECK(o.stats.truths_invalid == 3);
+    CHECK(o.stats.truths_invalid == 5);
     CHECK(o.stats.assigned == 1);
     check_background(k, o, {{2, 1, 0}});
   }
@@ -500,7 +502,7 @@ void compare_with_reference(Impl impl) {
   };
   const Shape shapes[] = {{3, 5, 7, {3, 4, 5}, 4, 0, 0, 0.7f, 1.0f},
                           {2, 7, 5, {0, 1, 2, 3}, 13, 5, 3, 0.3f, 0.6f},
-                          {1, 3, 3, {8}, 1, 3, 2, 0.5f, 0.8f}};
+                          {1, 3, 3, {4}, 1, 3, 2, 0.5f, 0.8f}};  // anchor 4 (62x45) fits a 96x96 net
   for (const Shape& s : shapes) {
     CAPTURE(s.classes);
     YoloLossConfig config = make_yolo_loss_config(kYolov3Anchors, s.mask, s.classes, 32 * s.w, 32 * s.h,
