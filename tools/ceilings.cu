@@ -69,9 +69,9 @@ Ceilings cpu_ceilings(const Context& context) {
     parallel_for(threads, [&](size_t t) {
       Float4 acc[chains];
       for (int k = 0; k < chains; ++k) acc[k] = Float4{1, 2, 3, 4} * float(k + t);
-      const Float4 a = {0.999f, 0.999f, 0.999f, 0.999f}, b = {1e-3f, 1e-3f, 1e-3f, 1e-3f};
+      const Float4 scale = {0.999f, 0.999f, 0.999f, 0.999f}, offset = {1e-3f, 1e-3f, 1e-3f, 1e-3f};
       for (int i = 0; i < iterations; ++i)
-        for (int k = 0; k < chains; ++k) acc[k] = acc[k] * a + b;
+        for (int k = 0; k < chains; ++k) acc[k] = acc[k] * scale + offset;
       float s = 0;
       for (int k = 0; k < chains; ++k) s += acc[k][0] + acc[k][1] + acc[k][2] + acc[k][3];
       sink[t] = s;
