@@ -30,7 +30,7 @@ inline void check_result(cudaError_t status, const char* call, const char* file,
 }
 #endif
 
-// check_result for ncclResult_t lives in runtime/nccl.h, beside the run-time loader.
+// check_result for ncclResult_t lives in runtime/nccl_loader.h, beside the run-time loader.
 
 }  // namespace yolo
 

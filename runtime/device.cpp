@@ -6,7 +6,7 @@
 #include <thread>
 
 #include "runtime/check.h"
-#include "runtime/nccl.h"
+#include "runtime/nccl_loader.h"
 
 namespace yolo {
 

@@ -3,7 +3,7 @@
 
 #include "runtime/check.h"
 #include "runtime/device.h"
-#include "runtime/nccl.h"
+#include "runtime/nccl_loader.h"
 #include "tests/test_support.h"
 
 using namespace yolo;

@@ -1,5 +1,5 @@
-// Run-time loading of NCCL (see nccl.h).
-#include "runtime/nccl.h"
+// Run-time loading of NCCL (see nccl_loader.h).
+#include "runtime/nccl_loader.h"
 
 #include <dlfcn.h>
 

@@ -1,5 +1,7 @@
-// NCCL, loaded at run time with dlopen so that the binary starts on machines without it.
-// Types come from the system's nccl.h; calls go through the table returned by nccl().
+// Our run-time loader for NCCL (dlopen), so that the binary starts on machines without it.
+// NCCL's own types come from the installed <nccl.h> (the CUDA toolkit's, or the libnccl-dev
+// package; NCCL_HOME= points elsewhere); without it, NCCL support is left out of the build.
+// Calls go through the table returned by nccl().
 // Search order: $YOLO_NCCL_LIB (a file or a folder), then the loader's default paths.
 #pragma once
 #include <string>
