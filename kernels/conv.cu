@@ -279,6 +279,28 @@ __device__ __forceinline__ void advance3(int& major, int& middle, int& minor, in
   }
 }
 
+// Gathers the 4 consecutive K values (r, s, ci), (r, s, ci + 1), ... of one output pixel's
+// receptive field into v; value e is read only where in_range(e). When c_in % 4 == 0 (vec) the 4
+// share one tap: one float4 load; otherwise they may cross taps and are read one by one.
+// pixel(r, s) is the tap's input row, or null in the padding (which reads as 0).
+template <typename PixelOf, typename InRange>
+__device__ __forceinline__ void gather_taps4(const ConvGeom& g, bool vec, int r, int s, int ci, PixelOf pixel,
+                                             InRange in_range, float (&v)[4]) {
+  if (vec) {
+    float4 t{0.0f, 0.0f, 0.0f, 0.0f};
+    const float* p = in_range(0) ? pixel(r, s) : nullptr;
+    if (p) t = load_pack<4>(p + ci);
+    v[0] = t.x, v[1] = t.y, v[2] = t.z, v[3] = t.w;
+    return;
+  }
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    const float* p = in_range(e) ? pixel(r, s) : nullptr;
+    v[e] = p ? p[ci] : 0.0f;
+    advance3(r, s, ci, 1, g.k, g.c_in);
+  }
+}
+
 // Forward A: rows = output pixels, K = (r, s, ci) of the receptive field (K-major gather).
 template <int R>
 struct ForwardInputLoader {
@@ -307,20 +329,8 @@ struct ForwardInputLoader {
     return data + (size_t(img_row0 + iy) * g.w + ix) * pitch;
   }
   __device__ __forceinline__ void fetch() {
-    if (vec) {  // c_in % 4 == 0: the 4 values share one tap
-      Vec4 t{0.0f, 0.0f, 0.0f, 0.0f};
-      const float* p = row_ok && k_pos < k_size ? pixel(r, s) : nullptr;
-      if (p) t = load4(p + ci);
-      v[0] = t.x, v[1] = t.y, v[2] = t.z, v[3] = t.w;
-    } else {
-      int rr = r, ss = s, cc = ci;
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const float* p = row_ok && k_pos + e < k_size ? pixel(rr, ss) : nullptr;
-        v[e] = p ? p[cc] : 0.0f;
-        advance3(rr, ss, cc, 1, g.k, g.c_in);
-      }
-    }
+    gather_taps4(g, vec, r, s, ci, [&](int rr, int ss) { return pixel(rr, ss); },
+                 [&](int e) { return row_ok && k_pos + e < k_size; }, v);
     k_pos += kBK;
     advance3(r, s, ci, kBK, g.k, g.c_in);
   }
@@ -339,7 +349,7 @@ struct ForwardEpilogue {
     float r[4];
 #pragma unroll
     for (int e = 0; e < 4; ++e) r[e] = v[e] + (bias && co + e < c_out ? bias[co + e] : 0.0f);
-    if (vec && co + 3 < c_out) store4(out, r);
+    if (vec && co + 3 < c_out) store_floats<4>(out, r);
     else
       for (int e = 0; e < 4 && co + e < c_out; ++e) out[e] = r[e];
   }
@@ -419,9 +429,9 @@ struct BackwardDataGradLoader {
   }
   __device__ __forceinline__ void fetch() {
     if (vec) {  // c_out % 4 == 0
-      Vec4 t{0.0f, 0.0f, 0.0f, 0.0f};
+      float4 t{0.0f, 0.0f, 0.0f, 0.0f};
       const float* p = row_ok && k_pos < k_size ? pixel(jr, js) : nullptr;
-      if (p) t = load4(p + co);
+      if (p) t = load_pack<4>(p + co);
       v[0] = t.x, v[1] = t.y, v[2] = t.z, v[3] = t.w;
     } else {
       int a = jr, b = js, c = co;
@@ -463,8 +473,8 @@ struct BackwardDataWeightLoader {
     const int r = ry0 + g.stride * jr, s = rx0 + g.stride * js;
     const float* p = weights + ((size_t(ok ? co : 0) * g.k + (ok ? r : 0)) * g.k + (ok ? s : 0)) * g.c_in + ci;
     if (vec) {  // c_in % 4 == 0
-      Vec4 t{0.0f, 0.0f, 0.0f, 0.0f};
-      if (ok && ci < g.c_in) t = load4(p);
+      float4 t{0.0f, 0.0f, 0.0f, 0.0f};
+      if (ok && ci < g.c_in) t = load_pack<4>(p);
       v[0] = t.x, v[1] = t.y, v[2] = t.z, v[3] = t.w;
     } else {
 #pragma unroll
@@ -489,10 +499,10 @@ struct BackwardDataEpilogue {
     if (vec && ci + 3 < g.c_in) {
       float r[4] = {v[0], v[1], v[2], v[3]};
       if (accumulate) {
-        Vec4 old = load4(p);
+        float4 old = load_pack<4>(p);
         r[0] += old.x, r[1] += old.y, r[2] += old.z, r[3] += old.w;
       }
-      store4(p, r);
+      store_floats<4>(p, r);
     } else {
       for (int e = 0; e < 4 && ci + e < g.c_in; ++e) p[e] = accumulate ? p[e] + v[e] : v[e];
     }
@@ -553,20 +563,8 @@ struct BackwardWeightInputLoader {
   __device__ __forceinline__ void fetch() {
     const bool ok = slot.active && k_pos < pixels;
     const int cols = g.k * g.k * g.c_in;
-    if (vec) {  // c_in % 4 == 0: the 4 columns share one tap
-      Vec4 t{0.0f, 0.0f, 0.0f, 0.0f};
-      const float* p = ok && col < cols ? pixel(r, s) : nullptr;
-      if (p) t = load4(p + ci);
-      v[0] = t.x, v[1] = t.y, v[2] = t.z, v[3] = t.w;
-    } else {
-      int rr = r, ss = s, cc = ci;
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const float* p = ok && col + e < cols ? pixel(rr, ss) : nullptr;
-        v[e] = p ? p[cc] : 0.0f;
-        advance3(rr, ss, cc, 1, g.k, g.c_in);
-      }
-    }
+    gather_taps4(g, vec, r, s, ci, [&](int rr, int ss) { return pixel(rr, ss); },
+                 [&](int e) { return ok && col + e < cols; }, v);
     k_pos += kBK;
     advance3(b, oy, ox, kBK, g.oh, g.ow);
   }
@@ -581,7 +579,7 @@ struct BackwardWeightEpilogue {
   __device__ __forceinline__ void put(int co, int col, const float (&v)[4]) {
     if (co >= c_out || col >= cols) return;
     float* p = dst + size_t(co) * cols + col;
-    if (vec && col + 3 < cols) store4(p, v);
+    if (vec && col + 3 < cols) store_floats<4>(p, v);
     else
       for (int e = 0; e < 4 && col + e < cols; ++e) p[e] = v[e];
   }

@@ -97,14 +97,14 @@ struct GemmEpilogue {
     if (vec && col + 3 < n) {
       float r[4] = {v[0], v[1], v[2], v[3]};
       if (accumulate) {
-        Vec4 old = load4(out);
+        float4 old = load_pack<4>(out);
         r[0] = old.x + r[0], r[1] = old.y + r[1], r[2] = old.z + r[2], r[3] = old.w + r[3];
       }
       if (bias) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) r[e] += bias[col + e];
       }
-      store4(out, r);
+      store_floats<4>(out, r);
     } else {
       for (int e = 0; e < 4 && col + e < n; ++e)
         out[e] = (accumulate ? out[e] + v[e] : v[e]) + (bias ? bias[col + e] : 0.0f);
@@ -168,17 +168,17 @@ __global__ void sum_splits_kernel(const float* parts, int splits, int rows, int 
     float* dst = out + row * out_pitch + col;
     if (vec) {
       float sum[4];
-      Vec4 t = accumulate ? load4(dst) : Vec4{0.0f, 0.0f, 0.0f, 0.0f};
+      float4 t = accumulate ? load_pack<4>(dst) : float4{0.0f, 0.0f, 0.0f, 0.0f};
       sum[0] = t.x, sum[1] = t.y, sum[2] = t.z, sum[3] = t.w;
       for (int s = 0; s < splits; ++s) {
-        Vec4 x = load4(src + s * part);
+        float4 x = load_pack<4>(src + s * part);
         sum[0] += x.x, sum[1] += x.y, sum[2] += x.z, sum[3] += x.w;
       }
       if (bias) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) sum[e] += bias[col + e];
       }
-      store4(dst, sum);
+      store_floats<4>(dst, sum);
     } else {
       float sum = accumulate ? *dst : 0.0f;
       for (int s = 0; s < splits; ++s) sum += src[s * part];

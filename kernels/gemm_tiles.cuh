@@ -11,14 +11,6 @@
 
 namespace yolo::tiled {
 
-#if defined(__CUDACC__)
-using Vec4 = float4;
-#else
-struct alignas(16) Vec4 {
-  float x, y, z, w;
-};
-#endif
-
 constexpr int kThreads = 256;  // a 16 x 16 grid of threads; each owns a (BM/16) x (BN/16) block of C
 constexpr int kBK = 8;         // reduction depth of one shared-memory stage
 constexpr int kPad = 4;        // row padding: the transposed stores of K-major loads avoid bank conflicts
@@ -27,12 +19,6 @@ constexpr int kPad = 4;        // row padding: the transposed stores of K-major 
 template <int R>
 using Stage = float[kBK][R + kPad];
 
-__device__ __forceinline__ Vec4 load4(const float* p) { return *reinterpret_cast<const Vec4*>(p); }
-__device__ __forceinline__ void store4(float* p, const float (&v)[4]) {
-  Vec4 t;
-  t.x = v[0], t.y = v[1], t.z = v[2], t.w = v[3];
-  *reinterpret_cast<Vec4*>(p) = t;
-}
 
 // Operands reach shared memory through loaders: each thread moves 4 floats per stage.
 //  K-major (the operand's rows are contiguous along K): thread t loads row t/2, k (t%2)*4..+3,
@@ -67,7 +53,7 @@ struct MnMajorSlot {
   }
   template <int R>
   __device__ __forceinline__ void stash(Stage<R>& stage, const float (&v)[4]) const {
-    if (active) store4(&stage[k_local][rq], v);
+    if (active) store_floats<4>(&stage[k_local][rq], v);
   }
 };
 
@@ -89,8 +75,8 @@ struct KMajorMatrixLoader {
   }
   __device__ __forceinline__ void fetch() {
     if (vec) {
-      Vec4 t{0.0f, 0.0f, 0.0f, 0.0f};
-      if (row_ok && k_pos < k_size) t = load4(row_ptr + k_pos);
+      float4 t{0.0f, 0.0f, 0.0f, 0.0f};
+      if (row_ok && k_pos < k_size) t = load_pack<4>(row_ptr + k_pos);
       v[0] = t.x, v[1] = t.y, v[2] = t.z, v[3] = t.w;
     } else {
 #pragma unroll
@@ -120,8 +106,8 @@ struct MnMajorMatrixLoader {
     const bool ok = slot.active && k_pos < k_size;
     const float* p = data + size_t(ok ? k_pos : 0) * pitch + col;
     if (vec) {
-      Vec4 t{0.0f, 0.0f, 0.0f, 0.0f};
-      if (ok && col < cols) t = load4(p);
+      float4 t{0.0f, 0.0f, 0.0f, 0.0f};
+      if (ok && col < cols) t = load_pack<4>(p);
       v[0] = t.x, v[1] = t.y, v[2] = t.z, v[3] = t.w;
     } else {
 #pragma unroll
@@ -167,12 +153,12 @@ __device__ __forceinline__ void mainloop(LoaderA& la, LoaderB& lb, int k_begin, 
       float a[TM], b[TN];
 #pragma unroll
       for (int q = 0; q < TM / 4; ++q) {
-        Vec4 t = load4(&as[buf][kk][q * 64 + ty * 4]);
+        float4 t = load_pack<4>(&as[buf][kk][q * 64 + ty * 4]);
         a[4 * q] = t.x, a[4 * q + 1] = t.y, a[4 * q + 2] = t.z, a[4 * q + 3] = t.w;
       }
 #pragma unroll
       for (int q = 0; q < TN / 4; ++q) {
-        Vec4 t = load4(&bs[buf][kk][q * 64 + tx * 4]);
+        float4 t = load_pack<4>(&bs[buf][kk][q * 64 + tx * 4]);
         b[4 * q] = t.x, b[4 * q + 1] = t.y, b[4 * q + 2] = t.z, b[4 * q + 3] = t.w;
       }
 #pragma unroll
