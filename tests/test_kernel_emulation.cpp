@@ -17,6 +17,7 @@
 #include "runtime/check.h"
 #include "tests/emu_test_kernels.h"
 #include "tests/kernel_harness.h"
+#include "tests/op_check.h"
 #include "tests/test_support.h"
 
 using namespace yolo;
@@ -59,7 +60,7 @@ TEST_CASE("kernel: block reduction through warp shuffles") {
     std::vector<float> partial = d_partial.download();
     std::vector<double> ref(blocks, 0.0);
     for (int i = 0; i < n; ++i) ref[size_t(i / threads) % blocks] += in[i];
-    CHECK(first_mismatch(partial, ref, 1e-4, 1e-4) == -1);
+    CHECK_CLOSE(partial, ref, 1e-4, 1e-4);
 
     // The same launch again: identical bits (no float atomics, fixed summation order).
     d_partial.poison();

@@ -55,14 +55,6 @@ inline bool close(double out, double ref, double atol, double rtol) {
   return diff <= atol + rtol * mag;
 }
 
-// Index of the first element outside tolerance, or -1.
-inline long first_mismatch(const std::vector<float>& out, const std::vector<double>& ref, double atol, double rtol) {
-  if (out.size() != ref.size()) return 0;
-  for (size_t i = 0; i < out.size(); ++i)
-    if (!close(out[i], ref[i], atol, rtol)) return long(i);
-  return -1;
-}
-
 // A one-shot latch whose wait gives up after a timeout (so a broken test fails, never hangs).
 class Latch {
  public:
