@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The one prepared run for a GPU machine (DESIGN.md, "On a GPU"); under five minutes.
 # Runs the test suite natively, compute-sanitizer (memcheck, racecheck, synccheck, initcheck)
-# on the kernel tests, and the kernel benchmarks (build/bench_kernels, ceilings measured first); writes full logs to OUTDIR and prints a summary
+# on the kernel tests, the kernel benchmarks (build/bench_kernels, ceilings measured first) and
+# the loader benchmark (build/bench_loader); writes full logs to OUTDIR and prints a summary
 # table last. A tool that is missing is reported as unavailable, not as a failure.
 # Needs the binaries built beforehand (here or elsewhere: make ARCH=90).
 set -u
@@ -53,9 +54,17 @@ else
   record "bench_kernels" "unavailable" "not built"
 fi
 
+# The input pipeline on the GPU machine's cores (1..16 loader threads).
+if [[ -x build/bench_loader ]]; then
+  run_step "bench_loader" bench_loader.log 120 build/bench_loader --images 128 --dir "$OUT/loader_images"
+else
+  record "bench_loader" "unavailable" "not built"
+fi
+
 echo
 cat "$OUT/gpu.txt"
 echo
 [[ -f "$OUT/bench_kernels.log" ]] && cat "$OUT/bench_kernels.log" && echo
+[[ -f "$OUT/bench_loader.log" ]] && cat "$OUT/bench_loader.log" && echo
 printf '%-28s %-12s %s\n' "step" "status" "detail"
 printf '%s\n' "${summary[@]}"

@@ -1,0 +1,113 @@
+// Datasets as users already have them: darknet .data lists, images/ + labels/ folders, Pascal
+// VOC (imageai's layout) and COCO JSON. Opening one reads and checks every label up front, so
+// a malformed file stops the run before training with the file and line, and the loader only
+// has to decode images.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace yolo::data {
+
+// Boxes per image that training uses (darknet's max_boxes; kernels/yolo_loss.h's kYoloMaxTruths).
+constexpr int kMaxBoxes = 90;
+
+// One labelled object: centre and size normalised by the original image's width and height.
+struct Box {
+  float x = 0, y = 0, w = 0, h = 0;
+  int class_id = 0;
+  bool difficult = false;  // VOC's flag: kept, and ignored by evaluation
+};
+
+struct Sample {
+  std::string image;        // path as the loader opens it
+  std::vector<Box> boxes;   // at most kMaxBoxes
+};
+
+// What was repaired or dropped while reading labels; reported, never silent.
+struct LabelCounts {
+  int64_t images = 0;
+  int64_t boxes = 0;
+  int64_t missing_label_files = 0;  // read as background images
+  int64_t clipped_boxes = 0;        // a coordinate slightly outside [0, 1], clipped
+  int64_t empty_boxes = 0;          // zero width or height after clipping, dropped
+  int64_t boxes_over_limit = 0;     // beyond kMaxBoxes in one image, dropped
+  int64_t difficult_boxes = 0;
+  int64_t missing_images = 0;       // listed but not on disk: left out (an error with strict)
+  LabelCounts& operator+=(const LabelCounts& o);
+  std::string summary() const;  // one line, e.g. "120 images, 431 boxes, 2 clipped, ..."
+};
+
+struct Split {
+  std::string name;  // "train" or "valid"
+  std::vector<Sample> samples;
+  LabelCounts counts;
+};
+
+enum class Format { Darknet, Folders, Voc, Coco };
+const char* format_name(Format format);                // "darknet", "folders", "voc", "coco"
+Format parse_format(const std::string& name);          // throws yolo::Error naming the choices
+
+struct Dataset {
+  Format format = Format::Darknet;
+  std::string source;       // what the user passed
+  std::string description;  // one line: what was detected and where, for the log
+  std::vector<std::string> class_names;
+  Split train, valid;       // valid may be empty (no validation split)
+  std::vector<std::string> warnings;  // for the log: what was repaired or left out, and where
+};
+
+struct OpenOptions {
+  std::string names_file;  // fixes class names and order (required where the format has none)
+  bool force_format = false;
+  Format format = Format::Darknet;  // used when force_format
+  bool strict = false;  // a missing image or label file is an error instead of a warning
+};
+
+// Detects the format of `path` (a .data file, a COCO .json, or a directory), reads it and
+// checks every label. Throws yolo::Error naming the file (and line) on malformed input.
+Dataset open_dataset(const std::string& path, const OpenOptions& options = {});
+
+// ---- building blocks shared by the format readers ---------------------------------------
+
+// Validates a box given as normalised centre/size read from `where` (e.g. "a.txt:3"):
+// coordinates more than kFarOutside outside [0, 1] are an error (pixel coordinates given by
+// mistake); slightly outside is clipped and counted; an empty box is dropped and counted; a
+// class id outside [0, classes) is an error. Appends to sample.boxes unless it is full
+// (then counts boxes_over_limit).
+constexpr float kFarOutside = 0.01f;
+void add_normalized_box(Sample& sample, Box box, int classes, const std::string& where, LabelCounts& counts);
+
+// Reads a names file (one class name per line; blank lines and surrounding spaces ignored;
+// duplicates are an error naming both lines).
+std::vector<std::string> read_names_file(const std::string& path);
+
+// Parses YOLO text labels ("class cx cy w h" per line, '#' comments and blank lines allowed)
+// into `sample`; errors name file and line.
+void parse_yolo_labels(const std::string& text, const std::string& file, int classes, Sample& sample,
+                       LabelCounts& counts);
+
+// Reads the YOLO label file at `label_path` into `sample`; a missing file is a background
+// image (counted in missing_label_files); an unreadable one is an error.
+void read_yolo_label_file(const std::string& label_path, int classes, Sample& sample, LabelCounts& counts);
+
+// A relative path from a list or config file: as given if it exists from the working
+// directory (darknet's rule), else relative to `base_dir` (the folder of the file naming it).
+std::string resolve_listed_path(const std::string& path, const std::string& base_dir);
+
+// The label file darknet expects for an image: ".../images/..." -> ".../labels/...", and the
+// extension replaced by ".txt" (also for JPEGImages/ as in VOC-derived lists).
+std::string label_path_for_image(const std::string& image_path);
+
+// After a reader: drops samples whose image is not on disk (warning + count; an error with
+// options.strict), fills counts.images/boxes, and fails if a split has no usable image.
+void finish_split(Split& split, const std::string& source, const OpenOptions& options,
+                  std::vector<std::string>& warnings);
+
+// Format readers (data/darknet.cpp, data/folders.cpp, data/voc.cpp, data/coco.cpp).
+Dataset read_darknet(const std::string& data_file, const OpenOptions& options);
+Dataset read_folders(const std::string& root, const OpenOptions& options);
+Dataset read_voc(const std::string& root, const OpenOptions& options);
+Dataset read_coco(const std::string& path, const OpenOptions& options);
+
+}  // namespace yolo::data

@@ -1,0 +1,214 @@
+// Image decode and encode through stb_image / stb_image_write, with the checks stb leaves to
+// us: format by signature, dimension limits, truncated BMP data, and errors naming the file.
+#include "data/image.h"
+
+#include <stb_image.h>
+#include <stb_image_write.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <climits>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+
+#include "runtime/check.h"
+
+namespace yolo::data {
+namespace {
+
+// Larger than any real training image, small enough that width*height*3 fits comfortably in
+// an int (stb's arithmetic) and that a forged header cannot make us allocate gigabytes.
+constexpr int kMaxSide = 32768;
+constexpr int64_t kMaxPixels = int64_t(1) << 28;
+
+enum class Kind { Jpeg, Png, Bmp, Unknown };
+
+// stb would also try TGA, whose header has no signature, so garbage could "decode"; we accept
+// only the formats we promise, recognised by their leading bytes.
+Kind kind_of(const uint8_t* bytes, size_t size) {
+  static const uint8_t png[8] = {0x89, 'P', 'N', 'G', 0x0D, 0x0A, 0x1A, 0x0A};
+  if (size >= 3 && bytes[0] == 0xFF && bytes[1] == 0xD8 && bytes[2] == 0xFF) return Kind::Jpeg;
+  if (size >= 8 && std::memcmp(bytes, png, 8) == 0) return Kind::Png;
+  if (size >= 2 && bytes[0] == 'B' && bytes[1] == 'M') return Kind::Bmp;
+  return Kind::Unknown;
+}
+
+// stb's BMP decoder reads past the end as zeros (its JPEG and PNG decoders do notice a cut-off
+// file; the tests check both). The header's file-size field, when the writer filled it in,
+// says how many bytes there should be.
+bool bmp_is_complete(const uint8_t* bytes, size_t size) {
+  if (size < 6) return false;
+  uint32_t declared = uint32_t(bytes[2]) | uint32_t(bytes[3]) << 8 | uint32_t(bytes[4]) << 16 | uint32_t(bytes[5]) << 24;
+  return declared == 0 || declared <= size;
+}
+
+std::string stb_reason() {
+  const char* reason = stbi_failure_reason();  // thread-local: stb_impl.cpp is compiled as C++20
+  return reason ? reason : "unknown reason";
+}
+
+bool check_dimensions(int width, int height, const std::string& name, std::string& error) {
+  if (width <= 0 || height <= 0 || width > kMaxSide || height > kMaxSide ||
+      int64_t(width) * height > kMaxPixels) {
+    error = name + ": image size " + std::to_string(width) + "x" + std::to_string(height) +
+            " is outside what we accept (sides 1.." + std::to_string(kMaxSide) + ", at most 2^28 pixels); corrupt header?";
+    return false;
+  }
+  return true;
+}
+
+// Why `path` cannot be opened, in the user's terms.
+std::string open_failure(const std::string& path, int saved_errno) {
+  std::error_code ec;
+  auto status = std::filesystem::status(path, ec);
+  if (!std::filesystem::exists(status)) return path + ": no such file";
+  return path + ": cannot open (" + std::strerror(saved_errno) + ")";
+}
+
+struct FileCloser {
+  void operator()(std::FILE* file) const { std::fclose(file); }
+};
+using File = std::unique_ptr<std::FILE, FileCloser>;
+
+// Opens `path` for reading, or sets `error` (a directory would open and then fail to read).
+File open_for_read(const std::string& path, std::string& error) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    error = path + ": is a directory, not an image file";
+    return nullptr;
+  }
+  errno = 0;
+  File file(std::fopen(path.c_str(), "rb"));
+  if (!file) error = open_failure(path, errno);
+  return file;
+}
+
+bool read_file(const std::string& path, std::vector<uint8_t>& bytes, std::string& error) {
+  File file = open_for_read(path, error);
+  if (!file) return false;
+  bytes.clear();
+  uint8_t chunk[1 << 16];
+  size_t got;
+  while ((got = std::fread(chunk, 1, sizeof chunk, file.get())) > 0) bytes.insert(bytes.end(), chunk, chunk + got);
+  if (std::ferror(file.get())) {
+    error = path + ": read error (" + std::strerror(errno) + ")";
+    return false;
+  }
+  return true;
+}
+
+std::string lower_extension(const std::string& path) {
+  std::string ext = std::filesystem::path(path).extension().string();
+  std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return char(std::tolower(c)); });
+  return ext;
+}
+
+void append_bytes(void* context, void* data, int size) {
+  auto* out = static_cast<std::vector<uint8_t>*>(context);
+  auto* p = static_cast<const uint8_t*>(data);
+  out->insert(out->end(), p, p + size);
+}
+
+}  // namespace
+
+bool decode_image(const uint8_t* bytes, size_t size, const std::string& name, Image& image, std::string& error) {
+  if (size == 0) {
+    error = name + ": empty file, not an image";
+    return false;
+  }
+  if (size > size_t(INT_MAX)) {
+    error = name + ": file larger than 2 GiB, not accepted as an image";
+    return false;
+  }
+  Kind kind = kind_of(bytes, size);
+  if (kind == Kind::Unknown) {
+    error = name + ": not a JPEG, PNG or BMP image (unrecognised leading bytes)";
+    return false;
+  }
+  int width = 0, height = 0, channels = 0;
+  if (!stbi_info_from_memory(bytes, int(size), &width, &height, &channels)) {
+    error = name + ": corrupt image header (" + stb_reason() + ")";
+    return false;
+  }
+  if (!check_dimensions(width, height, name, error)) return false;
+  if (kind == Kind::Bmp && !bmp_is_complete(bytes, size)) {
+    error = name + ": truncated or corrupt image data (ends before the image does)";
+    return false;
+  }
+  std::unique_ptr<stbi_uc, void (*)(void*)> pixels(
+      stbi_load_from_memory(bytes, int(size), &width, &height, &channels, 3), stbi_image_free);
+  if (!pixels) {
+    error = name + ": corrupt image data (" + stb_reason() + ")";
+    return false;
+  }
+  image.width = width;
+  image.height = height;
+  image.rgb.assign(pixels.get(), pixels.get() + size_t(width) * height * 3);
+  return true;
+}
+
+bool read_image(const std::string& path, Image& image, std::string& error) {
+  std::vector<uint8_t> bytes;
+  if (!read_file(path, bytes, error)) return false;
+  return decode_image(bytes.data(), bytes.size(), path, image, error);
+}
+
+bool read_image_size(const std::string& path, int& width, int& height, std::string& error) {
+  File file = open_for_read(path, error);
+  if (!file) return false;
+  uint8_t head[8] = {};
+  size_t got = std::fread(head, 1, sizeof head, file.get());
+  if (got == 0) {
+    error = path + ": empty file, not an image";
+    return false;
+  }
+  if (kind_of(head, got) == Kind::Unknown) {
+    error = path + ": not a JPEG, PNG or BMP image (unrecognised leading bytes)";
+    return false;
+  }
+  std::rewind(file.get());
+  int channels = 0;
+  if (!stbi_info_from_file(file.get(), &width, &height, &channels)) {
+    error = path + ": corrupt image header (" + stb_reason() + ")";
+    return false;
+  }
+  return check_dimensions(width, height, path, error);
+}
+
+void write_image(const std::string& path, const Image& image, int jpeg_quality) {
+  std::string ext = lower_extension(path);
+  bool png = ext == ".png";
+  if (!png && ext != ".jpg" && ext != ".jpeg")
+    throw Error("cannot write image " + path + ": unknown extension '" + ext + "' (use .png, .jpg or .jpeg)");
+  std::string why;
+  if (!check_dimensions(image.width, image.height, path, why)) throw Error("cannot write image " + why);
+  if (image.rgb.size() != size_t(image.width) * image.height * 3)
+    throw Error("cannot write image " + path + ": pixel buffer holds " + std::to_string(image.rgb.size()) +
+                " bytes, expected width*height*3 = " + std::to_string(size_t(image.width) * image.height * 3));
+  if (!png && (jpeg_quality < 1 || jpeg_quality > 100))
+    throw Error("cannot write image " + path + ": JPEG quality " + std::to_string(jpeg_quality) + " is outside 1..100");
+
+  // Encode in memory, then write with checked stdio: stb's own file writers ignore fwrite errors.
+  std::vector<uint8_t> encoded;
+  int ok = png ? stbi_write_png_to_func(append_bytes, &encoded, image.width, image.height, 3, image.rgb.data(), image.width * 3)
+               : stbi_write_jpg_to_func(append_bytes, &encoded, image.width, image.height, 3, image.rgb.data(), jpeg_quality);
+  if (!ok) throw Error("cannot write image " + path + ": encoding failed");
+  errno = 0;
+  std::FILE* file = std::fopen(path.c_str(), "wb");
+  if (!file) throw Error("cannot write image " + path + ": " + std::strerror(errno));
+  bool written = std::fwrite(encoded.data(), 1, encoded.size(), file) == encoded.size();
+  int saved_errno = errno;
+  if (std::fclose(file) != 0 && written) {
+    written = false;
+    saved_errno = errno;
+  }
+  if (!written) {
+    std::remove(path.c_str());  // no half-written image left behind to fail later as "corrupt"
+    throw Error("cannot write image " + path + ": " + std::strerror(saved_errno));
+  }
+}
+
+}  // namespace yolo::data
