@@ -8,6 +8,7 @@
 
 #include "data/dataset.h"
 #include "runtime/check.h"
+#include "tests/data_checks.h"
 #include "tests/test_support.h"
 
 using namespace yolo;
@@ -40,15 +41,6 @@ const std::string kAnnotations =
     "\"segmentation\": {\"counts\": [1, 2, 3], \"size\": [20, 10]}},\n"
     "{\"id\": 3, \"image_id\": 10, \"category_id\": 1, \"bbox\": [1.5, 2, 3.0, 4e0]},\n"
     "{\"id\": 4, \"image_id\": 4, \"category_id\": 1, \"bbox\": [0, 0, 0, 5]}\n";
-
-void check_box(const Box& box, double x, double y, double w, double h, int class_id, bool difficult) {
-  CHECK(box.x == doctest::Approx(x).epsilon(1e-6));
-  CHECK(box.y == doctest::Approx(y).epsilon(1e-6));
-  CHECK(box.w == doctest::Approx(w).epsilon(1e-6));
-  CHECK(box.h == doctest::Approx(h).epsilon(1e-6));
-  CHECK(box.class_id == class_id);
-  CHECK(box.difficult == difficult);
-}
 
 // read_coco(path) must throw an error starting with "WHERE: " and containing `fragment`.
 void check_coco_error(const std::string& path, const OpenOptions& options, const std::string& where,

@@ -8,6 +8,7 @@
 #include "data/dataset.h"
 #include "data/image.h"
 #include "runtime/check.h"
+#include "tests/data_checks.h"
 #include "tests/test_support.h"
 
 using namespace yolo;
@@ -35,15 +36,6 @@ std::string object(const std::string& name, const std::string& xmin, const std::
 void make_split(const TempDir& dir, const std::string& split) {
   std::filesystem::create_directories(dir / (split + "/images"));
   std::filesystem::create_directories(dir / (split + "/annotations"));
-}
-
-void check_box(const Box& box, double x, double y, double w, double h, int class_id, bool difficult) {
-  CHECK(box.x == doctest::Approx(x).epsilon(1e-6));
-  CHECK(box.y == doctest::Approx(y).epsilon(1e-6));
-  CHECK(box.w == doctest::Approx(w).epsilon(1e-6));
-  CHECK(box.h == doctest::Approx(h).epsilon(1e-6));
-  CHECK(box.class_id == class_id);
-  CHECK(box.difficult == difficult);
 }
 
 // read_voc must throw an error starting with "WHERE: " and containing `fragment`.
