@@ -75,15 +75,24 @@ else
   DATA_SRC  := $(wildcard $(DATA:%=data/%.cpp) data/stb_impl.cpp)
   TEST_DATA := $(wildcard $(DATA:%=tests/test_data_%.cpp))
 endif
-TEST_CPP    := $(filter-out tests/test_kernel% tests/test_data_%,$(wildcard tests/*.cpp)) $(TEST_DATA)
+# GRAPH="cfg weights" does the same for graph/NAME.cpp and tests/test_graph_NAME.cpp.
+ifeq ($(GRAPH),)
+  GRAPH_SRC  := $(wildcard graph/*.cpp)
+  TEST_GRAPH := $(wildcard tests/test_graph_*.cpp)
+else
+  GRAPH_SRC  := $(wildcard $(GRAPH:%=graph/%.cpp))
+  TEST_GRAPH := $(wildcard $(GRAPH:%=tests/test_graph_%.cpp))
+endif
+TEST_CPP    := $(filter-out tests/test_kernel% tests/test_data_% tests/test_graph_%,$(wildcard tests/*.cpp)) \
+               $(TEST_DATA) $(TEST_GRAPH)
 TEST_CU     := $(wildcard tests/*.cu)
 
 obj = $(patsubst %,$(BUILD)/$(1)/%.o,$(2))
 # Native build: .cu through nvcc when CUDA=1; with CUDA=0 they compile as C++ against the
 # emulation (their fast CPU versions are what the CPU backend runs; the kernels run emulated).
-NATIVE_LIB  := $(call obj,native,$(RUNTIME_SRC) $(DATA_SRC) $(KERNEL_CPP) $(KERNEL_CU) $(if $(filter 0,$(CUDA)),$(EMU_SRC)))
+NATIVE_LIB  := $(call obj,native,$(RUNTIME_SRC) $(DATA_SRC) $(GRAPH_SRC) $(KERNEL_CPP) $(KERNEL_CU) $(if $(filter 0,$(CUDA)),$(EMU_SRC)))
 NATIVE_TEST := $(call obj,native,$(TEST_CPP) $(TEST_KERNEL) $(TEST_CU))
-EMU_LIB     := $(call obj,emu,$(RUNTIME_SRC) $(EMU_SRC) $(DATA_SRC) $(KERNEL_CPP) $(KERNEL_CU))
+EMU_LIB     := $(call obj,emu,$(RUNTIME_SRC) $(EMU_SRC) $(DATA_SRC) $(GRAPH_SRC) $(KERNEL_CPP) $(KERNEL_CU))
 EMU_TEST    := $(call obj,emu,$(TEST_CPP) $(TEST_KERNEL) $(TEST_CU))
 
 TOOLS       := $(BUILD)/bench_kernels $(BUILD)/bench_loader

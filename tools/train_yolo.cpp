@@ -1,28 +1,45 @@
-// train_yolo: the command users run. Today it discovers devices, chooses the backend, writes
-// the synthetic dataset, reads any supported dataset and runs the input pipeline over it; the
-// cfg -> graph -> executor path that trains YOLOv3 lands with the graph issue.
+// train_yolo: the command users run. Trains a darknet .cfg (YOLOv3, tiny, the demo net, the
+// MNIST MLP) on a dataset in any supported format, prints a model summary, writes the
+// synthetic dataset, or reads a dataset and runs the input pipeline over it.
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <algorithm>
 #include <filesystem>
 #include <string>
 #include <vector>
 
 #include "data/dataset.h"
 #include "data/loader.h"
+#include "data/mnist.h"
 #include "data/synthetic.h"
+#include "graph/executor.h"
+#include "graph/train.h"
 #include "runtime/check.h"
 #include "runtime/device.h"
 
 namespace {
 
 const char* kUsage =
-    "usage: train_yolo [options]                 default run: synthetic shapes -> input pipeline\n"
+    "usage: train_yolo [options]                   train (default: the demo net on the synthetic shapes)\n"
     "       train_yolo synth DIR [synth options]   write the synthetic shapes dataset\n"
     "       train_yolo data --data PATH [data options]\n"
     "                                              read a dataset, say what it is, run the loader\n"
     "options:\n"
+    "  --cfg FILE         the network (models/demo.cfg)\n"
+    "  --data PATH        the dataset (see data options); for a classifier: mnist or mnist:DIR (IDX files)\n"
+    "                     default: runs/shapes/shapes.data, written on first use\n"
+    "  --summary          print the layer table, FLOPs, parameters and memory plan, then exit\n"
+    "  --weights FILE     start from darknet .weights; --load-layers N: only the first N layers\n"
+    "  --batch B          images per optimizer step (the cfg's batch); --subdivisions S splits it\n"
+    "  --max-batches N    optimizer steps to train (the cfg's max_batches); --epochs E instead\n"
+    "  --size N           network input N x N (the cfg's width/height)\n"
+    "  --out DIR          where last.weights and last.ckpt go (runs/<cfg name>)\n"
+    "  --resume           continue exactly from DIR/last.ckpt\n"
+    "  --checkpoint-every N   also save every N steps\n"
+    "  --seed S           initial weights, shuffling and augmentation (1)\n"
+    "  --trace FILE       Chrome-trace JSON of one step's layers (forward/backward)\n"
     "  --list-devices     print the GPUs, NCCL and CPU this machine offers, then exit\n"
     "  --devices SPEC     auto (default: every GPU, else the CPU), cpu, cpu:N, gpu, gpu:I,J,...\n"
     "  --help             this text\n"
@@ -35,7 +52,7 @@ const char* kUsage =
     "  --data-format F        darknet, folders, voc or coco instead of detecting it\n"
     "  --names FILE           class names, one per line (fixes the class order)\n"
     "  --strict               a missing or unreadable image or label file is an error\n"
-    "  --size N  --batch B    network input (416) and images per batch (16)\n"
+    "  --size N  --batch B    (data command) network input (416) and images per batch (16)\n"
     "  --resize MODE          letterbox (default) or stretch\n"
     "  --threads T            loader threads (cores - 1)\n"
     "  --epochs E             epochs to run the loader for (1)\n"
@@ -49,7 +66,12 @@ struct Options {
   yolo::data::SyntheticOptions synth;
   std::string data;
   yolo::data::OpenOptions open;
-  int size = 416, batch = 16, threads = 0, epochs = 1;
+  int size = 0, batch = 0, threads = 0, epochs = 0;
+  std::string cfg, weights, out, trace;
+  int load_layers = -1, subdivisions = 0, checkpoint_every = 0;
+  int64_t max_batches = 0;
+  bool summary = false, resume = false;
+  uint64_t seed = 1;
   yolo::data::ResizeMode resize = yolo::data::ResizeMode::Letterbox;
   bool augment = true;
 };
@@ -99,7 +121,28 @@ Options parse(int argc, char** argv) {
       options.synth.width = to_int(arg, v.substr(0, x), 16, 8192);
       options.synth.height = to_int(arg, v.substr(x + 1), 16, 8192);
     } else if (arg == "--seed") {
-      options.synth.seed = static_cast<uint64_t>(to_int(arg, value(), 0, 2000000000));
+      options.seed = static_cast<uint64_t>(to_int(arg, value(), 0, 2000000000));
+      if (options.command == "synth") options.synth.seed = options.seed;
+    } else if (arg == "--cfg") {
+      options.cfg = value();
+    } else if (arg == "--summary") {
+      options.summary = true;
+    } else if (arg == "--weights") {
+      options.weights = value();
+    } else if (arg == "--load-layers") {
+      options.load_layers = to_int(arg, value(), 0, 100000);
+    } else if (arg == "--subdivisions") {
+      options.subdivisions = to_int(arg, value(), 1, 4096);
+    } else if (arg == "--max-batches") {
+      options.max_batches = to_int(arg, value(), 1, 2000000000);
+    } else if (arg == "--out") {
+      options.out = value();
+    } else if (arg == "--resume") {
+      options.resume = true;
+    } else if (arg == "--trace") {
+      options.trace = value();
+    } else if (arg == "--checkpoint-every") {
+      options.checkpoint_every = to_int(arg, value(), 1, 2000000000);
     } else if (arg == "--png") {
       options.synth.png = true;
     } else if (arg == "--data") {
@@ -128,6 +171,7 @@ Options parse(int argc, char** argv) {
     }
   }
   if (options.command == "data" && options.data.empty()) throw yolo::Error("data needs --data PATH\n" + std::string(kUsage));
+  if (options.max_batches && options.epochs) throw yolo::Error("--max-batches and --epochs: give one of them");
   return options;
 }
 
@@ -149,8 +193,8 @@ yolo::data::Dataset open_and_describe(const std::string& path, const yolo::data:
 // Runs the loader over the training split as training would, and reports what it delivered.
 void run_loader(const yolo::data::Dataset& dataset, const Options& options) {
   yolo::data::LoaderOptions o;
-  o.batch = options.batch;
-  o.net_w = o.net_h = options.size;
+  o.batch = options.batch ? options.batch : 16;
+  o.net_w = o.net_h = options.size ? options.size : 416;
   o.resize = options.resize;
   o.augment = options.augment;
   o.augment_params.jitter = 0.3f;  // YOLOv3's cfg values until the cfg reader supplies them
@@ -165,12 +209,96 @@ void run_loader(const yolo::data::Dataset& dataset, const Options& options) {
               o.batch, o.net_w, o.net_h, yolo::data::resize_mode_name(o.resize),
               o.augment ? ", augmented" : "", static_cast<long long>(loader.steps_per_epoch()));
   auto t0 = std::chrono::steady_clock::now();
-  int64_t steps = loader.steps_per_epoch() * options.epochs;
+  int epochs = options.epochs ? options.epochs : 1;
+  int64_t steps = loader.steps_per_epoch() * epochs;
   for (int64_t s = 0; s < steps; ++s) loader.next();
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  for (int e = 0; e < options.epochs; ++e) std::printf("train_yolo: %s\n", loader.epoch_stats(e).summary().c_str());
+  for (int e = 0; e < epochs; ++e) std::printf("train_yolo: %s\n", loader.epoch_stats(e).summary().c_str());
   std::printf("train_yolo: loader delivered %.1f images/s (%lld batches in %.2f s)\n", steps * o.batch / seconds,
               static_cast<long long>(steps), seconds);
+}
+
+// The cfg to use: as given, else the demo net (found from the working directory or beside
+// the program, so ./train_yolo works from anywhere).
+std::string find_cfg(const std::string& given) {
+  if (!given.empty()) return given;
+  const std::string demo = "models/demo.cfg";
+  if (std::filesystem::exists(demo)) return demo;
+  std::error_code ec;
+  std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (!ec && std::filesystem::exists(exe.parent_path() / demo)) return (exe.parent_path() / demo).string();
+  throw yolo::Error("the demo net " + demo + " is not in the working directory or beside the program: pass --cfg FILE");
+}
+
+int train(const Options& options, const yolo::GpuDiscovery& found) {
+  yolo::graph::ModelSpec spec = yolo::graph::read_model(find_cfg(options.cfg));
+  for (const std::string& w : spec.warnings) std::fprintf(stderr, "train_yolo: warning: %s\n", w.c_str());
+  if (options.size) spec.net.width = spec.net.height = options.size;
+  if (options.summary) {
+    yolo::graph::Graph graph = yolo::graph::build_graph(spec);
+    std::fputs(yolo::graph::summary_table(graph).c_str(), stdout);
+    int batch = options.batch ? options.batch : spec.net.batch;
+    int subdivisions = options.subdivisions ? options.subdivisions : spec.net.subdivisions;
+    int micro = std::max(1, batch / subdivisions);
+    std::printf("%s (micro-batch %d; plus the device's workspace)\n",
+                yolo::graph::estimate_memory(graph, micro).text().c_str(), micro);
+    return 0;
+  }
+  yolo::DeviceChoice choice = yolo::choose_devices(options.devices, found);
+  std::printf("train_yolo: %s\n", choice.reason.c_str());
+  yolo::Device device = choice.devices.front();
+  if (choice.devices.size() > 1)
+    std::printf("train_yolo: note: data-parallel training is not built yet: training on %s only\n",
+                device.name().c_str());
+
+  yolo::graph::TrainOptions to;
+  to.max_batches = options.max_batches;
+  to.batch = options.batch;
+  to.subdivisions = options.subdivisions;
+  to.threads = options.threads;
+  to.seed = options.seed;
+  to.weights = options.weights;
+  to.load_layers = options.load_layers;
+  to.resume = options.resume;
+  to.trace_file = options.trace;
+  to.checkpoint_every = options.checkpoint_every;
+  std::string name = std::filesystem::path(spec.path).stem().string();
+  to.out_dir = options.out.empty() ? "runs/" + name : options.out;
+
+  yolo::graph::Graph probe = yolo::graph::build_graph(spec);
+  yolo::graph::TrainResult result;
+  if (probe.detection) {
+    std::string data = options.data;
+    if (data.empty()) {
+      data = "runs/shapes/shapes.data";
+      if (!std::filesystem::exists(data)) {
+        std::printf("train_yolo: writing the synthetic shapes dataset to runs/shapes\n");
+        yolo::data::write_synthetic_dataset("runs/shapes", options.synth);
+      }
+    }
+    yolo::data::Dataset dataset = open_and_describe(data, options.open);
+    if (options.epochs) {
+      int batch = options.batch ? options.batch : spec.net.batch;
+      int64_t per_epoch = static_cast<int64_t>(dataset.train.samples.size()) / batch;
+      to.max_batches = std::max<int64_t>(1, per_epoch * options.epochs);
+    }
+    result = yolo::graph::train_detector(spec, dataset, device, to);
+  } else {
+    std::string data = options.data.empty() ? "mnist" : options.data;
+    if (data != "mnist" && data.rfind("mnist:", 0) != 0)
+      throw yolo::Error("--data " + data + ": a classifier trains on MNIST: --data mnist (synthetic) or mnist:DIR");
+    yolo::data::MnistSet mnist = yolo::data::load_mnist(data == "mnist" ? "" : data.substr(6), true, options.seed);
+    if (options.epochs) {
+      int batch = options.batch ? options.batch : spec.net.batch;
+      to.max_batches = std::max<int64_t>(1, static_cast<int64_t>(mnist.count) / batch * options.epochs);
+    }
+    result = yolo::graph::train_classifier(spec, mnist, device, to);
+  }
+  std::printf("train_yolo: %lld steps, loss %.3f -> %.3f per image, %.1f images/s\n",
+              static_cast<long long>(result.iterations), result.first_loss, result.last_loss, result.images_per_second);
+  std::printf("train_yolo: weights saved to %s (darknet format); checkpoint %s (--resume)\n",
+              result.weights_path.c_str(), result.checkpoint_path.c_str());
+  return 0;
 }
 
 }  // namespace
@@ -194,21 +322,7 @@ int main(int argc, char** argv) {
       std::fputs(yolo::describe_devices(found).c_str(), stdout);
       return 0;
     }
-    yolo::DeviceChoice choice = yolo::choose_devices(options.devices, found);
-    std::printf("train_yolo: %s\n", choice.reason.c_str());
-    std::printf("train_yolo: devices:");
-    for (const yolo::Device& d : choice.devices) std::printf(" %s", d.name().c_str());
-    std::printf("\n");
-    // The built-in default: the synthetic shapes set (written once), through the input pipeline.
-    const std::string root = "runs/shapes";
-    if (!std::filesystem::exists(root + "/shapes.data")) {
-      std::printf("train_yolo: writing the synthetic shapes dataset to %s\n", root.c_str());
-      yolo::data::write_synthetic_dataset(root, options.synth);
-    }
-    yolo::data::Dataset dataset = open_and_describe(root + "/shapes.data", options.open);
-    run_loader(dataset, options);
-    std::printf("train_yolo: training (cfg -> graph -> executor) is not built yet (see README.md, Status)\n");
-    return 0;
+    return train(options, found);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "train_yolo: error: %s\n", e.what());
     return 2;

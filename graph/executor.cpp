@@ -1,0 +1,898 @@
+// The executor (see executor.h): plan, parameter layout, and the forward/backward/update
+// passes over the op library, dispatched to the CUDA launchers or the fast CPU ops.
+#include "graph/executor.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <sstream>
+
+#include "data/rng.h"
+#include "kernels/ops.h"
+#include "runtime/check.h"
+#if YOLO_CUDA
+#include <cuda_runtime_api.h>
+#include <nvtx3/nvToolsExt.h>
+#endif
+
+namespace yolo::graph {
+
+LossSums& LossSums::operator+=(const LossSums& o) {
+  total += o.total;
+  box += o.box;
+  obj += o.obj;
+  noobj += o.noobj;
+  cls += o.cls;
+  iou_sum += o.iou_sum;
+  assigned += o.assigned;
+  recall50 += o.recall50;
+  truths_invalid += o.truths_invalid;
+  images += o.images;
+  correct += o.correct;
+  return *this;
+}
+
+std::string MemoryReport::text() const {
+  auto mib = [](size_t b) { return b / 1048576.0; };
+  char buf[512];
+  std::snprintf(buf, sizeof buf,
+                "memory plan: parameters %.1f MiB, gradients %.1f MiB (+ as much for micro-batch accumulation), "
+                "momentum %.1f MiB, BatchNorm statistics %.1f MiB, activations %.1f MiB (%.1f MiB without reuse), "
+                "workspace %.1f MiB; total %.1f MiB",
+                mib(parameters), mib(gradients), mib(optimizer), mib(statistics), mib(activations),
+                mib(activations_unplanned), mib(workspace), mib(total));
+  return buf;
+}
+
+namespace {
+
+// Where a node's output lives: its own buffer, or a channel slice of another node's (a route
+// its producer writes into directly, or a one-input route that is its input).
+struct Alias {
+  int root = -1;    // node owning the storage (itself when not aliased)
+  int channel = 0;  // first channel within the root's pixels
+};
+
+struct NodeBuffers {
+  Act out;                 // micro-batch view (possibly a slice)
+  float* pre = nullptr;    // conv with BatchNorm: the convolution's output (BN's input)
+  int* argmax = nullptr;   // maxpool
+  float* grad = nullptr;   // d loss / d out (dense, c channels)
+  bool first_writer_pending = true;
+  // Parameters (offsets into the flat buffers; -1 when absent).
+  int64_t w = -1, b = -1, s = -1, mean = -1, var = -1, saved = -1;
+};
+
+double now_ms() {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// Every activation-sized buffer of a step, packed by liveness (plan.h).
+struct ActivationPlan {
+  std::vector<Alias> alias;
+  std::vector<PlannedBuffer> buffers;
+  std::vector<int> out_buffer, pre_buffer, argmax_buffer, grad_buffer;  // per node, index into buffers or -1
+  size_t bytes = 0, unplanned = 0;
+};
+
+ActivationPlan plan_activations(const Graph& graph, int n) {
+  const int L = static_cast<int>(graph.nodes.size());
+  ActivationPlan plan;
+  plan.alias.resize(L);
+  // Aliases: a one-input route is its input; a producer whose only reader is a multi-input
+  // route writes straight into its slice of the route's output.
+  for (int i = 0; i < L; ++i) plan.alias[i] = Alias{i, 0};
+  for (int i = 0; i < L; ++i) {
+    const Node& node = graph.nodes[i];
+    if (node.spec.type != LayerType::Route) continue;
+    if (node.inputs.size() == 1) {
+      plan.alias[i] = plan.alias[node.inputs[0]];
+      continue;
+    }
+    int channel = 0;
+    for (int p : node.inputs) {
+      const Node& producer = graph.nodes[p];
+      LayerType t = producer.spec.type;
+      bool can_write_slice = t == LayerType::Convolutional || t == LayerType::Upsample || t == LayerType::Maxpool ||
+                             t == LayerType::Shortcut || t == LayerType::Route;
+      if (can_write_slice && producer.consumers.size() == 1 && plan.alias[p].root == p &&
+          std::count(node.inputs.begin(), node.inputs.end(), p) == 1) {
+        // Everything already aliased into p (one-input routes of p) follows it.
+        for (int q = 0; q < L; ++q)
+          if (plan.alias[q].root == p) plan.alias[q] = Alias{i, channel + plan.alias[q].channel};
+      }
+      channel += producer.out.c;
+    }
+  }
+
+  // Live intervals: forward of node i at position i, its backward at 2L-1-i.
+  auto bwd = [&](int i) { return 2 * L - 1 - i; };
+  std::vector<int> out_first(L), out_last(L);
+  for (int i = 0; i < L; ++i) {
+    const Node& node = graph.nodes[i];
+    out_first[i] = i;
+    out_last[i] = i;
+    for (int c : node.consumers) {
+      out_last[i] = std::max(out_last[i], c);
+      LayerType t = graph.nodes[c].spec.type;
+      if (t == LayerType::Convolutional || t == LayerType::Connected) out_last[i] = std::max(out_last[i], bwd(c));
+    }
+    bool needs_own_output = (node.spec.type == LayerType::Convolutional || node.spec.type == LayerType::Connected) &&
+                            node.spec.activation != Activation::Linear;
+    if (needs_own_output) out_last[i] = std::max(out_last[i], bwd(i));
+    // The classifier's probabilities are read after the step (accuracy, inference).
+    if (node.spec.type == LayerType::Softmax) out_last[i] = 2 * L - 1;
+  }
+  // A storage lives from the first to the last use of any output it holds.
+  std::vector<int> root_first(L, INT32_MAX), root_last(L, -1);
+  for (int i = 0; i < L; ++i) {
+    int r = plan.alias[i].root;
+    root_first[r] = std::min(root_first[r], out_first[i]);
+    root_last[r] = std::max(root_last[r], out_last[i]);
+  }
+  const size_t f = sizeof(float);
+  std::vector<PlannedBuffer> buffers;
+  std::vector<int> out_buffer(L, -1), pre_buffer(L, -1), argmax_buffer(L, -1), grad_buffer(L, -1);
+  size_t unplanned = 0;
+  auto add = [&](std::string tag, size_t bytes, int first, int last) {
+    buffers.push_back(PlannedBuffer{std::move(tag), bytes, first, last, 0});
+    unplanned += bytes;
+    return static_cast<int>(buffers.size() - 1);
+  };
+  for (int i = 0; i < L; ++i) {
+    const Node& node = graph.nodes[i];
+    size_t elements = static_cast<size_t>(n) * static_cast<size_t>(node.out.elements());
+    LayerType t = node.spec.type;
+    bool loss = t == LayerType::Yolo;  // yolo's output is its input: nothing stored
+    if (plan.alias[i].root == i && !loss) out_buffer[i] = add("out " + std::to_string(i), elements * f, root_first[i], root_last[i]);
+    if (t == LayerType::Convolutional && node.spec.batch_normalize)
+      pre_buffer[i] = add("bn-in " + std::to_string(i), elements * f, i, bwd(i));
+    if (t == LayerType::Maxpool) argmax_buffer[i] = add("argmax " + std::to_string(i), elements * sizeof(int), i, bwd(i));
+    if (t != LayerType::Yolo && t != LayerType::Softmax) {
+      // Written first by the last reader's backward, or at forward time by a loss reading it.
+      int first = 2 * L;  // no reader: zeroed when backward starts
+      for (int c : node.consumers) {
+        LayerType ct = graph.nodes[c].spec.type;
+        first = std::min(first, (ct == LayerType::Yolo || ct == LayerType::Softmax) ? c : bwd(c));
+      }
+      if (node.consumers.empty()) first = L;
+      grad_buffer[i] = add("grad " + std::to_string(i), elements * f, first, bwd(i));
+    }
+  }
+  plan.bytes = plan_buffers(buffers);
+  std::string conflict;
+  if (find_plan_conflict(buffers, &conflict)) throw Error("internal error: the memory plan overlaps " + conflict);
+  plan.unplanned = unplanned;
+  plan.buffers = std::move(buffers);
+  plan.out_buffer = std::move(out_buffer);
+  plan.pre_buffer = std::move(pre_buffer);
+  plan.argmax_buffer = std::move(argmax_buffer);
+  plan.grad_buffer = std::move(grad_buffer);
+
+  return plan;
+}
+
+}  // namespace
+
+MemoryReport estimate_memory(const Graph& graph, int micro_batch) {
+  ActivationPlan plan = plan_activations(graph, micro_batch);
+  MemoryReport r;
+  const size_t f = sizeof(float);
+  r.parameters = r.gradients = r.optimizer = static_cast<size_t>(graph.trainable) * f;
+  r.statistics = 2 * static_cast<size_t>(graph.bn_stats) * f;  // running + last batch statistics
+  r.activations = plan.bytes;
+  r.activations_unplanned = plan.unplanned;
+  r.total = 4 * r.parameters + r.statistics + r.activations;
+  return r;
+}
+
+struct Executor::Impl {
+  bool cuda = false;
+  cudaStream_t stream = nullptr;
+  std::unique_ptr<Arena> arena;
+  float* params = nullptr;
+  float* grads = nullptr;
+  float* micro_grads = nullptr;
+  float* momentum = nullptr;
+  float* stats = nullptr;   // running mean and variance of every BN layer
+  float* saved = nullptr;   // batch mean and variance of the last forward
+  float* ones = nullptr;    // micro_batch ones (bias gradients of connected layers)
+  void* workspace = nullptr;
+  size_t workspace_bytes = 0;
+  YoloLossStats* yolo_stats = nullptr;  // one per node (only [yolo] entries used)
+  float* softmax_loss = nullptr;
+  const float* current_images = nullptr;  // the micro-batch being trained (for the first layer's backward)
+  int* bad_label = nullptr;
+  int* zero_labels = nullptr;  // inference: the softmax op wants labels even when it computes no loss
+  int* nonfinite = nullptr;
+  size_t stat_count = 0;
+  std::vector<NodeBuffers> nodes;
+  std::vector<Alias> alias;
+  std::vector<SgdSegment> segments;
+  SgdSegment* device_segments = nullptr;
+  std::vector<float> host_params, host_stats;
+  LossSums loss;
+  // Tracing
+  std::vector<TraceEvent> trace;
+  std::vector<Event> events;  // CUDA: two per node and phase
+  double trace_origin = 0;
+  std::unique_ptr<Event> origin_event;
+
+  void copy_to_host(void* dst, const void* src, size_t bytes) {
+    if (bytes == 0) return;  // empty host vectors have no data pointer
+#if YOLO_CUDA
+    if (cuda) {
+      CHECKED(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream));
+      CHECKED(cudaStreamSynchronize(stream));
+      return;
+    }
+#endif
+    std::memcpy(dst, src, bytes);
+  }
+  void copy_to_device(void* dst, const void* src, size_t bytes) {
+    if (bytes == 0) return;  // empty host vectors have no data pointer
+#if YOLO_CUDA
+    if (cuda) {
+      CHECKED(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream));
+      CHECKED(cudaStreamSynchronize(stream));
+      return;
+    }
+#endif
+    std::memcpy(dst, src, bytes);
+  }
+  void zero(void* dst, size_t bytes) {
+    if (bytes == 0) return;  // empty host vectors have no data pointer
+#if YOLO_CUDA
+    if (cuda) {
+      CHECKED(cudaMemsetAsync(dst, 0, bytes, stream));
+      return;
+    }
+#endif
+    std::memset(dst, 0, bytes);
+  }
+  void synchronize() {
+#if YOLO_CUDA
+    if (cuda) CHECKED(cudaStreamSynchronize(stream));
+#endif
+  }
+};
+
+// ---- construction: parameters, plan, arena ----------------------------------------------------
+
+Executor::Executor(const Graph& graph, Device device, int micro_batch, uint64_t seed)
+    : graph_(graph), device_(device), micro_batch_(micro_batch), impl_(std::make_unique<Impl>()) {
+  if (micro_batch < 1) throw Error("micro-batch must be at least 1 image per device");
+  Impl& m = *impl_;
+  m.cuda = device.is_cuda();
+  set_current_device(device);
+  stream_ = std::make_unique<Stream>(device, StreamPriority::Normal, "compute");
+#if YOLO_CUDA
+  if (m.cuda) m.stream = stream_->native();
+#endif
+  const int L = static_cast<int>(graph.nodes.size());
+  const int n = micro_batch;
+  m.nodes.resize(L);
+
+  // Parameter layout: layers in reverse (the order backward produces gradients), each layer's
+  // weights, then biases, then BN scales.
+  size_t offset = 0, stat_offset = 0, saved_offset = 0;
+  for (int i = L - 1; i >= 0; --i) {
+    const Node& node = graph.nodes[i];
+    NodeBuffers& nb = m.nodes[i];
+    auto take = [&](int64_t count, bool decay) {
+      if (count == 0) return int64_t(-1);
+      m.segments.push_back(SgdSegment{offset, static_cast<size_t>(count), decay});
+      int64_t at = static_cast<int64_t>(offset);
+      offset += static_cast<size_t>(count);
+      return at;
+    };
+    nb.w = take(node.weights, true);
+    nb.b = take(node.biases, false);
+    nb.s = take(node.scales, false);
+    if (node.stats) {
+      nb.mean = static_cast<int64_t>(stat_offset);
+      nb.var = nb.mean + node.out.c;
+      stat_offset += static_cast<size_t>(node.stats);
+      nb.saved = static_cast<int64_t>(saved_offset);
+      saved_offset += static_cast<size_t>(node.stats);
+    }
+  }
+  param_count_ = offset;
+  m.stat_count = stat_offset;
+
+  ActivationPlan ap = plan_activations(graph, n);
+  m.alias = ap.alias;
+  plan_ = ap.buffers;
+  const std::vector<PlannedBuffer>& buffers = ap.buffers;
+  const size_t f = sizeof(float);
+  size_t activation_bytes = ap.bytes;
+  const std::vector<int>&out_buffer = ap.out_buffer, &pre_buffer = ap.pre_buffer, &argmax_buffer = ap.argmax_buffer,
+                        &grad_buffer = ap.grad_buffer;
+
+  // Workspace: the largest any op of this graph needs on this device.
+  size_t workspace = 0;
+  if (m.cuda) {
+    for (const Node& node : graph.nodes) {
+      if (node.spec.type == LayerType::Convolutional) {
+        Conv2dShape s{n, node.in.h, node.in.w, node.in.c, node.out.c, node.spec.size, node.spec.stride};
+        workspace = std::max({workspace, conv2d_forward_workspace_bytes(s), conv2d_backward_data_workspace_bytes(s),
+                              conv2d_backward_weights_workspace_bytes(s)});
+        if (node.spec.batch_normalize)
+          workspace = std::max(workspace, batchnorm_workspace_bytes(n, node.out.h, node.out.w, node.out.c));
+      }
+      if (node.spec.type == LayerType::Yolo)
+        workspace = std::max(workspace, yolo_loss_workspace_bytes(n, node.in.h, node.in.w, node.yolo));
+      if (node.spec.type == LayerType::Connected) {
+        int in = static_cast<int>(node.in.elements()), out = node.out.c;
+        workspace = std::max({workspace, gemm_workspace_bytes(GemmShape{n, out, in, false, true}),
+                              gemm_workspace_bytes(GemmShape{out, in, n, true, false}),
+                              gemm_workspace_bytes(GemmShape{n, in, out, false, false}),
+                              gemm_workspace_bytes(GemmShape{1, out, n, false, false})});
+      }
+    }
+  } else {
+    for (const Node& node : graph.nodes)
+      if (node.spec.type == LayerType::Convolutional && node.spec.batch_normalize)
+        workspace = std::max(workspace, batchnorm_workspace_bytes(n, node.out.h, node.out.w, node.out.c));
+  }
+
+  memory_ = estimate_memory(graph, n);
+  memory_.workspace = workspace;
+  size_t small = L * sizeof(YoloLossStats) + 64 + static_cast<size_t>(n) * f + m.segments.size() * sizeof(SgdSegment);
+  // Each sub-allocation may add alignment and an ASan red zone: a generous margin per block.
+  memory_.total = 4 * param_count_ * f + memory_.statistics + activation_bytes + workspace + small + 16 * 4096;
+#if YOLO_CUDA
+  if (m.cuda) {
+    size_t free_bytes = 0, total_bytes = 0;
+    CHECKED(cudaMemGetInfo(&free_bytes, &total_bytes));
+    if (memory_.total > free_bytes)
+      throw Error("the model does not fit on " + device.name() + ": it needs " +
+                  std::to_string(memory_.total >> 20) + " MiB (" + memory_.text() + ") but " +
+                  std::to_string(free_bytes >> 20) + " MiB are free; lower --batch, raise subdivisions or use a "
+                  "smaller --size");
+  }
+#endif
+  m.arena = std::make_unique<Arena>(device, memory_.total, "replica " + device.name());
+  Arena& arena = *m.arena;
+  m.params = arena.allocate_array<float>(std::max<size_t>(param_count_, 1), "parameters");
+  m.grads = arena.allocate_array<float>(std::max<size_t>(param_count_, 1), "gradients");
+  m.micro_grads = arena.allocate_array<float>(std::max<size_t>(param_count_, 1), "micro-batch gradients");
+  m.momentum = arena.allocate_array<float>(std::max<size_t>(param_count_, 1), "momentum");
+  m.stats = arena.allocate_array<float>(std::max<size_t>(m.stat_count, 1), "bn statistics");
+  m.saved = arena.allocate_array<float>(std::max<size_t>(m.stat_count, 1), "bn batch statistics");
+  m.ones = arena.allocate_array<float>(static_cast<size_t>(n), "ones");
+  m.yolo_stats = arena.allocate_array<YoloLossStats>(static_cast<size_t>(L), "loss statistics");
+  m.softmax_loss = arena.allocate_array<float>(1, "softmax loss");
+  m.bad_label = arena.allocate_array<int>(1, "bad label");
+  m.zero_labels = arena.allocate_array<int>(static_cast<size_t>(n), "inference labels");
+  m.nonfinite = arena.allocate_array<int>(1, "non-finite flag");
+  m.device_segments = arena.allocate_array<SgdSegment>(std::max<size_t>(m.segments.size(), 1), "sgd segments");
+  char* block = static_cast<char*>(arena.allocate(std::max<size_t>(activation_bytes, 1), "activations"));
+  if (workspace) {
+    m.workspace = arena.allocate(workspace, "workspace");
+    m.workspace_bytes = workspace;
+  }
+
+  // Views of every node's buffers.
+  for (int i = 0; i < L; ++i) {
+    NodeBuffers& nb = m.nodes[i];
+    if (pre_buffer[i] >= 0) nb.pre = reinterpret_cast<float*>(block + buffers[pre_buffer[i]].offset);
+    if (argmax_buffer[i] >= 0) nb.argmax = reinterpret_cast<int*>(block + buffers[argmax_buffer[i]].offset);
+    if (grad_buffer[i] >= 0) nb.grad = reinterpret_cast<float*>(block + buffers[grad_buffer[i]].offset);
+  }
+  for (int i = 0; i < L; ++i) {
+    const Node& node = graph.nodes[i];
+    NodeBuffers& nb = m.nodes[i];
+    if (node.spec.type == LayerType::Yolo) {
+      nb.out = m.nodes[node.inputs[0]].out;
+      continue;
+    }
+    int root = m.alias[i].root;
+    float* base = reinterpret_cast<float*>(block + buffers[out_buffer[root]].offset);
+    const Node& owner = graph.nodes[root];
+    nb.out = Act{base + m.alias[i].channel, n, node.out.h, node.out.w, node.out.c, owner.out.c};
+  }
+
+  // Initial values: darknet's scheme (uniform in +-sqrt(2 / fan-in)), BN scales 1, biases 0.
+  m.host_params.assign(param_count_, 0.0f);
+  m.host_stats.assign(m.stat_count, 0.0f);
+  for (int i = 0; i < L; ++i) {
+    const Node& node = graph.nodes[i];
+    const NodeBuffers& nb = m.nodes[i];
+    if (nb.w >= 0) {
+      int64_t fan_in = node.weights / node.out.c;
+      float scale = std::sqrt(2.0f / static_cast<float>(fan_in));
+      data::KeyedRng rng(seed, 0x57E1647ull, static_cast<uint64_t>(i));
+      for (int64_t k = 0; k < node.weights; ++k) m.host_params[nb.w + k] = rng.uniform(-scale, scale);
+    }
+    if (nb.s >= 0) std::fill_n(m.host_params.begin() + nb.s, node.scales, 1.0f);
+    if (nb.var >= 0) std::fill_n(m.host_stats.begin() + nb.var, node.out.c, 1.0f);
+  }
+  m.copy_to_device(m.params, m.host_params.data(), param_count_ * f);
+  m.copy_to_device(m.stats, m.host_stats.data(), m.stat_count * f);
+  m.zero(m.momentum, param_count_ * f);
+  std::vector<float> ones(static_cast<size_t>(n), 1.0f);
+  m.copy_to_device(m.ones, ones.data(), ones.size() * f);
+  m.zero(m.zero_labels, static_cast<size_t>(n) * sizeof(int));
+  sgd_check_segments(m.segments.data(), static_cast<int>(m.segments.size()), 0, param_count_);
+  m.copy_to_device(m.device_segments, m.segments.data(), m.segments.size() * sizeof(SgdSegment));
+  m.synchronize();
+}
+
+Executor::~Executor() = default;
+
+ConstAct Executor::output(int node) const { return as_const(impl_->nodes.at(static_cast<size_t>(node)).out); }
+
+// ---- the passes ------------------------------------------------------------------------------
+
+namespace {
+
+// A dense view of a node's gradient (c channels, no slice).
+Act grad_view(float* grad, const Act& out) { return Act{grad, out.n, out.h, out.w, out.c, out.c}; }
+
+// A flat array as an NHWC view, for the element-wise ops (1 x 1 x count x 1).
+Act flat(float* data, size_t count) { return Act{data, 1, 1, static_cast<int>(count), 1, 1}; }
+
+}  // namespace
+
+void Executor::forward(bool training, const float* images, const YoloTruth* truths, const int* truth_counts,
+                       const int* labels) {
+  Impl& m = *impl_;
+  const int n = micro_batch_;
+  const bool cuda = m.cuda;
+  cudaStream_t st = m.stream;
+  void* ws = m.workspace;
+  size_t wsb = m.workspace_bytes;
+  ConstAct image = ConstAct{images, n, graph_.input.h, graph_.input.w, graph_.input.c, graph_.input.c};
+  auto input_of = [&](const Node& node, size_t k = 0) {
+    int p = node.inputs[k];
+    return p == kNetworkInput ? image : as_const(m.nodes[p].out);
+  };
+  for (const Node& node : graph_.nodes) {
+    NodeBuffers& nb = m.nodes[node.index];
+    const LayerSpec& l = node.spec;
+    double t0 = tracing_ && !cuda ? now_ms() : 0;
+#if YOLO_CUDA
+    if (tracing_ && cuda) stream_->record(m.events[4 * node.index]);
+    nvtxRangePushA((std::to_string(node.index) + " " + layer_type_name(l.type) + " forward").c_str());
+#endif
+    ConstAct in = input_of(node);
+    float* p = m.params;
+    switch (l.type) {
+      case LayerType::Convolutional: {
+        Conv2dShape shape{n, node.in.h, node.in.w, node.in.c, node.out.c, l.size, l.stride};
+        if (l.batch_normalize) {
+          Act pre{nb.pre, n, node.out.h, node.out.w, node.out.c, node.out.c};
+          cuda ? conv2d_forward_cuda(shape, in, p + nb.w, nullptr, pre, ws, wsb, st)
+               : conv2d_forward_cpu(shape, in, p + nb.w, nullptr, pre, ws, wsb);
+          if (training) {
+            float* saved_mean = m.saved + nb.saved;
+            float* saved_var = saved_mean + node.out.c;
+            float* running_mean = m.stats + nb.mean;
+            float* running_var = m.stats + nb.var;
+            cuda ? batchnorm_activation_forward_training_cuda(l.activation, as_const(pre), p + nb.s, p + nb.b, nb.out,
+                                                              saved_mean, saved_var, running_mean, running_var, ws,
+                                                              wsb, st)
+                 : batchnorm_activation_forward_training_cpu(l.activation, as_const(pre), p + nb.s, p + nb.b, nb.out,
+                                                             saved_mean, saved_var, running_mean, running_var, ws, wsb);
+          } else {
+            cuda ? batchnorm_activation_forward_inference_cuda(l.activation, as_const(pre), p + nb.s, p + nb.b,
+                                                               m.stats + nb.mean, m.stats + nb.var, nb.out, st)
+                 : batchnorm_activation_forward_inference_cpu(l.activation, as_const(pre), p + nb.s, p + nb.b,
+                                                              m.stats + nb.mean, m.stats + nb.var, nb.out);
+          }
+        } else {
+          cuda ? conv2d_forward_cuda(shape, in, p + nb.w, p + nb.b, nb.out, ws, wsb, st)
+               : conv2d_forward_cpu(shape, in, p + nb.w, p + nb.b, nb.out, ws, wsb);
+          if (l.activation != Activation::Linear)
+            cuda ? activation_forward_cuda(l.activation, as_const(nb.out), nb.out, st)
+                 : activation_forward_cpu(l.activation, as_const(nb.out), nb.out);
+        }
+        break;
+      }
+      case LayerType::Shortcut:
+        cuda ? shortcut_forward_cuda(in, input_of(node, 1), nb.out, st) : shortcut_forward_cpu(in, input_of(node, 1), nb.out);
+        break;
+      case LayerType::Route: {
+        if (node.inputs.size() == 1) break;  // the input itself
+        ConstAct inputs[kRouteMaxInputs];
+        for (size_t k = 0; k < node.inputs.size(); ++k) inputs[k] = input_of(node, k);
+        std::span<const ConstAct> span(inputs, node.inputs.size());
+        cuda ? route_forward_cuda(span, nb.out, st) : route_forward_cpu(span, nb.out);
+        break;
+      }
+      case LayerType::Upsample:
+        cuda ? upsample_forward_cuda(in, nb.out, l.stride, st) : upsample_forward_cpu(in, nb.out, l.stride);
+        break;
+      case LayerType::Maxpool:
+        cuda ? maxpool_forward_cuda(in, nb.out, nb.argmax, l.size, l.stride, st)
+             : maxpool_forward_cpu(in, nb.out, nb.argmax, l.size, l.stride);
+        break;
+      case LayerType::Yolo: {
+        if (!training) break;
+        NodeBuffers& producer = m.nodes[node.inputs[0]];
+        Act grad = grad_view(producer.grad, producer.out);
+        YoloLossStats* stats = m.yolo_stats + node.index;
+        cuda ? yolo_loss_cuda(in, node.yolo, truths, truth_counts, kYoloMaxTruths, grad, stats, ws, wsb, st)
+             : yolo_loss_cpu(in, node.yolo, truths, truth_counts, kYoloMaxTruths, grad, stats);
+        break;
+      }
+      case LayerType::Connected: {
+        int inputs = static_cast<int>(node.in.elements()), outputs = node.out.c;
+        GemmShape shape{n, outputs, inputs, false, true};  // out = in * W^T + b
+        cuda ? gemm_cuda(shape, in.data, p + nb.w, p + nb.b, nb.out.data, false, ws, wsb, st)
+             : gemm_cpu(shape, in.data, p + nb.w, p + nb.b, nb.out.data, false, ws, wsb);
+        if (l.activation != Activation::Linear)
+          cuda ? activation_forward_cuda(l.activation, as_const(nb.out), nb.out, st)
+               : activation_forward_cpu(l.activation, as_const(nb.out), nb.out);
+        break;
+      }
+      case LayerType::Softmax: {
+        NodeBuffers& producer = m.nodes[node.inputs[0]];
+        int k = node.out.c;
+        if (training) {
+          cuda ? softmax_cross_entropy_cuda(in.data, labels, n, k, m.softmax_loss, producer.grad, nb.out.data,
+                                            m.bad_label, st)
+               : softmax_cross_entropy_cpu(in.data, labels, n, k, m.softmax_loss, producer.grad, nb.out.data);
+        } else {
+          cuda ? softmax_cross_entropy_cuda(in.data, m.zero_labels, n, k, nullptr, nullptr, nb.out.data, m.bad_label, st)
+               : softmax_cross_entropy_cpu(in.data, m.zero_labels, n, k, nullptr, nullptr, nb.out.data);
+        }
+        break;
+      }
+    }
+#if YOLO_CUDA
+    nvtxRangePop();
+    if (tracing_ && cuda) stream_->record(m.events[4 * node.index + 1]);
+#endif
+    if (tracing_ && !cuda)
+      m.trace.push_back(TraceEvent{std::to_string(node.index) + " " + layer_type_name(l.type), "forward",
+                                   t0 - m.trace_origin, now_ms() - m.trace_origin});
+  }
+}
+
+void Executor::backward(bool accumulate) {
+  Impl& m = *impl_;
+  const int n = micro_batch_;
+  const bool cuda = m.cuda;
+  cudaStream_t st = m.stream;
+  void* ws = m.workspace;
+  size_t wsb = m.workspace_bytes;
+  float* p = m.params;
+  float* g = accumulate ? m.micro_grads : m.grads;  // parameter gradients are written (=) by the ops
+  const int L = static_cast<int>(graph_.nodes.size());
+  for (NodeBuffers& nb : m.nodes) nb.first_writer_pending = true;
+  for (const Node& node : graph_.nodes)
+    if (node.consumers.empty() && m.nodes[node.index].grad)
+      m.zero(m.nodes[node.index].grad, static_cast<size_t>(n) * node.out.elements() * sizeof(float));
+  // A loss writes its input's gradient at forward time.
+  for (const Node& node : graph_.nodes)
+    if (node.spec.type == LayerType::Yolo || node.spec.type == LayerType::Softmax)
+      m.nodes[node.inputs[0]].first_writer_pending = false;
+  // Whether this writer adds to the gradient of producer `q` (false for its first writer).
+  auto accumulate_into = [&](int q) {
+    bool add = !m.nodes[q].first_writer_pending;
+    m.nodes[q].first_writer_pending = false;
+    return add;
+  };
+  auto input_view = [&](const Node& node, size_t k) -> ConstAct {
+    int q = node.inputs[k];
+    if (q == kNetworkInput) return ConstAct{};
+    return as_const(m.nodes[q].out);
+  };
+  for (int i = L - 1; i >= 0; --i) {
+    const Node& node = graph_.nodes[i];
+    NodeBuffers& nb = m.nodes[i];
+    const LayerSpec& l = node.spec;
+    if (l.type == LayerType::Yolo || l.type == LayerType::Softmax) continue;
+    double t0 = tracing_ && !cuda ? now_ms() : 0;
+#if YOLO_CUDA
+    if (tracing_ && cuda) stream_->record(m.events[4 * i + 2]);
+    nvtxRangePushA((std::to_string(i) + " " + layer_type_name(l.type) + " backward").c_str());
+#endif
+    Act grad = grad_view(nb.grad, nb.out);
+    int q0 = node.inputs[0];
+    Act grad_in = q0 == kNetworkInput ? Act{} : grad_view(m.nodes[q0].grad, m.nodes[q0].out);
+    switch (l.type) {
+      case LayerType::Convolutional: {
+        Conv2dShape shape{n, node.in.h, node.in.w, node.in.c, node.out.c, l.size, l.stride};
+        ConstAct in = q0 == kNetworkInput ? ConstAct{nullptr, n, node.in.h, node.in.w, node.in.c, node.in.c}
+                                          : input_view(node, 0);
+        if (q0 == kNetworkInput) in.data = m.current_images;
+        if (l.batch_normalize) {
+          ConstAct pre{nb.pre, n, node.out.h, node.out.w, node.out.c, node.out.c};
+          const float* saved_mean = m.saved + nb.saved;
+          cuda ? batchnorm_activation_backward_cuda(l.activation, as_const(nb.out), as_const(grad), pre, p + nb.s,
+                                                    saved_mean, saved_mean + node.out.c, grad, g + nb.s, g + nb.b, ws,
+                                                    wsb, st)
+               : batchnorm_activation_backward_cpu(l.activation, as_const(nb.out), as_const(grad), pre, p + nb.s,
+                                                   saved_mean, saved_mean + node.out.c, grad, g + nb.s, g + nb.b, ws,
+                                                   wsb);
+        } else if (l.activation != Activation::Linear) {
+          cuda ? activation_backward_cuda(l.activation, as_const(nb.out), as_const(grad), grad, st)
+               : activation_backward_cpu(l.activation, as_const(nb.out), as_const(grad), grad);
+        }
+        float* grad_bias = l.batch_normalize ? nullptr : g + nb.b;
+        cuda ? conv2d_backward_weights_cuda(shape, in, as_const(grad), g + nb.w, grad_bias, ws, wsb, st)
+             : conv2d_backward_weights_cpu(shape, in, as_const(grad), g + nb.w, grad_bias, ws, wsb);
+        if (q0 != kNetworkInput) {
+          bool add = accumulate_into(q0);
+          cuda ? conv2d_backward_data_cuda(shape, as_const(grad), p + nb.w, grad_in, add, ws, wsb, st)
+               : conv2d_backward_data_cpu(shape, as_const(grad), p + nb.w, grad_in, add, ws, wsb);
+        }
+        break;
+      }
+      case LayerType::Shortcut: {
+        int q1 = node.inputs[1];
+        Act grad_b = grad_view(m.nodes[q1].grad, m.nodes[q1].out);
+        if (q0 == q1) {  // x + x: two contributions to one gradient
+          bool add = accumulate_into(q0);
+          cuda ? shortcut_backward_cuda(as_const(grad), grad_in, Act{}, add, false, st)
+               : shortcut_backward_cpu(as_const(grad), grad_in, Act{}, add, false);
+          cuda ? shortcut_backward_cuda(as_const(grad), grad_in, Act{}, true, false, st)
+               : shortcut_backward_cpu(as_const(grad), grad_in, Act{}, true, false);
+        } else {
+          bool add_a = accumulate_into(q0), add_b = accumulate_into(q1);
+          cuda ? shortcut_backward_cuda(as_const(grad), grad_in, grad_b, add_a, add_b, st)
+               : shortcut_backward_cpu(as_const(grad), grad_in, grad_b, add_a, add_b);
+        }
+        break;
+      }
+      case LayerType::Route: {
+        int channel = 0;
+        for (int q : node.inputs) {
+          const Node& producer = graph_.nodes[q];
+          ConstAct slice{grad.data + channel, n, node.out.h, node.out.w, producer.out.c, node.out.c};
+          Act target = grad_view(m.nodes[q].grad, m.nodes[q].out);
+          bool add = accumulate_into(q);
+          cuda ? route_backward_cuda(slice, std::span<const Act>(&target, 1), add, st)
+               : route_backward_cpu(slice, std::span<const Act>(&target, 1), add);
+          channel += producer.out.c;
+        }
+        break;
+      }
+      case LayerType::Upsample: {
+        bool add = accumulate_into(q0);
+        cuda ? upsample_backward_cuda(as_const(grad), grad_in, l.stride, add, st)
+             : upsample_backward_cpu(as_const(grad), grad_in, l.stride, add);
+        break;
+      }
+      case LayerType::Maxpool: {
+        bool add = accumulate_into(q0);
+        cuda ? maxpool_backward_cuda(as_const(grad), nb.argmax, grad_in, l.size, l.stride, add, st)
+             : maxpool_backward_cpu(as_const(grad), nb.argmax, grad_in, l.size, l.stride, add);
+        break;
+      }
+      case LayerType::Connected: {
+        int inputs = static_cast<int>(node.in.elements()), outputs = node.out.c;
+        if (l.activation != Activation::Linear)
+          cuda ? activation_backward_cuda(l.activation, as_const(nb.out), as_const(grad), grad, st)
+               : activation_backward_cpu(l.activation, as_const(nb.out), as_const(grad), grad);
+        const float* in = q0 == kNetworkInput ? m.current_images : m.nodes[q0].out.data;
+        GemmShape dw{outputs, inputs, n, true, false};  // dW = grad^T * in
+        GemmShape db{1, outputs, n, false, false};      // db = ones * grad
+        cuda ? gemm_cuda(dw, grad.data, in, nullptr, g + nb.w, false, ws, wsb, st)
+             : gemm_cpu(dw, grad.data, in, nullptr, g + nb.w, false, ws, wsb);
+        cuda ? gemm_cuda(db, m.ones, grad.data, nullptr, g + nb.b, false, ws, wsb, st)
+             : gemm_cpu(db, m.ones, grad.data, nullptr, g + nb.b, false, ws, wsb);
+        if (q0 != kNetworkInput) {
+          bool add = accumulate_into(q0);
+          GemmShape dx{n, inputs, outputs, false, false};  // d in = grad * W
+          cuda ? gemm_cuda(dx, grad.data, p + nb.w, nullptr, grad_in.data, add, ws, wsb, st)
+               : gemm_cpu(dx, grad.data, p + nb.w, nullptr, grad_in.data, add, ws, wsb);
+        }
+        break;
+      }
+      default:
+        break;
+    }
+#if YOLO_CUDA
+    nvtxRangePop();
+    if (tracing_ && cuda) stream_->record(m.events[4 * i + 3]);
+#endif
+    if (tracing_ && !cuda)
+      m.trace.push_back(TraceEvent{std::to_string(i) + " " + layer_type_name(l.type), "backward", t0 - m.trace_origin,
+                                   now_ms() - m.trace_origin});
+  }
+  if (accumulate)
+    cuda ? shortcut_forward_cuda(as_const(flat(m.grads, param_count_)), as_const(flat(m.micro_grads, param_count_)),
+                                 flat(m.grads, param_count_), st)
+         : shortcut_forward_cpu(as_const(flat(m.grads, param_count_)), as_const(flat(m.micro_grads, param_count_)),
+                                flat(m.grads, param_count_));
+}
+
+// ---- steps, loss, parameters ----------------------------------------------------------------
+
+void Executor::train_micro_batch(const float* images, const YoloTruth* truths, const int* truth_counts,
+                                 const int* labels, bool accumulate) {
+  Impl& m = *impl_;
+  if (graph_.detection && (!truths || !truth_counts)) throw Error("train_micro_batch: a detector needs truths");
+  if (!graph_.detection && !labels) throw Error("train_micro_batch: a classifier needs labels");
+  set_current_device(device_);
+  // The CPU ops run on this thread: first let the work queued on the stream (the wait for this
+  // micro-batch's copy) finish.
+  if (!m.cuda) stream_->synchronize();
+  m.current_images = images;
+  if (tracing_ && !m.cuda) m.trace_origin = m.trace.empty() ? now_ms() : m.trace_origin;
+#if YOLO_CUDA
+  if (m.cuda) CHECKED(cudaMemsetAsync(m.bad_label, 0, sizeof(int), m.stream));
+#endif
+  forward(true, images, truths, truth_counts, labels);
+  backward(accumulate);
+
+  // This micro-batch's loss, to the host.
+  LossSums sums;
+  sums.images = micro_batch_;
+  for (const Node& node : graph_.nodes) {
+    if (node.spec.type == LayerType::Yolo) {
+      YoloLossStats s;
+      m.copy_to_host(&s, m.yolo_stats + node.index, sizeof s);
+      sums.box += s.box_loss;
+      sums.obj += s.obj_loss;
+      sums.noobj += s.noobj_loss;
+      sums.cls += s.class_loss;
+      sums.total += s.total();
+      sums.iou_sum += s.iou_sum;
+      sums.assigned += s.assigned;
+      sums.recall50 += s.recall50;
+      sums.truths_invalid += s.truths_invalid;
+    } else if (node.spec.type == LayerType::Softmax) {
+      float loss = 0;
+      int bad = 0;
+      m.copy_to_host(&loss, m.softmax_loss, sizeof loss);
+      if (m.cuda) m.copy_to_host(&bad, m.bad_label, sizeof bad);
+      if (bad) throw Error("label of sample " + std::to_string(bad - 1) + " is outside [0, " +
+                           std::to_string(node.out.c) + ")");
+      sums.total += loss;
+      sums.cls += loss;
+      // Accuracy: argmax of the probabilities against the labels.
+      std::vector<float> probs(static_cast<size_t>(micro_batch_) * node.out.c);
+      std::vector<int> host_labels(static_cast<size_t>(micro_batch_));
+      m.copy_to_host(probs.data(), m.nodes[node.index].out.data, probs.size() * sizeof(float));
+      m.copy_to_host(host_labels.data(), labels, host_labels.size() * sizeof(int));
+      for (int b = 0; b < micro_batch_; ++b) {
+        const float* row = probs.data() + static_cast<size_t>(b) * node.out.c;
+        sums.correct += (std::max_element(row, row + node.out.c) - row) == host_labels[b];
+      }
+    }
+  }
+  m.loss += sums;
+}
+
+void Executor::infer(const float* images) {
+  set_current_device(device_);
+  if (!impl_->cuda) stream_->synchronize();
+  impl_->current_images = images;
+  forward(false, images, nullptr, nullptr, nullptr);
+  impl_->synchronize();
+}
+
+bool Executor::apply_update(float learning_rate, float momentum, float decay, float grad_scale) {
+  Impl& m = *impl_;
+  set_current_device(device_);
+  int flag = 0;
+  if (m.cuda) {
+    m.zero(m.nonfinite, sizeof(int));
+    grad_nonfinite_check_cuda(m.grads, param_count_, m.nonfinite, m.stream);
+    m.copy_to_host(&flag, m.nonfinite, sizeof flag);
+  } else {
+    grad_nonfinite_check_cpu(m.grads, param_count_, &flag);
+  }
+  if (flag) return false;
+  SgdHyper hyper{learning_rate, momentum, decay, grad_scale};
+  int count = static_cast<int>(m.segments.size());
+  m.cuda ? sgd_update_cuda(m.params, m.grads, m.momentum, m.device_segments, count, 0, param_count_, hyper, m.stream)
+         : sgd_update_cpu(m.params, m.grads, m.momentum, m.segments.data(), count, 0, param_count_, hyper);
+  return true;
+}
+
+LossSums Executor::take_loss() {
+  impl_->synchronize();
+  LossSums out = impl_->loss;
+  impl_->loss = LossSums{};
+  return out;
+}
+
+std::vector<LayerParams> Executor::download_parameters() {
+  Impl& m = *impl_;
+  set_current_device(device_);
+  m.copy_to_host(m.host_params.data(), m.params, param_count_ * sizeof(float));
+  m.copy_to_host(m.host_stats.data(), m.stats, m.stat_count * sizeof(float));
+  std::vector<LayerParams> layers;
+  for (const Node& node : graph_.nodes) {
+    if (node.spec.type != LayerType::Convolutional && node.spec.type != LayerType::Connected) continue;
+    const NodeBuffers& nb = m.nodes[node.index];
+    LayerParams lp;
+    lp.layer = node.index;
+    lp.type = node.spec.type;
+    lp.c_out = node.out.c;
+    lp.batch_normalize = node.spec.batch_normalize;
+    if (node.spec.type == LayerType::Convolutional) {
+      lp.c_in = node.in.c;
+      lp.k = node.spec.size;
+    } else {
+      lp.c_in = node.in.c;
+      lp.in_h = node.in.h;
+      lp.in_w = node.in.w;
+    }
+    lp.weights = m.host_params.data() + nb.w;
+    lp.biases = m.host_params.data() + nb.b;
+    if (nb.s >= 0) lp.scales = m.host_params.data() + nb.s;
+    if (nb.mean >= 0) {
+      lp.rolling_mean = m.host_stats.data() + nb.mean;
+      lp.rolling_variance = m.host_stats.data() + nb.var;
+    }
+    layers.push_back(lp);
+  }
+  return layers;
+}
+
+void Executor::upload_parameters() {
+  Impl& m = *impl_;
+  set_current_device(device_);
+  m.copy_to_device(m.params, m.host_params.data(), param_count_ * sizeof(float));
+  m.copy_to_device(m.stats, m.host_stats.data(), m.stat_count * sizeof(float));
+}
+
+std::vector<float> Executor::download(const std::string& what) {
+  Impl& m = *impl_;
+  set_current_device(device_);
+  float* src = what == "params"     ? m.params
+               : what == "momentum" ? m.momentum
+               : what == "stats"    ? m.stats
+               : what == "grads"    ? m.grads
+                                    : nullptr;
+  if (!src) throw Error("download: unknown buffer '" + what + "'");
+  std::vector<float> out(what == "stats" ? m.stat_count : param_count_);
+  m.copy_to_host(out.data(), src, out.size() * sizeof(float));
+  return out;
+}
+
+void Executor::upload(const std::string& what, const std::vector<float>& values) {
+  Impl& m = *impl_;
+  set_current_device(device_);
+  float* dst = what == "params" ? m.params : what == "momentum" ? m.momentum : what == "stats" ? m.stats : nullptr;
+  if (!dst) throw Error("upload: unknown buffer '" + what + "'");
+  size_t expect = what == "stats" ? m.stat_count : param_count_;
+  if (values.size() != expect)
+    throw Error("upload of " + what + ": " + std::to_string(values.size()) + " values, the model has " +
+                std::to_string(expect));
+  m.copy_to_device(dst, values.data(), expect * sizeof(float));
+}
+
+void Executor::set_tracing(bool on) {
+  Impl& m = *impl_;
+  tracing_ = on;
+  if (on && m.cuda && m.events.empty()) {
+    for (size_t k = 0; k < 4 * graph_.nodes.size(); ++k) m.events.emplace_back(device_);
+    m.origin_event = std::make_unique<Event>(device_);
+  }
+}
+
+std::vector<TraceEvent> Executor::take_trace() {
+  Impl& m = *impl_;
+  std::vector<TraceEvent> out;
+  if (!m.cuda) {
+    out.swap(m.trace);
+    return out;
+  }
+  // CUDA: the events of the last traced micro-batch, relative to its first.
+  m.synchronize();
+  const Event* origin = nullptr;
+  for (const Node& node : graph_.nodes)
+    for (int phase = 0; phase < 2; ++phase) {
+      const Event& begin = m.events[4 * node.index + 2 * phase];
+      const Event& end = m.events[4 * node.index + 2 * phase + 1];
+      if (node.spec.type == LayerType::Yolo && phase == 1) continue;
+      if (node.spec.type == LayerType::Softmax && phase == 1) continue;
+      if (!origin) origin = &begin;
+      out.push_back(TraceEvent{std::to_string(node.index) + " " + layer_type_name(node.spec.type),
+                               phase ? "backward" : "forward", begin.elapsed_ms_since(*origin),
+                               end.elapsed_ms_since(*origin)});
+    }
+  return out;
+}
+
+}  // namespace yolo::graph

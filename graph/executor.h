@@ -1,0 +1,109 @@
+// The executor: one replica of a graph on one device. It plans every buffer once (weights,
+// gradients in one flat buffer in the order backward produces them, momentum, BatchNorm
+// statistics, activations packed by liveness, workspace) into one arena, then runs forward,
+// loss, backward and the optimizer without allocating. The same code drives the CUDA kernels
+// (on the replica's compute stream) and the fast CPU ops.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "graph/graph.h"
+#include "graph/plan.h"
+#include "graph/weights.h"
+#include "kernels/sgd.h"
+#include "runtime/arena.h"
+#include "runtime/device.h"
+#include "runtime/stream.h"
+
+namespace yolo::graph {
+
+// Loss of one or more micro-batches, summed over their images (divide by images for a mean).
+struct LossSums {
+  double total = 0, box = 0, obj = 0, noobj = 0, cls = 0;
+  double iou_sum = 0;
+  int64_t assigned = 0, recall50 = 0, truths_invalid = 0, images = 0;
+  int64_t correct = 0;  // classifier: argmax == label
+  LossSums& operator+=(const LossSums& o);
+};
+
+// One timed layer phase, for --trace (milliseconds from the step's start).
+struct TraceEvent {
+  std::string name;  // "12 conv"
+  const char* cat;   // "forward" or "backward"
+  double start_ms, end_ms;
+};
+
+struct MemoryReport {
+  size_t parameters = 0, gradients = 0, optimizer = 0, statistics = 0;  // bytes
+  size_t activations = 0, activations_unplanned = 0;  // packed by liveness / sum of all
+  size_t workspace = 0, total = 0;
+  std::string text() const;
+};
+
+// The memory plan of a replica with `micro_batch` images, without allocating (workspace left
+// out: it depends on the device). For --summary.
+MemoryReport estimate_memory(const Graph& graph, int micro_batch);
+
+class Executor {
+ public:
+  // micro_batch: images per forward/backward on this device. Parameters are initialised from
+  // `seed` (darknet's scheme: uniform, scaled by fan-in). Throws yolo::Error, with the numbers
+  // and what to change, when the plan does not fit the device.
+  Executor(const Graph& graph, Device device, int micro_batch, uint64_t seed);
+  ~Executor();
+  Executor(const Executor&) = delete;
+  Executor& operator=(const Executor&) = delete;
+
+  const Graph& graph() const { return graph_; }
+  Device device() const { return device_; }
+  int micro_batch() const { return micro_batch_; }
+  Stream& compute_stream() { return *stream_; }
+  const MemoryReport& memory() const { return memory_; }
+  const std::vector<PlannedBuffer>& plan() const { return plan_; }
+  size_t parameter_count() const { return param_count_; }
+
+  // One micro-batch of training: forward, loss, backward. Device pointers: images (NHWC),
+  // detector truths and counts (kMaxBoxes rows), or classifier labels. The parameter gradients
+  // are written (first micro-batch of a step) or added to (accumulate).
+  void train_micro_batch(const float* images, const YoloTruth* truths, const int* truth_counts, const int* labels,
+                         bool accumulate);
+  // Inference forward (BatchNorm with running statistics); outputs stay in the buffers.
+  void infer(const float* images);
+  // The optimizer over all parameters: u = m*u + g*grad_scale (+ decay*w); w -= lr*u.
+  // Returns false, and leaves everything unchanged, when a gradient is NaN or infinite.
+  bool apply_update(float learning_rate, float momentum, float decay, float grad_scale);
+  // Loss since the last call (waits for the device).
+  LossSums take_loss();
+
+  // Parameters <-> host, in our layouts, for .weights files and checkpoints.
+  std::vector<LayerParams> download_parameters();  // views into a host mirror, valid until the next call
+  void upload_parameters();                        // writes the host mirror back
+  std::vector<float> download(const std::string& what);  // "params", "momentum", "stats", "grads"
+  void upload(const std::string& what, const std::vector<float>& values);
+
+  // A node's output after forward (device pointer, NHWC view of the micro-batch).
+  ConstAct output(int node) const;
+
+  // --trace: record per-layer events of the next train_micro_batch calls.
+  void set_tracing(bool on);
+  std::vector<TraceEvent> take_trace();
+
+ private:
+  struct Impl;
+  void forward(bool training, const float* images, const YoloTruth* truths, const int* truth_counts, const int* labels);
+  void backward(bool accumulate);
+
+  Graph graph_;
+  Device device_;
+  int micro_batch_;
+  std::unique_ptr<Stream> stream_;
+  std::unique_ptr<Impl> impl_;
+  std::vector<PlannedBuffer> plan_;
+  MemoryReport memory_;
+  size_t param_count_ = 0;
+  bool tracing_ = false;
+};
+
+}  // namespace yolo::graph

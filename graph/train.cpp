@@ -1,0 +1,346 @@
+// The training loop (see train.h).
+#include "graph/train.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <numeric>
+
+#include "data/feeder.h"
+#include "data/loader.h"
+#include "data/rng.h"
+#include "graph/executor.h"
+#include "graph/weights.h"
+#include "runtime/check.h"
+#include "runtime/memory.h"
+
+namespace yolo::graph {
+
+float learning_rate_at(const NetParams& net, int64_t iteration) {
+  if (net.burn_in > 0 && iteration < net.burn_in)
+    return net.learning_rate * static_cast<float>(std::pow(static_cast<double>(iteration) / net.burn_in, 4.0));
+  float rate = net.learning_rate;
+  if (net.policy == NetParams::Policy::Steps)
+    for (size_t k = 0; k < net.steps.size(); ++k)
+      if (iteration >= net.steps[k]) rate *= net.scales[k];
+  return rate;
+}
+
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+std::string duration_text(double seconds) {
+  char buf[32];
+  int s = static_cast<int>(seconds + 0.5);
+  if (s >= 3600) std::snprintf(buf, sizeof buf, "%dh%02dm", s / 3600, s / 60 % 60);
+  else std::snprintf(buf, sizeof buf, "%dm%02ds", s / 60, s % 60);
+  return buf;
+}
+
+// Identifies the architecture (and input size) a checkpoint belongs to.
+std::string cfg_digest(const Graph& graph) {
+  std::string table = summary_table(graph);
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : table) h = (h ^ c) * 1099511628211ull;
+  char buf[20];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
+  return buf;
+}
+
+void write_trace(const std::string& path, const std::vector<TraceEvent>& events, const std::string& device) {
+  std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp);
+    out << "{\"traceEvents\":[\n";
+    out << "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":0,\"args\":{\"name\":\"" << device << "\"}},\n";
+    out << "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":0,\"tid\":0,\"args\":{\"name\":\"compute\"}}";
+    for (const TraceEvent& e : events) {
+      char buf[256];
+      std::snprintf(buf, sizeof buf,
+                    ",\n{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":0,\"tid\":0,\"ts\":%.3f,\"dur\":%.3f}",
+                    e.name.c_str(), e.cat, e.start_ms * 1000, (e.end_ms - e.start_ms) * 1000);
+      out << buf;
+    }
+    out << "\n]}\n";
+    if (!out) throw Error("cannot write the trace file " + tmp);
+  }
+  std::filesystem::rename(tmp, path);
+}
+
+// What the loop needs from a data source: the next micro-batch's device pointers.
+struct MicroBatch {
+  const float* images = nullptr;
+  const YoloTruth* truths = nullptr;
+  const int* truth_counts = nullptr;
+  const int* labels = nullptr;
+};
+
+struct Source {
+  std::function<MicroBatch()> next;
+  std::function<data::LoaderState()> state;
+  std::function<std::string(int64_t epoch)> epoch_summary;  // "" when there is nothing to say
+  int64_t steps_per_epoch = 1;                               // in micro-batches
+};
+
+TrainResult run_loop(const Graph& graph, Executor& executor, Source& source, const TrainOptions& options, int batch,
+                     int subdivisions, int64_t start_iteration, uint64_t seen) {
+  const NetParams& net = graph.net;
+  int64_t max_batches = options.max_batches ? options.max_batches : net.max_batches;
+  if (max_batches <= 0) throw Error(graph.path + ": max_batches is 0: set it in [net] or pass --max-batches");
+  std::filesystem::create_directories(options.out_dir);
+  TrainResult result;
+  result.weights_path = options.out_dir + "/last.weights";
+  result.checkpoint_path = options.out_dir + "/last.ckpt";
+  bool tty = options.progress_in_place && isatty(fileno(stdout));
+  auto t_start = std::chrono::steady_clock::now();
+  auto t_print = t_start;
+  int64_t images_this_run = 0;
+  int64_t last_epoch_reported = source.state().epoch;
+
+  auto save = [&](int64_t iteration) {
+    std::vector<LayerParams> layers = executor.download_parameters();
+    WeightsHeader header;
+    header.seen = seen;
+    write_darknet_weights(result.weights_path, layers, header);
+    Checkpoint ckpt;
+    ckpt.cfg_digest = cfg_digest(graph);
+    ckpt.iteration = iteration;
+    ckpt.seen = seen;
+    ckpt.loader = source.state();
+    ckpt.seed = options.seed;
+    ckpt.tensors.emplace_back("params", executor.download("params"));
+    ckpt.tensors.emplace_back("momentum", executor.download("momentum"));
+    ckpt.tensors.emplace_back("stats", executor.download("stats"));
+    write_checkpoint(result.checkpoint_path, ckpt);
+  };
+
+  for (int64_t iteration = start_iteration; iteration < max_batches; ++iteration) {
+    bool trace_this = !options.trace_file.empty() && iteration == start_iteration + std::min<int64_t>(1, max_batches - start_iteration - 1);
+    for (int s = 0; s < subdivisions; ++s) {
+      executor.set_tracing(trace_this && s == 0);  // the step's first micro-batch
+      MicroBatch mb = source.next();
+      executor.train_micro_batch(mb.images, mb.truths, mb.truth_counts, mb.labels, s > 0);
+    }
+    float lr = learning_rate_at(net, iteration);
+    bool updated = executor.apply_update(lr, net.momentum, net.decay, 1.0f / static_cast<float>(batch));
+    LossSums loss = executor.take_loss();
+    if (trace_this) write_trace(options.trace_file, executor.take_trace(), executor.device().name());
+    seen += static_cast<uint64_t>(batch);
+    images_this_run += batch;
+    double mean = loss.images ? loss.total / static_cast<double>(loss.images) : 0;
+    if (iteration == start_iteration) result.first_loss = mean;
+    result.last_loss = mean;
+    result.iterations = iteration + 1;
+    if (!updated)
+      std::printf("%strain_yolo: step %lld skipped: a gradient was NaN or infinite (the parameters are unchanged)\n",
+                  tty ? "\n" : "", static_cast<long long>(iteration + 1));
+
+    double elapsed = seconds_since(t_start);
+    double rate = images_this_run / std::max(elapsed, 1e-9);
+    bool last = iteration + 1 == max_batches;
+    if (seconds_since(t_print) >= (tty ? 0.25 : 2.0) || last || iteration == start_iteration) {
+      t_print = std::chrono::steady_clock::now();
+      double eta = (max_batches - iteration - 1) * static_cast<double>(batch) / std::max(rate, 1e-9);
+      data::LoaderState st = source.state();
+      double epoch = st.epoch + static_cast<double>(st.step) / std::max<int64_t>(source.steps_per_epoch, 1);
+      char line[400];
+      if (graph.detection) {
+        std::snprintf(line, sizeof line,
+                      "iter %lld/%lld  epoch %.2f  loss %.3f (box %.3f obj %.3f noobj %.3f cls %.3f)  IoU %.2f  "
+                      "recall %.2f  lr %.2e  %.1f img/s  ETA %s",
+                      static_cast<long long>(iteration + 1), static_cast<long long>(max_batches), epoch, mean,
+                      loss.box / loss.images, loss.obj / loss.images, loss.noobj / loss.images,
+                      loss.cls / loss.images, loss.assigned ? loss.iou_sum / loss.assigned : 0.0,
+                      loss.assigned ? static_cast<double>(loss.recall50) / loss.assigned : 0.0, lr, rate,
+                      duration_text(eta).c_str());
+      } else {
+        std::snprintf(line, sizeof line, "iter %lld/%lld  epoch %.2f  loss %.4f  accuracy %.3f  lr %.2e  %.1f img/s  ETA %s",
+                      static_cast<long long>(iteration + 1), static_cast<long long>(max_batches), epoch, mean,
+                      static_cast<double>(loss.correct) / std::max<int64_t>(loss.images, 1), lr, rate,
+                      duration_text(eta).c_str());
+      }
+      std::printf(tty ? "\r%s\033[K" : "%s\n", line);
+      std::fflush(stdout);
+    }
+    int64_t epoch_now = source.state().epoch;
+    if (epoch_now != last_epoch_reported) {
+      std::string summary = source.epoch_summary(last_epoch_reported);
+      if (!summary.empty()) std::printf("%strain_yolo: %s\n", tty ? "\n" : "", summary.c_str());
+      last_epoch_reported = epoch_now;
+    }
+    if (options.checkpoint_every > 0 && (iteration + 1) % options.checkpoint_every == 0 && !last) save(iteration + 1);
+  }
+  if (tty) std::printf("\n");
+  result.images_per_second = images_this_run / std::max(seconds_since(t_start), 1e-9);
+  save(result.iterations);
+  return result;
+}
+
+struct Setup {
+  int batch = 0, subdivisions = 0, micro = 0;
+};
+
+Setup batch_setup(const ModelSpec& spec, const TrainOptions& options) {
+  Setup s;
+  s.batch = options.batch ? options.batch : spec.net.batch;
+  s.subdivisions = options.subdivisions ? options.subdivisions : spec.net.subdivisions;
+  if (s.batch % s.subdivisions)
+    throw Error("batch " + std::to_string(s.batch) + " is not a multiple of subdivisions " +
+                std::to_string(s.subdivisions) + " (--batch, or [net] in " + spec.path + ")");
+  s.micro = s.batch / s.subdivisions;
+  return s;
+}
+
+// Loads --weights or the checkpoint of --resume into the executor; returns (iteration, seen, loader state).
+struct Start {
+  int64_t iteration = 0;
+  uint64_t seen = 0;
+  data::LoaderState loader;
+};
+
+Start prepare_start(const Graph& graph, Executor& executor, const TrainOptions& options) {
+  Start start;
+  if (options.resume) {
+    std::string path = options.out_dir + "/last.ckpt";
+    Checkpoint ckpt = read_checkpoint(path);
+    if (ckpt.cfg_digest != cfg_digest(graph))
+      throw Error(path + " was written for another architecture or input size than " + graph.path +
+                  ": resume with the same --cfg and --size");
+    if (ckpt.seed != options.seed)
+      throw Error(path + " was written with --seed " + std::to_string(ckpt.seed) + ": resume with the same seed");
+    for (const auto& [name, values] : ckpt.tensors) executor.upload(name, values);
+    start.iteration = ckpt.iteration;
+    start.seen = ckpt.seen;
+    start.loader = ckpt.loader;
+    std::printf("train_yolo: resuming %s at step %lld\n", path.c_str(), static_cast<long long>(start.iteration));
+  } else if (!options.weights.empty()) {
+    std::vector<LayerParams> layers = executor.download_parameters();
+    WeightsHeader header = read_darknet_weights(options.weights, layers, options.load_layers);
+    executor.upload_parameters();
+    std::printf("train_yolo: loaded %s%s (trained on %llu images)\n", options.weights.c_str(),
+                options.load_layers >= 0 ? (" (layers 0.." + std::to_string(options.load_layers - 1) + ")").c_str() : "",
+                static_cast<unsigned long long>(header.seen));
+  }
+  return start;
+}
+
+}  // namespace
+
+TrainResult train_detector(const ModelSpec& spec, const data::Dataset& dataset, Device device,
+                           const TrainOptions& options) {
+  Graph graph = build_graph(spec);
+  if (!graph.detection) throw Error(spec.path + ": this net has no [yolo] layers: it cannot train on a detection dataset");
+  if (static_cast<int>(dataset.class_names.size()) != graph.classes)
+    throw Error(spec.path + ": the [yolo] layers have classes=" + std::to_string(graph.classes) + " but the dataset " +
+                dataset.source + " has " + std::to_string(dataset.class_names.size()) + " classes");
+  Setup setup = batch_setup(spec, options);
+  Executor executor(graph, device, setup.micro, options.seed);
+  std::printf("train_yolo: %s\n", executor.memory().text().c_str());
+  Start start = prepare_start(graph, executor, options);
+
+  data::LoaderOptions lo;
+  lo.batch = setup.micro;
+  lo.net_w = graph.net.width;
+  lo.net_h = graph.net.height;
+  lo.augment = true;
+  lo.augment_params.hue = spec.net.hue;
+  lo.augment_params.saturation = spec.net.saturation;
+  lo.augment_params.exposure = spec.net.exposure;
+  for (const Node& node : graph.nodes)
+    if (node.spec.type == LayerType::Yolo) {
+      lo.augment_params.jitter = node.spec.jitter;
+      if (node.spec.random)
+        std::printf("train_yolo: note: %s:%d random=1 asks for multi-scale training, which the executor does not "
+                    "do yet: training at %dx%d\n",
+                    spec.path.c_str(), node.spec.line, graph.net.width, graph.net.height);
+      break;
+    }
+  lo.threads = options.threads;
+  lo.seed = options.seed;
+  lo.batches_per_iteration = setup.subdivisions;
+  data::Loader loader(dataset.train, lo, start.loader);
+  data::DeviceFeeder feeder(loader, device);
+  Source source;
+  source.steps_per_epoch = loader.steps_per_epoch();
+  source.next = [&]() {
+    const data::DeviceBatch& db = feeder.next(executor.compute_stream());
+    return MicroBatch{db.images, db.truths, db.truth_counts, nullptr};
+  };
+  source.state = [&]() { return loader.state(); };
+  source.epoch_summary = [&](int64_t epoch) { return loader.epoch_stats(epoch).summary(); };
+  std::printf("train_yolo: training %s on %s: batch %d (%d x %d), %dx%d, %zu training images, %lld steps per epoch\n",
+              spec.path.c_str(), device.name().c_str(), setup.batch, setup.subdivisions, setup.micro, graph.net.width,
+              graph.net.height, dataset.train.samples.size(),
+              static_cast<long long>(loader.steps_per_epoch() / setup.subdivisions));
+  return run_loop(graph, executor, source, options, setup.batch, setup.subdivisions, start.iteration, start.seen);
+}
+
+TrainResult train_classifier(const ModelSpec& spec, const data::MnistSet& mnist, Device device,
+                             const TrainOptions& options) {
+  Graph graph = build_graph(spec);
+  if (graph.detection) throw Error(spec.path + ": a detector cannot train on MNIST");
+  int pixels = mnist.rows * mnist.cols;
+  if (graph.input.elements() != pixels)
+    throw Error(spec.path + ": the net takes " + std::to_string(graph.input.elements()) + " inputs, MNIST images have " +
+                std::to_string(pixels));
+  int classes = graph.nodes.back().out.c;
+  if (classes < 10) throw Error(spec.path + ": the last layer has " + std::to_string(classes) + " outputs; MNIST has 10 classes");
+  Setup setup = batch_setup(spec, options);
+  Executor executor(graph, device, setup.micro, options.seed);
+  Start start = prepare_start(graph, executor, options);
+  // MNIST batches are cheap: built on the host per micro-batch and copied synchronously.
+  const int n = setup.micro;
+  const int64_t steps = mnist.count / n;
+  if (steps == 0) throw Error("MNIST set has fewer images than one micro-batch");
+  DeviceMemory images(device, static_cast<size_t>(n) * pixels * sizeof(float));
+  DeviceMemory labels(device, static_cast<size_t>(n) * sizeof(int));
+  std::vector<float> host_images(static_cast<size_t>(n) * pixels);
+  std::vector<int> host_labels(static_cast<size_t>(n));
+  data::LoaderState position = start.loader;
+  std::vector<int64_t> order;
+  int64_t order_epoch = -1;
+  Source source;
+  source.steps_per_epoch = steps;
+  source.next = [&]() {
+    if (order_epoch != position.epoch) {
+      order.resize(static_cast<size_t>(mnist.count));
+      std::iota(order.begin(), order.end(), 0);
+      data::KeyedRng rng(options.seed, 0x4D4E495354ull, static_cast<uint64_t>(position.epoch));
+      for (size_t i = order.size(); i > 1; --i) std::swap(order[i - 1], order[rng.below(i)]);
+      order_epoch = position.epoch;
+    }
+    for (int b = 0; b < n; ++b) {
+      int64_t index = order[static_cast<size_t>(position.step * n + b)];
+      const uint8_t* src = mnist.pixels.data() + index * pixels;
+      for (int k = 0; k < pixels; ++k) host_images[static_cast<size_t>(b) * pixels + k] = src[k] / 255.0f;
+      host_labels[b] = mnist.labels[static_cast<size_t>(index)];
+    }
+    executor.compute_stream().synchronize();  // the previous micro-batch is done with the buffers
+    copy_bytes(images.data(), host_images.data(), host_images.size() * sizeof(float));
+    copy_bytes(labels.data(), host_labels.data(), host_labels.size() * sizeof(int));
+    if (++position.step == steps) {
+      position.step = 0;
+      ++position.epoch;
+    }
+    return MicroBatch{static_cast<const float*>(images.data()), nullptr, nullptr, static_cast<const int*>(labels.data())};
+  };
+  source.state = [&]() {
+    data::LoaderState s = position;
+    s.seed = options.seed;
+    return s;
+  };
+  source.epoch_summary = [](int64_t) { return std::string(); };
+  std::printf("train_yolo: training %s on %s: batch %d (%d x %d), %d MNIST images (%s)\n", spec.path.c_str(),
+              device.name().c_str(), setup.batch, setup.subdivisions, setup.micro, mnist.count, mnist.source.c_str());
+  return run_loop(graph, executor, source, options, setup.batch, setup.subdivisions, start.iteration, start.seen);
+}
+
+}  // namespace yolo::graph

@@ -1,0 +1,53 @@
+// The training loop on one device: the loader (or MNIST batches) feeds micro-batches through
+// the feeder's copy stream, the executor runs forward/backward with gradient accumulation
+// over subdivisions, the optimizer follows darknet's schedule (burn-in, steps), progress is
+// printed, and `last.weights` + `last.ckpt` are written (temp file + rename) so --resume
+// continues exactly.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "data/dataset.h"
+#include "data/mnist.h"
+#include "graph/cfg.h"
+#include "graph/graph.h"
+#include "runtime/device.h"
+
+namespace yolo::graph {
+
+// darknet's rate for an iteration (optimizer steps done so far): burn-in lr*(i/burn_in)^4,
+// then the steps policy (multiplied by scales[k] once i >= steps[k]).
+float learning_rate_at(const NetParams& net, int64_t iteration);
+
+struct TrainOptions {
+  int64_t max_batches = 0;      // optimizer steps to reach (0: the cfg's max_batches)
+  int batch = 0;                // global images per step (0: the cfg's batch)
+  int subdivisions = 0;         // micro-batches per step (0: the cfg's)
+  int threads = 0;              // loader threads (0: cores - 1)
+  uint64_t seed = 1;
+  std::string out_dir = "runs/train";
+  std::string weights;          // start from these .weights
+  int load_layers = -1;         // only the first N layers of `weights`
+  bool resume = false;          // continue from out_dir/last.ckpt
+  std::string trace_file;       // Chrome trace of one step's layers
+  int checkpoint_every = 0;     // also write the checkpoint every N steps (0: only at the end)
+  bool progress_in_place = true;  // '\r' progress on a terminal
+};
+
+struct TrainResult {
+  int64_t iterations = 0;
+  double last_loss = 0;      // mean per image over the last step
+  double first_loss = 0;     // mean per image over the first step of this run
+  double images_per_second = 0;
+  std::string weights_path, checkpoint_path;
+};
+
+// Detector training on a dataset's train split.
+TrainResult train_detector(const ModelSpec& spec, const data::Dataset& dataset, Device device,
+                           const TrainOptions& options);
+// Classifier training (the MNIST MLP) on MNIST-shaped data.
+TrainResult train_classifier(const ModelSpec& spec, const data::MnistSet& mnist, Device device,
+                             const TrainOptions& options);
+
+}  // namespace yolo::graph
