@@ -218,24 +218,14 @@ struct Executor::Impl {
   std::vector<TraceEvent> trace;
   std::vector<Event> events;  // CUDA: two per node and phase
   double trace_origin = 0;
-  std::unique_ptr<Event> origin_event;
 
-  void copy_to_host(void* dst, const void* src, size_t bytes) {
+  // A synchronous copy between host and device memory, in order after the stream's work
+  // (cudaMemcpyDefault: unified addressing tells the direction).
+  void copy(void* dst, const void* src, size_t bytes) {
     if (bytes == 0) return;  // empty host vectors have no data pointer
 #if YOLO_CUDA
     if (cuda) {
-      CHECKED(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream));
-      CHECKED(cudaStreamSynchronize(stream));
-      return;
-    }
-#endif
-    std::memcpy(dst, src, bytes);
-  }
-  void copy_to_device(void* dst, const void* src, size_t bytes) {
-    if (bytes == 0) return;  // empty host vectors have no data pointer
-#if YOLO_CUDA
-    if (cuda) {
-      CHECKED(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream));
+      CHECKED(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream));
       CHECKED(cudaStreamSynchronize(stream));
       return;
     }
@@ -410,14 +400,14 @@ Executor::Executor(const Graph& graph, Device device, int micro_batch, uint64_t 
     if (nb.s >= 0) std::fill_n(m.host_params.begin() + nb.s, node.scales, 1.0f);
     if (nb.var >= 0) std::fill_n(m.host_stats.begin() + nb.var, node.out.c, 1.0f);
   }
-  m.copy_to_device(m.params, m.host_params.data(), param_count_ * f);
-  m.copy_to_device(m.stats, m.host_stats.data(), m.stat_count * f);
+  m.copy(m.params, m.host_params.data(), param_count_ * f);
+  m.copy(m.stats, m.host_stats.data(), m.stat_count * f);
   m.zero(m.momentum, param_count_ * f);
   std::vector<float> ones(static_cast<size_t>(n), 1.0f);
-  m.copy_to_device(m.ones, ones.data(), ones.size() * f);
+  m.copy(m.ones, ones.data(), ones.size() * f);
   m.zero(m.zero_labels, static_cast<size_t>(n) * sizeof(int));
   sgd_check_segments(m.segments.data(), static_cast<int>(m.segments.size()), 0, param_count_);
-  m.copy_to_device(m.device_segments, m.segments.data(), m.segments.size() * sizeof(SgdSegment));
+  m.copy(m.device_segments, m.segments.data(), m.segments.size() * sizeof(SgdSegment));
   m.synchronize();
 }
 
@@ -728,7 +718,7 @@ void Executor::train_micro_batch(const float* images, const YoloTruth* truths, c
   for (const Node& node : graph_.nodes) {
     if (node.spec.type == LayerType::Yolo) {
       YoloLossStats s;
-      m.copy_to_host(&s, m.yolo_stats + node.index, sizeof s);
+      m.copy(&s, m.yolo_stats + node.index, sizeof s);
       sums.box += s.box_loss;
       sums.obj += s.obj_loss;
       sums.noobj += s.noobj_loss;
@@ -741,8 +731,8 @@ void Executor::train_micro_batch(const float* images, const YoloTruth* truths, c
     } else if (node.spec.type == LayerType::Softmax) {
       float loss = 0;
       int bad = 0;
-      m.copy_to_host(&loss, m.softmax_loss, sizeof loss);
-      if (m.cuda) m.copy_to_host(&bad, m.bad_label, sizeof bad);
+      m.copy(&loss, m.softmax_loss, sizeof loss);
+      if (m.cuda) m.copy(&bad, m.bad_label, sizeof bad);
       if (bad) throw Error("label of sample " + std::to_string(bad - 1) + " is outside [0, " +
                            std::to_string(node.out.c) + ")");
       sums.total += loss;
@@ -750,8 +740,8 @@ void Executor::train_micro_batch(const float* images, const YoloTruth* truths, c
       // Accuracy: argmax of the probabilities against the labels.
       std::vector<float> probs(static_cast<size_t>(micro_batch_) * node.out.c);
       std::vector<int> host_labels(static_cast<size_t>(micro_batch_));
-      m.copy_to_host(probs.data(), m.nodes[node.index].out.data, probs.size() * sizeof(float));
-      m.copy_to_host(host_labels.data(), labels, host_labels.size() * sizeof(int));
+      m.copy(probs.data(), m.nodes[node.index].out.data, probs.size() * sizeof(float));
+      m.copy(host_labels.data(), labels, host_labels.size() * sizeof(int));
       for (int b = 0; b < micro_batch_; ++b) {
         const float* row = probs.data() + static_cast<size_t>(b) * node.out.c;
         sums.correct += (std::max_element(row, row + node.out.c) - row) == host_labels[b];
@@ -776,7 +766,7 @@ bool Executor::apply_update(float learning_rate, float momentum, float decay, fl
   if (m.cuda) {
     m.zero(m.nonfinite, sizeof(int));
     grad_nonfinite_check_cuda(m.grads, param_count_, m.nonfinite, m.stream);
-    m.copy_to_host(&flag, m.nonfinite, sizeof flag);
+    m.copy(&flag, m.nonfinite, sizeof flag);
   } else {
     grad_nonfinite_check_cpu(m.grads, param_count_, &flag);
   }
@@ -798,8 +788,8 @@ LossSums Executor::take_loss() {
 std::vector<LayerParams> Executor::download_parameters() {
   Impl& m = *impl_;
   set_current_device(device_);
-  m.copy_to_host(m.host_params.data(), m.params, param_count_ * sizeof(float));
-  m.copy_to_host(m.host_stats.data(), m.stats, m.stat_count * sizeof(float));
+  m.copy(m.host_params.data(), m.params, param_count_ * sizeof(float));
+  m.copy(m.host_stats.data(), m.stats, m.stat_count * sizeof(float));
   std::vector<LayerParams> layers;
   for (const Node& node : graph_.nodes) {
     if (node.spec.type != LayerType::Convolutional && node.spec.type != LayerType::Connected) continue;
@@ -832,8 +822,8 @@ std::vector<LayerParams> Executor::download_parameters() {
 void Executor::upload_parameters() {
   Impl& m = *impl_;
   set_current_device(device_);
-  m.copy_to_device(m.params, m.host_params.data(), param_count_ * sizeof(float));
-  m.copy_to_device(m.stats, m.host_stats.data(), m.stat_count * sizeof(float));
+  m.copy(m.params, m.host_params.data(), param_count_ * sizeof(float));
+  m.copy(m.stats, m.host_stats.data(), m.stat_count * sizeof(float));
 }
 
 std::vector<float> Executor::download(const std::string& what) {
@@ -846,7 +836,7 @@ std::vector<float> Executor::download(const std::string& what) {
                                     : nullptr;
   if (!src) throw Error("download: unknown buffer '" + what + "'");
   std::vector<float> out(what == "stats" ? m.stat_count : param_count_);
-  m.copy_to_host(out.data(), src, out.size() * sizeof(float));
+  m.copy(out.data(), src, out.size() * sizeof(float));
   return out;
 }
 
@@ -859,7 +849,7 @@ void Executor::upload(const std::string& what, const std::vector<float>& values)
   if (values.size() != expect)
     throw Error("upload of " + what + ": " + std::to_string(values.size()) + " values, the model has " +
                 std::to_string(expect));
-  m.copy_to_device(dst, values.data(), expect * sizeof(float));
+  m.copy(dst, values.data(), expect * sizeof(float));
 }
 
 void Executor::set_tracing(bool on) {
@@ -867,7 +857,6 @@ void Executor::set_tracing(bool on) {
   tracing_ = on;
   if (on && m.cuda && m.events.empty()) {
     for (size_t k = 0; k < 4 * graph_.nodes.size(); ++k) m.events.emplace_back(device_);
-    m.origin_event = std::make_unique<Event>(device_);
   }
 }
 
