@@ -23,8 +23,6 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-int round_to_32(double v) { return std::max(32, static_cast<int>(v / 32 + 0.5) * 32); }
-
 }  // namespace
 
 std::string EpochStats::summary() const {
@@ -84,10 +82,11 @@ Loader::Loader(const Split& split, LoaderOptions options, LoaderState start)
 
   max_w_ = o.net_w;
   max_h_ = o.net_h;
-  if (o.multiscale) {  // the largest multi-scale choice (transform.h): floor32(1.4 w), height in proportion
-    max_w_ = std::max(o.net_w, static_cast<int>(o.net_w * 1.4 / 32) * 32);
-    max_h_ = std::max(o.net_h, round_to_32(static_cast<double>(max_w_) * o.net_h / o.net_w));
-  }
+  if (o.multiscale)
+    for (auto [w, h] : multiscale_sizes(o.net_w, o.net_h)) {
+      max_w_ = std::max(max_w_, w);
+      max_h_ = std::max(max_h_, h);
+    }
 
   size_t pixels = static_cast<size_t>(max_w_) * max_h_ * 3;
   for (int s = 0; s < o.prefetch; ++s) {

@@ -354,24 +354,31 @@ int transform_boxes(const std::vector<Box>& in, const Placement& placement, floa
   return dropped;
 }
 
-std::pair<int, int> multiscale_size(uint64_t seed, int64_t iteration, int base_w, int base_h, int period) {
+std::vector<std::pair<int, int>> multiscale_sizes(int base_w, int base_h) {
   // Beyond this no network fits in memory; the bound also keeps the arithmetic in range.
   constexpr int kMaxSide = 1 << 16;
   if (base_w <= 0 || base_h <= 0 || base_w > kMaxSide || base_h > kMaxSide)
     throw Error("multiscale_size: base size " + std::to_string(base_w) + "x" + std::to_string(base_h) +
                 " must be positive and at most " + std::to_string(kMaxSide));
-  if (period <= 0) throw Error("multiscale_size: period " + std::to_string(period) + " must be positive");
-  if (iteration < 0) throw Error("multiscale_size: iteration " + std::to_string(iteration) + " must be >= 0");
   // Multiples of 32 in [base / 1.4, base * 1.4], in integers (base * 5/7 and base * 7/5) so
   // that sizes on the boundary are not lost to rounding.
   int lo = 32 * ((5 * base_w + 7 * 32 - 1) / (7 * 32));
   int hi = 32 * ((7 * base_w) / (5 * 32));
   if (lo > hi) lo = hi = std::max(32, static_cast<int>(std::lround(base_w / 32.0)) * 32);
-  int choices = (hi - lo) / 32 + 1;
+  std::vector<std::pair<int, int>> sizes;
+  for (int width = lo; width <= hi; width += 32) {
+    int height = static_cast<int>(std::lround(static_cast<double>(width) * base_h / base_w / 32)) * 32;
+    sizes.emplace_back(width, std::max(32, height));
+  }
+  return sizes;
+}
+
+std::pair<int, int> multiscale_size(uint64_t seed, int64_t iteration, int base_w, int base_h, int period) {
+  if (period <= 0) throw Error("multiscale_size: period " + std::to_string(period) + " must be positive");
+  if (iteration < 0) throw Error("multiscale_size: iteration " + std::to_string(iteration) + " must be >= 0");
+  std::vector<std::pair<int, int>> sizes = multiscale_sizes(base_w, base_h);
   KeyedRng rng(seed, static_cast<uint64_t>(iteration / period));
-  int width = lo + 32 * static_cast<int>(rng.below(static_cast<uint64_t>(choices)));
-  int height = static_cast<int>(std::lround(static_cast<double>(width) * base_h / base_w / 32)) * 32;
-  return {width, std::max(32, height)};
+  return sizes[rng.below(sizes.size())];
 }
 
 }  // namespace yolo::data

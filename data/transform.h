@@ -74,5 +74,7 @@ int transform_boxes(const std::vector<Box>& in, const Placement& placement, floa
 // Width drawn uniformly from the multiples of 32 in [base_w / 1.4, base_w * 1.4]; height keeps
 // base_h / base_w, rounded to a multiple of 32.
 std::pair<int, int> multiscale_size(uint64_t seed, int64_t iteration, int base_w, int base_h, int period = 10);
+// Every size multiscale_size can return for this base, widths ascending.
+std::vector<std::pair<int, int>> multiscale_sizes(int base_w, int base_h);
 
 }  // namespace yolo::data

@@ -174,6 +174,32 @@ ActivationPlan plan_activations(const Graph& graph, int n) {
   return plan;
 }
 
+// The largest workspace any op of the graph needs on the current device (the CPU ops only
+// use one for BatchNorm).
+size_t workspace_bytes(const Graph& graph, int n, bool cuda) {
+  size_t workspace = 0;
+  for (const Node& node : graph.nodes) {
+    if (node.spec.type == LayerType::Convolutional && node.spec.batch_normalize)
+      workspace = std::max(workspace, batchnorm_workspace_bytes(n, node.out.h, node.out.w, node.out.c));
+    if (!cuda) continue;
+    if (node.spec.type == LayerType::Convolutional) {
+      Conv2dShape s{n, node.in.h, node.in.w, node.in.c, node.out.c, node.spec.size, node.spec.stride};
+      workspace = std::max({workspace, conv2d_forward_workspace_bytes(s), conv2d_backward_data_workspace_bytes(s),
+                            conv2d_backward_weights_workspace_bytes(s)});
+    }
+    if (node.spec.type == LayerType::Yolo)
+      workspace = std::max(workspace, yolo_loss_workspace_bytes(n, node.in.h, node.in.w, node.yolo));
+    if (node.spec.type == LayerType::Connected) {
+      int in = static_cast<int>(node.in.elements()), out = node.out.c;
+      workspace = std::max({workspace, gemm_workspace_bytes(GemmShape{n, out, in, false, true}),
+                            gemm_workspace_bytes(GemmShape{out, in, n, true, false}),
+                            gemm_workspace_bytes(GemmShape{n, in, out, false, false}),
+                            gemm_workspace_bytes(GemmShape{1, out, n, false, false})});
+    }
+  }
+  return workspace;
+}
+
 }  // namespace
 
 MemoryReport estimate_memory(const Graph& graph, int micro_batch) {
@@ -210,6 +236,8 @@ struct Executor::Impl {
   size_t stat_count = 0;
   std::vector<NodeBuffers> nodes;
   std::vector<Alias> alias;
+  ActivationPlan plan;
+  char* block = nullptr;  // the activations
   std::vector<SgdSegment> segments;
   SgdSegment* device_segments = nullptr;
   std::vector<float> host_params, host_stats;
@@ -251,7 +279,8 @@ struct Executor::Impl {
 
 // ---- construction: parameters, plan, arena ----------------------------------------------------
 
-Executor::Executor(const Graph& graph, Device device, int micro_batch, uint64_t seed)
+Executor::Executor(const Graph& graph, Device device, int micro_batch, uint64_t seed,
+                   std::vector<std::pair<int, int>> other_sizes)
     : graph_(graph), device_(device), micro_batch_(micro_batch), impl_(std::make_unique<Impl>()) {
   if (micro_batch < 1) throw Error("micro-batch must be at least 1 image per device");
   Impl& m = *impl_;
@@ -292,43 +321,31 @@ Executor::Executor(const Graph& graph, Device device, int micro_batch, uint64_t 
   param_count_ = offset;
   m.stat_count = stat_offset;
 
-  ActivationPlan ap = plan_activations(graph, n);
-  m.alias = ap.alias;
-  plan_ = ap.buffers;
-  const std::vector<PlannedBuffer>& buffers = ap.buffers;
-  const size_t f = sizeof(float);
-  size_t activation_bytes = ap.bytes;
-  const std::vector<int>&out_buffer = ap.out_buffer, &pre_buffer = ap.pre_buffer, &argmax_buffer = ap.argmax_buffer,
-                        &grad_buffer = ap.grad_buffer;
-
-  // Workspace: the largest any op of this graph needs on this device.
-  size_t workspace = 0;
-  if (m.cuda) {
-    for (const Node& node : graph.nodes) {
-      if (node.spec.type == LayerType::Convolutional) {
-        Conv2dShape s{n, node.in.h, node.in.w, node.in.c, node.out.c, node.spec.size, node.spec.stride};
-        workspace = std::max({workspace, conv2d_forward_workspace_bytes(s), conv2d_backward_data_workspace_bytes(s),
-                              conv2d_backward_weights_workspace_bytes(s)});
-        if (node.spec.batch_normalize)
-          workspace = std::max(workspace, batchnorm_workspace_bytes(n, node.out.h, node.out.w, node.out.c));
-      }
-      if (node.spec.type == LayerType::Yolo)
-        workspace = std::max(workspace, yolo_loss_workspace_bytes(n, node.in.h, node.in.w, node.yolo));
-      if (node.spec.type == LayerType::Connected) {
-        int in = static_cast<int>(node.in.elements()), out = node.out.c;
-        workspace = std::max({workspace, gemm_workspace_bytes(GemmShape{n, out, in, false, true}),
-                              gemm_workspace_bytes(GemmShape{out, in, n, true, false}),
-                              gemm_workspace_bytes(GemmShape{n, in, out, false, false}),
-                              gemm_workspace_bytes(GemmShape{1, out, n, false, false})});
-      }
-    }
-  } else {
-    for (const Node& node : graph.nodes)
-      if (node.spec.type == LayerType::Convolutional && node.spec.batch_normalize)
-        workspace = std::max(workspace, batchnorm_workspace_bytes(n, node.out.h, node.out.w, node.out.c));
+  // Multi-scale: the plan is made for the largest input size (every buffer shrinks with the
+  // input, and the live intervals do not depend on it), the workspace for the largest need.
+  sizes_.push_back({graph.input.w, graph.input.h});
+  std::vector<Graph> candidates{graph};
+  for (auto [w, h] : other_sizes) {
+    if (w == graph.input.w && h == graph.input.h) continue;
+    candidates.push_back(build_graph(spec_of(graph), w, h));
+    sizes_.push_back({w, h});
   }
+  const Graph* largest = &candidates[0];
+  for (const Graph& g : candidates)
+    if (g.input.elements() > largest->input.elements()) largest = &g;
+  for (const Graph& g : candidates)
+    if (g.input.h > largest->input.h || g.input.w > largest->input.w)
+      throw Error("multi-scale sizes must grow together in width and height");
+  m.plan = plan_activations(*largest, n);
+  m.alias = m.plan.alias;
+  plan_ = m.plan.buffers;
+  const size_t f = sizeof(float);
+  size_t activation_bytes = m.plan.bytes;
 
-  memory_ = estimate_memory(graph, n);
+  size_t workspace = 0;
+  for (const Graph& g : candidates) workspace = std::max(workspace, workspace_bytes(g, n, m.cuda));
+
+  memory_ = estimate_memory(*largest, n);
   memory_.workspace = workspace;
   size_t small = L * sizeof(YoloLossStats) + 64 + static_cast<size_t>(n) * f + m.segments.size() * sizeof(SgdSegment);
   // Each sub-allocation may add alignment and an ASan red zone: a generous margin per block.
@@ -359,31 +376,13 @@ Executor::Executor(const Graph& graph, Device device, int micro_batch, uint64_t 
   m.zero_labels = arena.allocate_array<int>(static_cast<size_t>(n), "inference labels");
   m.nonfinite = arena.allocate_array<int>(1, "non-finite flag");
   m.device_segments = arena.allocate_array<SgdSegment>(std::max<size_t>(m.segments.size(), 1), "sgd segments");
-  char* block = static_cast<char*>(arena.allocate(std::max<size_t>(activation_bytes, 1), "activations"));
+  m.block = static_cast<char*>(arena.allocate(std::max<size_t>(activation_bytes, 1), "activations"));
   if (workspace) {
     m.workspace = arena.allocate(workspace, "workspace");
     m.workspace_bytes = workspace;
   }
 
-  // Views of every node's buffers.
-  for (int i = 0; i < L; ++i) {
-    NodeBuffers& nb = m.nodes[i];
-    if (pre_buffer[i] >= 0) nb.pre = reinterpret_cast<float*>(block + buffers[pre_buffer[i]].offset);
-    if (argmax_buffer[i] >= 0) nb.argmax = reinterpret_cast<int*>(block + buffers[argmax_buffer[i]].offset);
-    if (grad_buffer[i] >= 0) nb.grad = reinterpret_cast<float*>(block + buffers[grad_buffer[i]].offset);
-  }
-  for (int i = 0; i < L; ++i) {
-    const Node& node = graph.nodes[i];
-    NodeBuffers& nb = m.nodes[i];
-    if (node.spec.type == LayerType::Yolo) {
-      nb.out = m.nodes[node.inputs[0]].out;
-      continue;
-    }
-    int root = m.alias[i].root;
-    float* base = reinterpret_cast<float*>(block + buffers[out_buffer[root]].offset);
-    const Node& owner = graph.nodes[root];
-    nb.out = Act{base + m.alias[i].channel, n, node.out.h, node.out.w, node.out.c, owner.out.c};
-  }
+  bind_views();
 
   // Initial values: darknet's scheme (uniform in +-sqrt(2 / fan-in)), BN scales 1, biases 0.
   m.host_params.assign(param_count_, 0.0f);
@@ -412,6 +411,49 @@ Executor::Executor(const Graph& graph, Device device, int micro_batch, uint64_t 
 }
 
 Executor::~Executor() = default;
+
+// Points every node's views at its planned buffers, with the current graph's shapes.
+void Executor::bind_views() {
+  Impl& m = *impl_;
+  const ActivationPlan& p = m.plan;
+  const int L = static_cast<int>(graph_.nodes.size());
+  const int n = micro_batch_;
+  auto at = [&](int buffer) { return m.block + p.buffers[buffer].offset; };
+  for (int i = 0; i < L; ++i) {
+    NodeBuffers& nb = m.nodes[i];
+    if (p.pre_buffer[i] >= 0) nb.pre = reinterpret_cast<float*>(at(p.pre_buffer[i]));
+    if (p.argmax_buffer[i] >= 0) nb.argmax = reinterpret_cast<int*>(at(p.argmax_buffer[i]));
+    if (p.grad_buffer[i] >= 0) nb.grad = reinterpret_cast<float*>(at(p.grad_buffer[i]));
+  }
+  for (int i = 0; i < L; ++i) {
+    const Node& node = graph_.nodes[i];
+    NodeBuffers& nb = m.nodes[i];
+    if (node.spec.type == LayerType::Yolo) {
+      nb.out = m.nodes[node.inputs[0]].out;
+      continue;
+    }
+    int root = m.alias[i].root;
+    float* base = reinterpret_cast<float*>(at(p.out_buffer[root]));
+    nb.out = Act{base + m.alias[i].channel, n, node.out.h, node.out.w, node.out.c, graph_.nodes[root].out.c};
+  }
+}
+
+void Executor::set_input_size(int width, int height) {
+  if (width == graph_.input.w && height == graph_.input.h) return;
+  if (std::find(sizes_.begin(), sizes_.end(), std::pair<int, int>{width, height}) == sizes_.end())
+    throw Error("input size " + std::to_string(width) + "x" + std::to_string(height) +
+                " was not planned for (pass it to the Executor)");
+  graph_ = build_graph(spec_of(graph_), width, height);
+  bind_views();
+}
+
+ModelSpec spec_of(const Graph& graph) {
+  ModelSpec spec;
+  spec.path = graph.path;
+  spec.net = graph.net;
+  for (const Node& node : graph.nodes) spec.layers.push_back(node.spec);
+  return spec;
+}
 
 ConstAct Executor::output(int node) const { return as_const(impl_->nodes.at(static_cast<size_t>(node)).out); }
 

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "graph/graph.h"
@@ -42,6 +43,9 @@ struct MemoryReport {
   std::string text() const;
 };
 
+// The description a graph was built from (to rebuild it at another input size).
+ModelSpec spec_of(const Graph& graph);
+
 // The memory plan of a replica with `micro_batch` images, without allocating (workspace left
 // out: it depends on the device). For --summary.
 MemoryReport estimate_memory(const Graph& graph, int micro_batch);
@@ -51,12 +55,16 @@ class Executor {
   // micro_batch: images per forward/backward on this device. Parameters are initialised from
   // `seed` (darknet's scheme: uniform, scaled by fan-in). Throws yolo::Error, with the numbers
   // and what to change, when the plan does not fit the device.
-  Executor(const Graph& graph, Device device, int micro_batch, uint64_t seed);
+  // other_sizes: further input sizes (multi-scale training) the plan must also hold.
+  Executor(const Graph& graph, Device device, int micro_batch, uint64_t seed,
+           std::vector<std::pair<int, int>> other_sizes = {});
   ~Executor();
   Executor(const Executor&) = delete;
   Executor& operator=(const Executor&) = delete;
 
   const Graph& graph() const { return graph_; }
+  // Switches to another planned input size (multi-scale): shapes and the [yolo] losses follow.
+  void set_input_size(int width, int height);
   Device device() const { return device_; }
   int micro_batch() const { return micro_batch_; }
   Stream& compute_stream() { return *stream_; }
@@ -92,6 +100,7 @@ class Executor {
 
  private:
   struct Impl;
+  void bind_views();
   void forward(bool training, const float* images, const YoloTruth* truths, const int* truth_counts, const int* labels);
   void backward(bool accumulate);
 
@@ -104,6 +113,7 @@ class Executor {
   MemoryReport memory_;
   size_t param_count_ = 0;
   bool tracing_ = false;
+  std::vector<std::pair<int, int>> sizes_;  // planned input sizes (width, height)
 };
 
 }  // namespace yolo::graph

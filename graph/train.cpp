@@ -14,6 +14,7 @@
 #include "data/feeder.h"
 #include "data/loader.h"
 #include "data/rng.h"
+#include "data/transform.h"
 #include "graph/executor.h"
 #include "graph/weights.h"
 #include "runtime/check.h"
@@ -242,8 +243,21 @@ TrainResult train_detector(const ModelSpec& spec, const data::Dataset& dataset, 
     throw Error(spec.path + ": the [yolo] layers have classes=" + std::to_string(graph.classes) + " but the dataset " +
                 dataset.source + " has " + std::to_string(dataset.class_names.size()) + " classes");
   Setup setup = batch_setup(spec, options);
-  Executor executor(graph, device, setup.micro, options.seed);
+  // [yolo] random=1: multi-scale training, every size planned for up front.
+  bool multiscale = false;
+  float jitter = 0;
+  for (const Node& node : graph.nodes)
+    if (node.spec.type == LayerType::Yolo) {
+      multiscale |= node.spec.random;
+      jitter = node.spec.jitter;
+    }
+  std::vector<std::pair<int, int>> sizes;
+  if (multiscale) sizes = data::multiscale_sizes(graph.net.width, graph.net.height);
+  Executor executor(graph, device, setup.micro, options.seed, sizes);
   std::printf("train_yolo: %s\n", executor.memory().text().c_str());
+  if (multiscale)
+    std::printf("train_yolo: multi-scale training (random=1): %dx%d .. %dx%d, a new size every 10 steps\n",
+                sizes.front().first, sizes.front().second, sizes.back().first, sizes.back().second);
   Start start = prepare_start(graph, executor, options);
 
   data::LoaderOptions lo;
@@ -254,15 +268,8 @@ TrainResult train_detector(const ModelSpec& spec, const data::Dataset& dataset, 
   lo.augment_params.hue = spec.net.hue;
   lo.augment_params.saturation = spec.net.saturation;
   lo.augment_params.exposure = spec.net.exposure;
-  for (const Node& node : graph.nodes)
-    if (node.spec.type == LayerType::Yolo) {
-      lo.augment_params.jitter = node.spec.jitter;
-      if (node.spec.random)
-        std::printf("train_yolo: note: %s:%d random=1 asks for multi-scale training, which the executor does not "
-                    "do yet: training at %dx%d\n",
-                    spec.path.c_str(), node.spec.line, graph.net.width, graph.net.height);
-      break;
-    }
+  lo.augment_params.jitter = jitter;
+  lo.multiscale = multiscale;
   lo.threads = options.threads;
   lo.seed = options.seed;
   lo.batches_per_iteration = setup.subdivisions;
@@ -272,6 +279,7 @@ TrainResult train_detector(const ModelSpec& spec, const data::Dataset& dataset, 
   source.steps_per_epoch = loader.steps_per_epoch();
   source.next = [&]() {
     const data::DeviceBatch& db = feeder.next(executor.compute_stream());
+    executor.set_input_size(db.host->net_w, db.host->net_h);
     return MicroBatch{db.images, db.truths, db.truth_counts, nullptr};
   };
   source.state = [&]() { return loader.state(); };

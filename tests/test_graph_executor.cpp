@@ -308,6 +308,33 @@ TEST_CASE("executor: a few steps on a fixed batch lower the detection loss (CPU)
   CHECK(last < 0.5 * first);
 }
 
+TEST_CASE("multi-scale: one plan holds every size, and a switched executor equals one built for that size") {
+  Rng rng;
+  ModelSpec spec = model_from_text(kTinyDetectorCfg);
+  Graph at64 = build_graph(spec), at96 = build_graph(spec, 96, 96);
+  const int n = 2;
+  Executor both(at64, Device::cpu(), n, 11, {{96, 96}, {32, 32}});
+  Executor only96(at96, Device::cpu(), n, 11);
+  CHECK(both.memory().activations == only96.memory().activations);  // planned for the largest
+  std::vector<float> images = rng.floats(static_cast<size_t>(n) * 96 * 96 * 3, 0, 1);
+  std::vector<YoloTruth> truths(static_cast<size_t>(n) * kYoloMaxTruths);
+  std::vector<int> counts{1, 2};
+  truths[0] = YoloTruth{0.3f, 0.4f, 0.2f, 0.3f, 1};
+  truths[kYoloMaxTruths] = YoloTruth{0.6f, 0.5f, 0.1f, 0.1f, 0};
+  truths[kYoloMaxTruths + 1] = YoloTruth{0.2f, 0.7f, 0.4f, 0.2f, 2};
+  // A step at 64 first, then the switch.
+  both.train_micro_batch(images.data(), truths.data(), counts.data(), nullptr, false);
+  both.take_loss();
+  both.set_input_size(96, 96);
+  CHECK(both.graph().nodes.back().out == Shape{12, 12, 24});  // stride 8
+  both.train_micro_batch(images.data(), truths.data(), counts.data(), nullptr, false);
+  only96.train_micro_batch(images.data(), truths.data(), counts.data(), nullptr, false);
+  CHECK(both.take_loss().total == only96.take_loss().total);
+  std::vector<float> a = both.download("grads"), b = only96.download("grads");
+  CHECK(a == b);
+  CHECK_THROWS_WITH_AS(both.set_input_size(128, 128), doctest::Contains("was not planned"), yolo::Error);
+}
+
 TEST_CASE("training resumed from a checkpoint equals an uninterrupted run, bit for bit (CPU)") {
   TempDir dir;
   data::SyntheticOptions so;
