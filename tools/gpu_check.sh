@@ -2,7 +2,7 @@
 # The one prepared run for a GPU machine (DESIGN.md, "On a GPU"); under five minutes.
 # Runs the test suite natively, compute-sanitizer (memcheck, racecheck, synccheck, initcheck)
 # on the kernel tests, the kernel benchmarks (build/bench_kernels, ceilings measured first) and
-# the loader benchmark (build/bench_loader); writes full logs to OUTDIR and prints a summary
+# the loader benchmark (build/bench_loader) and two short training runs; writes full logs to OUTDIR and prints a summary
 # table last. A tool that is missing is reported as unavailable, not as a failure.
 # Needs the binaries built beforehand (here or elsewhere: make ARCH=90).
 set -u
@@ -59,6 +59,17 @@ if [[ -x build/bench_loader ]]; then
   run_step "bench_loader" bench_loader.log 120 build/bench_loader --images 128 --dir "$OUT/loader_images"
 else
   record "bench_loader" "unavailable" "not built"
+fi
+
+# Training: the demo net, then YOLOv3 at 416 (batch 16) on the synthetic shapes (3 classes:
+# the cfg's 80-class heads rewritten to 3), 50 steps each; images/s in the logs.
+if [[ -x ./train_yolo ]]; then
+  run_step "train demo (50 steps)" train_demo.log 120 ./train_yolo --max-batches 50 --out "$OUT/demo"
+  sed 's/^classes=80/classes=3/; s/^filters=255/filters=24/' models/yolov3.cfg >"$OUT/yolov3-shapes.cfg"
+  run_step "train yolov3-416 (50 steps)" train_yolov3.log 300 ./train_yolo --cfg "$OUT/yolov3-shapes.cfg" \
+    --batch 16 --subdivisions 1 --max-batches 50 --out "$OUT/yolov3" --trace "$OUT/yolov3_step.json"
+  summary[-1]+=" | $(grep -m1 -o '[0-9.]* images/s' "$OUT/train_yolov3.log" | tail -1)"
+  rm -f "$OUT"/demo/*.weights "$OUT"/demo/*.ckpt "$OUT"/yolov3/*.weights "$OUT"/yolov3/*.ckpt  # too big to fetch
 fi
 
 echo
