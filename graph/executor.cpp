@@ -122,8 +122,11 @@ ActivationPlan plan_activations(const Graph& graph, int n) {
     bool needs_own_output = (node.spec.type == LayerType::Convolutional || node.spec.type == LayerType::Connected) &&
                             node.spec.activation != Activation::Linear;
     if (needs_own_output) out_last[i] = std::max(out_last[i], bwd(i));
-    // The classifier's probabilities are read after the step (accuracy, inference).
+    // Read after the whole forward pass (inference decodes the heads, the classifier's
+    // accuracy reads the probabilities): the [yolo] inputs and the softmax output stay whole.
     if (node.spec.type == LayerType::Softmax) out_last[i] = 2 * L - 1;
+    for (int c : node.consumers)
+      if (graph.nodes[c].spec.type == LayerType::Yolo) out_last[i] = 2 * L - 1;
   }
   // A storage lives from the first to the last use of any output it holds.
   std::vector<int> root_first(L, INT32_MAX), root_last(L, -1);

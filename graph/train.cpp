@@ -15,6 +15,7 @@
 #include "data/loader.h"
 #include "data/rng.h"
 #include "data/transform.h"
+#include "graph/evaluate.h"
 #include "graph/executor.h"
 #include "graph/weights.h"
 #include "runtime/check.h"
@@ -88,6 +89,7 @@ struct Source {
   std::function<MicroBatch()> next;
   std::function<data::LoaderState()> state;
   std::function<std::string(int64_t epoch)> epoch_summary;  // "" when there is nothing to say
+  std::function<double()> validate;                         // mAP@0.5 on the validation split (optional)
   int64_t steps_per_epoch = 1;                               // in micro-batches
 };
 
@@ -176,6 +178,18 @@ TrainResult run_loop(const Graph& graph, Executor& executor, Source& source, con
       std::string summary = source.epoch_summary(last_epoch_reported);
       if (!summary.empty()) std::printf("%strain_yolo: %s\n", tty ? "\n" : "", summary.c_str());
       last_epoch_reported = epoch_now;
+      if (source.validate && options.valid_every > 0 && epoch_now % options.valid_every == 0) {
+        double map50 = source.validate();
+        bool best = map50 > result.best_map50;
+        std::printf("train_yolo: epoch %lld: validation mAP@0.5 = %.4f%s\n", static_cast<long long>(epoch_now), map50,
+                    best ? " (best so far: best.weights)" : "");
+        if (best) {
+          result.best_map50 = map50;
+          WeightsHeader header;
+          header.seen = seen;
+          write_darknet_weights(options.out_dir + "/best.weights", executor.download_parameters(), header);
+        }
+      }
     }
     if (options.checkpoint_every > 0 && (iteration + 1) % options.checkpoint_every == 0 && !last) save(iteration + 1);
   }
@@ -284,6 +298,13 @@ TrainResult train_detector(const ModelSpec& spec, const data::Dataset& dataset, 
   };
   source.state = [&]() { return loader.state(); };
   source.epoch_summary = [&](int64_t epoch) { return loader.epoch_stats(epoch).summary(); };
+  if (options.valid_every > 0 && !dataset.valid.samples.empty())
+    source.validate = [&]() {
+      executor.set_input_size(graph.net.width, graph.net.height);
+      DetectOptions detect;
+      detect.threads = options.threads;
+      return evaluate_split(executor, dataset.valid, graph.classes, detect).map50;
+    };
   std::printf("train_yolo: training %s on %s: batch %d (%d x %d), %dx%d, %zu training images, %lld steps per epoch\n",
               spec.path.c_str(), device.name().c_str(), setup.batch, setup.subdivisions, setup.micro, graph.net.width,
               graph.net.height, dataset.train.samples.size(),

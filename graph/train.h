@@ -32,6 +32,7 @@ struct TrainOptions {
   bool resume = false;          // continue from out_dir/last.ckpt
   std::string trace_file;       // Chrome trace of one step's layers
   int checkpoint_every = 0;     // also write the checkpoint every N steps (0: only at the end)
+  int valid_every = 0;          // detector: mAP@0.5 on the validation split every N epochs; best.weights kept
   bool progress_in_place = true;  // '\r' progress on a terminal
 };
 
@@ -41,6 +42,7 @@ struct TrainResult {
   double first_loss = 0;     // mean per image over the first step of this run
   double images_per_second = 0;
   std::string weights_path, checkpoint_path;
+  double best_map50 = -1;       // with valid_every: the best validation mAP@0.5 (best.weights)
 };
 
 // Detector training on a dataset's train split.

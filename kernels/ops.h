@@ -8,6 +8,7 @@
 #include "kernels/activation.h"
 #include "kernels/batchnorm.h"
 #include "kernels/conv.h"
+#include "kernels/detect.h"
 #include "kernels/gemm.h"
 #include "kernels/maxpool.h"
 #include "kernels/route.h"

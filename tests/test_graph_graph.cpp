@@ -107,6 +107,26 @@ TEST_CASE("memory plan of YOLOv3: no two live buffers overlap, and liveness save
   CHECK(report.text().find("activations") != std::string::npos);
 }
 
+TEST_CASE("memory plan: the [yolo] heads' inputs survive the whole forward pass (inference reads them after)") {
+  Graph graph = build_graph(read_model("models/demo.cfg"));
+  Executor executor(graph, Device::cpu(), 1, 1);
+  const int last = 2 * static_cast<int>(graph.nodes.size()) - 1;
+  int heads = 0;
+  for (const Node& node : graph.nodes) {
+    if (node.spec.type != LayerType::Yolo) continue;
+    ++heads;
+    std::string tag = "out " + std::to_string(node.inputs[0]);
+    bool found = false;
+    for (const PlannedBuffer& b : executor.plan())
+      if (b.tag == tag) {
+        found = true;
+        CHECK(b.last == last);
+      }
+    CHECK(found);
+  }
+  CHECK(heads == 2);
+}
+
 TEST_CASE("shape errors name the cfg line and what to change") {
   const std::string head = "[net]\nwidth=64\nheight=64\nchannels=3\n";
   // Route to a layer that does not exist yet (line 9 is the [route] header).

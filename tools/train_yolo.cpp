@@ -1,12 +1,13 @@
 // train_yolo: the command users run. Trains a darknet .cfg (YOLOv3, tiny, the demo net, the
 // MNIST MLP) on a dataset in any supported format, prints a model summary, writes the
 // synthetic dataset, or reads a dataset and runs the input pipeline over it.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <algorithm>
 #include <filesystem>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -14,7 +15,9 @@
 #include "data/loader.h"
 #include "data/mnist.h"
 #include "data/synthetic.h"
+#include "graph/evaluate.h"
 #include "graph/executor.h"
+#include "graph/weights.h"
 #include "graph/train.h"
 #include "runtime/check.h"
 #include "runtime/device.h"
@@ -25,6 +28,8 @@ const char* kUsage =
     "usage: train_yolo [options]                   train (default: the demo net on the synthetic shapes)\n"
     "       train_yolo synth DIR [synth options]   write the synthetic shapes dataset\n"
     "       train_yolo data --data PATH [data options]\n"
+    "       train_yolo map --cfg FILE --weights FILE --data PATH   per-class AP, mAP@0.5 and mAP@0.5:0.95\n"
+    "       train_yolo detect --cfg FILE --weights FILE --names FILE [--out DIR] [--json] IMAGE...\n"
     "                                              read a dataset, say what it is, run the loader\n"
     "options:\n"
     "  --cfg FILE         the network (models/demo.cfg)\n"
@@ -40,6 +45,8 @@ const char* kUsage =
     "  --checkpoint-every N   also save every N steps\n"
     "  --seed S           initial weights, shuffling and augmentation (1)\n"
     "  --trace FILE       Chrome-trace JSON of one step's layers (forward/backward)\n"
+    "  --valid-every N    mAP@0.5 on the validation split every N epochs; keeps best.weights\n"
+    "  --threshold T      detect: score threshold (0.25); --nms IOU (0.45); --json: JSON lines\n"
     "  --list-devices     print the GPUs, NCCL and CPU this machine offers, then exit\n"
     "  --devices SPEC     auto (default: every GPU, else the CPU), cpu, cpu:N, gpu, gpu:I,J,...\n"
     "  --help             this text\n"
@@ -59,7 +66,11 @@ const char* kUsage =
     "  --no-augment           no jitter, flip or colour changes\n";
 
 struct Options {
-  std::string command;  // "", "synth" or "data"
+  std::string command;  // "", "synth", "data", "map" or "detect"
+  std::vector<std::string> images;  // detect
+  float threshold = 0.25f, nms = 0.45f;
+  bool json = false;
+  int valid_every = 0;
   bool list_devices = false;
   std::string devices = "auto";
   std::string synth_dir;
@@ -85,10 +96,20 @@ int to_int(const std::string& flag, const std::string& text, int lo, int hi) {
   return static_cast<int>(v);
 }
 
+float to_float(const std::string& flag, const std::string& text, float lo, float hi) {
+  char* end = nullptr;
+  float v = std::strtof(text.c_str(), &end);
+  if (text.empty() || *end != '\0' || !(v >= lo && v <= hi))
+    throw yolo::Error(flag + " expects a number in " + std::to_string(lo) + ".." + std::to_string(hi) + ", got '" +
+                      text + "'");
+  return v;
+}
+
 Options parse(int argc, char** argv) {
   Options options;
   int i = 1;
-  if (argc > 1 && (std::strcmp(argv[1], "synth") == 0 || std::strcmp(argv[1], "data") == 0)) {
+  if (argc > 1 && (std::strcmp(argv[1], "synth") == 0 || std::strcmp(argv[1], "data") == 0 ||
+                   std::strcmp(argv[1], "map") == 0 || std::strcmp(argv[1], "detect") == 0)) {
     options.command = argv[1];
     i = 2;
     if (options.command == "synth") {
@@ -141,6 +162,16 @@ Options parse(int argc, char** argv) {
       options.resume = true;
     } else if (arg == "--trace") {
       options.trace = value();
+    } else if (arg == "--valid-every") {
+      options.valid_every = to_int(arg, value(), 1, 1000000);
+    } else if (arg == "--threshold") {
+      options.threshold = to_float(arg, value(), 0, 1);
+    } else if (arg == "--nms") {
+      options.nms = to_float(arg, value(), 0, 1);
+    } else if (arg == "--json") {
+      options.json = true;
+    } else if (options.command == "detect" && !arg.empty() && arg[0] != '-') {
+      options.images.push_back(arg);
     } else if (arg == "--checkpoint-every") {
       options.checkpoint_every = to_int(arg, value(), 1, 2000000000);
     } else if (arg == "--png") {
@@ -172,6 +203,13 @@ Options parse(int argc, char** argv) {
   }
   if (options.command == "data" && options.data.empty()) throw yolo::Error("data needs --data PATH\n" + std::string(kUsage));
   if (options.max_batches && options.epochs) throw yolo::Error("--max-batches and --epochs: give one of them");
+  if (options.command == "map" || options.command == "detect") {
+    if (options.cfg.empty() || options.weights.empty())
+      throw yolo::Error(options.command + " needs --cfg FILE and --weights FILE\n" + kUsage);
+    if (options.command == "map" && options.data.empty()) throw yolo::Error("map needs --data PATH\n" + std::string(kUsage));
+    if (options.command == "detect" && options.images.empty())
+      throw yolo::Error("detect needs at least one image path\n" + std::string(kUsage));
+  }
   return options;
 }
 
@@ -230,6 +268,99 @@ std::string find_cfg(const std::string& given) {
   throw yolo::Error("the demo net " + demo + " is not in the working directory or beside the program: pass --cfg FILE");
 }
 
+// A detector loaded from darknet weights, for inference.
+std::unique_ptr<yolo::graph::Executor> load_for_inference(const yolo::graph::ModelSpec& spec, yolo::Device device,
+                                                         const std::string& weights, int micro_batch) {
+  yolo::graph::Graph graph = yolo::graph::build_graph(spec);
+  auto executor = std::make_unique<yolo::graph::Executor>(graph, device, micro_batch, 1);
+  std::vector<yolo::graph::LayerParams> layers = executor->download_parameters();
+  yolo::graph::read_darknet_weights(weights, layers);
+  executor->upload_parameters();
+  return executor;
+}
+
+yolo::Device first_device(const Options& options, const yolo::GpuDiscovery& found) {
+  yolo::DeviceChoice choice = yolo::choose_devices(options.devices, found);
+  std::printf("train_yolo: %s\n", choice.reason.c_str());
+  return choice.devices.front();
+}
+
+// Validation mAP of a trained detector and one validation image with its detections drawn.
+void report_detector(const yolo::graph::ModelSpec& spec, const yolo::data::Dataset& dataset, yolo::Device device,
+                     const std::string& weights, const std::string& out_dir) {
+  const yolo::data::Split& split = dataset.valid.samples.empty() ? dataset.train : dataset.valid;
+  auto executor = load_for_inference(spec, device, weights, 8);
+  yolo::data::MapResult result =
+      yolo::graph::evaluate_split(*executor, split, static_cast<int>(dataset.class_names.size()), {});
+  std::fputs(result.table(dataset.class_names).c_str(), stdout);
+  std::printf("train_yolo: mAP@0.5 = %.4f on the %s split (%zu images)\n", result.map50, split.name.c_str(),
+              split.samples.size());
+  std::vector<yolo::data::Sample> one{split.samples.front()};
+  std::vector<yolo::graph::ImageDetections> found = yolo::graph::detect_samples(*executor, one, {});
+  std::string drawn = out_dir + "/detections.jpg";
+  yolo::graph::write_detections_image(found.front(), dataset.class_names, drawn);
+  std::printf("train_yolo: %s: %zu detections drawn on %s\n", drawn.c_str(), found.front().detections.size(),
+              one.front().image.c_str());
+}
+
+int run_map(const Options& options, const yolo::GpuDiscovery& found) {
+  yolo::graph::ModelSpec spec = yolo::graph::read_model(options.cfg);
+  if (options.size) spec.net.width = spec.net.height = options.size;
+  yolo::Device device = first_device(options, found);
+  yolo::data::Dataset dataset = open_and_describe(options.data, options.open);
+  const yolo::data::Split& split = dataset.valid.samples.empty() ? dataset.train : dataset.valid;
+  auto executor = load_for_inference(spec, device, options.weights, options.batch ? options.batch : 8);
+  yolo::graph::DetectOptions detect;
+  detect.threads = options.threads;
+  detect.resize = options.resize;
+  auto t0 = std::chrono::steady_clock::now();
+  yolo::data::MapResult result =
+      yolo::graph::evaluate_split(*executor, split, static_cast<int>(dataset.class_names.size()), detect);
+  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::fputs(result.table(dataset.class_names).c_str(), stdout);
+  std::printf("train_yolo: %s split, %zu images in %.1f s (detections above 0.005, NMS 0.45)\n", split.name.c_str(),
+              split.samples.size(), seconds);
+  return 0;
+}
+
+int run_detect(const Options& options, const yolo::GpuDiscovery& found) {
+  yolo::graph::ModelSpec spec = yolo::graph::read_model(options.cfg);
+  if (options.size) spec.net.width = spec.net.height = options.size;
+  std::vector<std::string> names;
+  if (!options.open.names_file.empty()) names = yolo::data::read_names_file(options.open.names_file);
+  yolo::Device device = first_device(options, found);
+  auto executor = load_for_inference(spec, device, options.weights, 1);
+  std::vector<yolo::data::Sample> samples;
+  for (const std::string& image : options.images) samples.push_back(yolo::data::Sample{image, {}});
+  yolo::graph::DetectOptions detect;
+  detect.threshold = options.threshold;
+  detect.nms = options.nms;
+  detect.resize = options.resize;
+  detect.threads = options.threads;
+  std::vector<yolo::graph::ImageDetections> results = yolo::graph::detect_samples(*executor, samples, detect);
+  std::string out_dir = options.out.empty() ? "runs/detect" : options.out;
+  std::filesystem::create_directories(out_dir);
+  auto name_of = [&](int c) { return c < static_cast<int>(names.size()) ? names[c] : std::to_string(c); };
+  if (!options.json) std::printf("image\tclass\tscore\tx1\ty1\tx2\ty2\n");
+  for (const yolo::graph::ImageDetections& r : results) {
+    if (!r.ok) continue;  // the loader warned, naming the file
+    for (const yolo::graph::PixelDetection& d : r.detections) {
+      if (options.json)
+        std::printf("{\"image\": \"%s\", \"class\": \"%s\", \"score\": %.4f, \"box\": [%.1f, %.1f, %.1f, %.1f]}\n",
+                    r.image.c_str(), name_of(d.class_id).c_str(), d.score, d.x0, d.y0, d.x1, d.y1);
+      else
+        std::printf("%s\t%s\t%.4f\t%.1f\t%.1f\t%.1f\t%.1f\n", r.image.c_str(), name_of(d.class_id).c_str(), d.score,
+                    d.x0, d.y0, d.x1, d.y1);
+    }
+    std::filesystem::path source(r.image);
+    std::string ext = source.extension() == ".png" ? ".png" : ".jpg";
+    std::string drawn = out_dir + "/" + source.stem().string() + ext;
+    yolo::graph::write_detections_image(r, names, drawn);
+    std::fprintf(stderr, "train_yolo: %s: %zu detections -> %s\n", r.image.c_str(), r.detections.size(), drawn.c_str());
+  }
+  return 0;
+}
+
 int train(const Options& options, const yolo::GpuDiscovery& found) {
   yolo::graph::ModelSpec spec = yolo::graph::read_model(find_cfg(options.cfg));
   for (const std::string& w : spec.warnings) std::fprintf(stderr, "train_yolo: warning: %s\n", w.c_str());
@@ -262,6 +393,7 @@ int train(const Options& options, const yolo::GpuDiscovery& found) {
   to.resume = options.resume;
   to.trace_file = options.trace;
   to.checkpoint_every = options.checkpoint_every;
+  to.valid_every = options.valid_every;
   std::string name = std::filesystem::path(spec.path).stem().string();
   to.out_dir = options.out.empty() ? "runs/" + name : options.out;
 
@@ -283,6 +415,8 @@ int train(const Options& options, const yolo::GpuDiscovery& found) {
       to.max_batches = std::max<int64_t>(1, per_epoch * options.epochs);
     }
     result = yolo::graph::train_detector(spec, dataset, device, to);
+    if (options.cfg.empty() || options.valid_every)
+      report_detector(spec, dataset, device, result.weights_path, to.out_dir);
   } else {
     std::string data = options.data.empty() ? "mnist" : options.data;
     if (data != "mnist" && data.rfind("mnist:", 0) != 0)
@@ -322,6 +456,8 @@ int main(int argc, char** argv) {
       std::fputs(yolo::describe_devices(found).c_str(), stdout);
       return 0;
     }
+    if (options.command == "map") return run_map(options, found);
+    if (options.command == "detect") return run_detect(options, found);
     return train(options, found);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "train_yolo: error: %s\n", e.what());

@@ -1,0 +1,39 @@
+// Drawing detections onto images: rectangles, and labels in a small bitmap font of our own
+// (printable ASCII), each class in its own colour.
+#pragma once
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "data/image.h"
+
+namespace yolo::data {
+
+using Rgb = std::array<uint8_t, 3>;
+
+// A distinct, saturated colour for a class id (deterministic).
+Rgb class_colour(int class_id);
+
+// An axis-aligned rectangle outline, `thickness` pixels inward from the corners (x0, y0) ..
+// (x1, y1) inclusive; clipped to the image.
+void draw_rectangle(Image& image, int x0, int y0, int x1, int y1, Rgb colour, int thickness = 2);
+
+// Text with its top-left corner at (x, y), each glyph 5x7 pixels in a 6x9 cell, scaled by
+// `scale`, on a filled background box; clipped to the image. Characters outside printable
+// ASCII draw as '?'. Returns the width in pixels.
+int draw_text(Image& image, int x, int y, const std::string& text, Rgb foreground, Rgb background, int scale = 1);
+int text_width(const std::string& text, int scale = 1);
+
+// The 7 rows of a character's 5x7 glyph, bit 4 the leftmost column ('?' for non-printable).
+const uint8_t* glyph_rows(char c);
+
+struct DrawnBox {
+  float x0 = 0, y0 = 0, x1 = 0, y1 = 0;  // pixels
+  int class_id = 0;
+  float score = 0;
+};
+// Boxes with "name 0.87" labels above them (inside the image when there is no room above).
+void draw_detections(Image& image, const std::vector<DrawnBox>& boxes, const std::vector<std::string>& names);
+
+}  // namespace yolo::data

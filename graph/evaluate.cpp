@@ -1,0 +1,179 @@
+// Inference, decoding, NMS, mAP and drawing over a trained executor (see evaluate.h).
+#include "graph/evaluate.h"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "data/draw.h"
+#include "data/feeder.h"
+#include "data/image.h"
+#include "data/loader.h"
+#include "kernels/detect.h"
+#include "runtime/check.h"
+#include "runtime/memory.h"
+
+namespace yolo::graph {
+
+namespace {
+
+// Candidates kept per [yolo] layer and micro-batch on a GPU before the copy to the host.
+constexpr int kMaxCandidates = 1 << 20;
+
+// (image, class, score descending, layer, index): one order for every backend.
+bool detection_before(const Detection& a, const Detection& b) {
+  if (a.image != b.image) return a.image < b.image;
+  if (a.class_id != b.class_id) return a.class_id < b.class_id;
+  return a.score > b.score;
+}
+
+}  // namespace
+
+std::vector<ImageDetections> detect_samples(Executor& executor, const std::vector<data::Sample>& samples,
+                                            const DetectOptions& options) {
+  const Graph& graph = executor.graph();
+  if (!graph.detection) throw Error(graph.path + ": not a detector (no [yolo] layers)");
+  std::vector<ImageDetections> results(samples.size());
+  if (samples.empty()) return results;
+  data::Split split;
+  split.name = "detect";
+  split.samples = samples;
+  data::LoaderOptions lo;
+  lo.batch = executor.micro_batch();
+  lo.net_w = graph.input.w;
+  lo.net_h = graph.input.h;
+  lo.resize = options.resize;
+  lo.augment = false;
+  lo.shuffle = false;
+  lo.remainder = data::Remainder::Wrap;  // every image; the repeats of the last batch are skipped
+  lo.threads = options.threads;
+  data::Loader loader(split, lo);
+  data::DeviceFeeder feeder(loader, executor.device());
+  const bool cuda = executor.device().is_cuda();
+
+  std::vector<int> yolo_nodes;
+  for (const Node& node : graph.nodes)
+    if (node.spec.type == LayerType::Yolo) yolo_nodes.push_back(node.index);
+  // GPU: decode on the device, candidates (above the threshold only) copied back.
+  DeviceMemory device_dets, device_count, workspace, device_keep;
+  size_t workspace_bytes = 0;
+  if (cuda) {
+    for (int i : yolo_nodes) {
+      const Node& node = graph.nodes[i];
+      workspace_bytes = std::max(workspace_bytes,
+                                 yolo_decode_workspace_bytes(lo.batch, node.in.h, node.in.w, node.yolo));
+    }
+    device_dets = DeviceMemory(executor.device(), kMaxCandidates * yolo_nodes.size() * sizeof(Detection));
+    device_count = DeviceMemory(executor.device(), sizeof(int));
+    device_keep = DeviceMemory(executor.device(), kMaxCandidates * yolo_nodes.size() * sizeof(int));
+    if (workspace_bytes) workspace = DeviceMemory(executor.device(), workspace_bytes);
+  }
+  std::vector<bool> done(samples.size(), false);
+  std::vector<Detection> candidates, layer_dets;
+  std::vector<int> keep;
+  for (int64_t step = 0; step < loader.steps_per_epoch(); ++step) {
+    const data::DeviceBatch& batch = feeder.next(executor.compute_stream());
+    executor.infer(batch.images);
+    candidates.clear();
+    for (int i : yolo_nodes) {
+      const Node& node = graph.nodes[i];
+      ConstAct input = executor.output(i);
+      layer_dets.clear();
+      if (cuda) {
+#if YOLO_CUDA
+        cudaStream_t stream = executor.compute_stream().native();
+        auto* out = static_cast<Detection*>(device_dets.data());
+        yolo_decode_cuda(input, node.yolo, options.threshold, out, kMaxCandidates, static_cast<int*>(device_count.data()),
+                         workspace.data(), workspace_bytes, stream);
+        executor.compute_stream().synchronize();
+        int found = 0;
+        copy_bytes(&found, device_count.data(), sizeof found);
+        if (found > kMaxCandidates)
+          std::fprintf(stderr, "train_yolo: warning: %d boxes above the threshold in one batch of layer %d; the %d "
+                               "best kept\n", found, i, kMaxCandidates);
+        layer_dets.resize(static_cast<size_t>(std::min(found, kMaxCandidates)));
+        copy_bytes(layer_dets.data(), out, layer_dets.size() * sizeof(Detection));
+#endif
+      } else {
+        yolo_decode_cpu(input, node.yolo, options.threshold, layer_dets);
+      }
+      candidates.insert(candidates.end(), layer_dets.begin(), layer_dets.end());
+    }
+    // All heads together, per (image, class) by descending score, then NMS.
+    std::stable_sort(candidates.begin(), candidates.end(), detection_before);
+    keep.assign(candidates.size(), 0);
+    if (cuda && !candidates.empty()) {
+#if YOLO_CUDA
+      size_t count = std::min(candidates.size(), kMaxCandidates * yolo_nodes.size());
+      candidates.resize(count);
+      keep.resize(count);
+      copy_bytes(device_dets.data(), candidates.data(), count * sizeof(Detection));
+      nms_cuda(static_cast<const Detection*>(device_dets.data()), static_cast<int>(count), options.nms,
+               static_cast<int*>(device_keep.data()), executor.compute_stream().native());
+      executor.compute_stream().synchronize();
+      copy_bytes(keep.data(), device_keep.data(), count * sizeof(int));
+#endif
+    } else if (!candidates.empty()) {
+      nms_cpu(candidates.data(), static_cast<int>(candidates.size()), options.nms, keep.data());
+    }
+
+    const data::Batch& host = *batch.host;
+    for (int b = 0; b < host.count; ++b) {
+      const data::SampleInfo& info = host.samples[b];
+      size_t index = static_cast<size_t>(info.index);
+      if (done[index]) continue;  // the last batch wraps around to the first images
+      done[index] = true;
+      ImageDetections& result = results[index];
+      result.image = samples[index].image;
+      result.ok = info.ok;
+      result.width = info.placement.image_w;
+      result.height = info.placement.image_h;
+      if (!info.ok) continue;
+      for (size_t k = 0; k < candidates.size(); ++k) {
+        const Detection& d = candidates[k];
+        if (d.image != b || !keep[k]) continue;
+        data::Box box = info.placement.to_image(data::Box{d.x, d.y, d.w, d.h, d.class_id, false});
+        PixelDetection p;
+        p.class_id = d.class_id;
+        p.score = d.score;
+        float w = static_cast<float>(result.width), h = static_cast<float>(result.height);
+        p.x0 = std::clamp((box.x - box.w / 2) * w, 0.0f, w);
+        p.x1 = std::clamp((box.x + box.w / 2) * w, 0.0f, w);
+        p.y0 = std::clamp((box.y - box.h / 2) * h, 0.0f, h);
+        p.y1 = std::clamp((box.y + box.h / 2) * h, 0.0f, h);
+        if (p.x1 > p.x0 && p.y1 > p.y0) result.detections.push_back(p);
+      }
+    }
+  }
+  return results;
+}
+
+data::MapResult evaluate_split(Executor& executor, const data::Split& split, int classes, DetectOptions options) {
+  options.threshold = 0.005f;
+  std::vector<ImageDetections> found = detect_samples(executor, split.samples, options);
+  std::vector<data::EvalBox> detections, truths;
+  for (size_t i = 0; i < found.size(); ++i) {
+    const ImageDetections& image = found[i];
+    if (!image.ok) continue;  // unreadable: warned about by the loader, left out
+    float w = static_cast<float>(image.width), h = static_cast<float>(image.height);
+    for (const PixelDetection& d : image.detections)
+      detections.push_back(data::EvalBox{static_cast<int>(i), d.class_id, d.x0, d.y0, d.x1, d.y1, d.score, false});
+    for (const data::Box& b : split.samples[i].boxes)
+      truths.push_back(data::EvalBox{static_cast<int>(i), b.class_id, (b.x - b.w / 2) * w, (b.y - b.h / 2) * h,
+                                     (b.x + b.w / 2) * w, (b.y + b.h / 2) * h, 0, b.difficult});
+  }
+  return data::evaluate_map(detections, truths, classes);
+}
+
+void write_detections_image(const ImageDetections& detections, const std::vector<std::string>& names,
+                            const std::string& path) {
+  data::Image image;
+  std::string error;
+  if (!data::read_image(detections.image, image, error)) throw Error(error);
+  std::vector<data::DrawnBox> boxes;
+  for (const PixelDetection& d : detections.detections)
+    boxes.push_back(data::DrawnBox{d.x0, d.y0, d.x1, d.y1, d.class_id, d.score});
+  data::draw_detections(image, boxes, names);
+  data::write_image(path, image);
+}
+
+}  // namespace yolo::graph

@@ -1,0 +1,47 @@
+// Inference with a trained executor: detections per image (decoded from the [yolo] layers,
+// NMS per class, boxes mapped back through the loader's letterbox or stretch to original
+// image pixels), mAP over a dataset split, and writing images with the detections drawn.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "data/dataset.h"
+#include "data/metrics.h"
+#include "data/transform.h"
+#include "graph/executor.h"
+
+namespace yolo::graph {
+
+struct DetectOptions {
+  float threshold = 0.25f;     // score = objectness * class probability
+  float nms = 0.45f;           // IoU above which a lower-scored box of the same class is removed
+  data::ResizeMode resize = data::ResizeMode::Letterbox;
+  int threads = 0;             // loader threads
+};
+
+struct PixelDetection {
+  int class_id = 0;
+  float score = 0;
+  float x0 = 0, y0 = 0, x1 = 0, y1 = 0;  // original image pixels, clipped to the image
+};
+
+struct ImageDetections {
+  std::string image;
+  int width = 0, height = 0;
+  bool ok = false;  // false: the image could not be read
+  std::vector<PixelDetection> detections;  // by class, then descending score
+};
+
+// Detections for every sample of `samples` (in order), batched through the executor's
+// micro-batch. The executor must hold a detector.
+std::vector<ImageDetections> detect_samples(Executor& executor, const std::vector<data::Sample>& samples,
+                                            const DetectOptions& options);
+
+// mAP of a split (detections above 0.005 as darknet's `detector map` counts them).
+data::MapResult evaluate_split(Executor& executor, const data::Split& split, int classes, DetectOptions options);
+
+// Writes `image` with its detections drawn to `path` (PNG or JPEG by extension).
+void write_detections_image(const ImageDetections& detections, const std::vector<std::string>& names,
+                            const std::string& path);
+
+}  // namespace yolo::graph
