@@ -285,6 +285,13 @@ yolo::Device first_device(const Options& options, const yolo::GpuDiscovery& foun
   return choice.devices.front();
 }
 
+void print_result(const yolo::graph::TrainResult& result) {
+  std::printf("train_yolo: %lld steps, loss %.3f -> %.3f per image, %.1f images/s\n",
+              static_cast<long long>(result.iterations), result.first_loss, result.last_loss, result.images_per_second);
+  std::printf("train_yolo: weights saved to %s (darknet format); checkpoint %s (--resume)\n",
+              result.weights_path.c_str(), result.checkpoint_path.c_str());
+}
+
 // Validation mAP of a trained detector and one validation image with its detections drawn.
 void report_detector(const yolo::graph::ModelSpec& spec, const yolo::data::Dataset& dataset, yolo::Device device,
                      const std::string& weights, const std::string& out_dir) {
@@ -415,8 +422,10 @@ int train(const Options& options, const yolo::GpuDiscovery& found) {
       to.max_batches = std::max<int64_t>(1, per_epoch * options.epochs);
     }
     result = yolo::graph::train_detector(spec, dataset, device, to);
+    print_result(result);
     if (options.cfg.empty() || options.valid_every)
       report_detector(spec, dataset, device, result.weights_path, to.out_dir);
+    return 0;
   } else {
     std::string data = options.data.empty() ? "mnist" : options.data;
     if (data != "mnist" && data.rfind("mnist:", 0) != 0)
@@ -428,10 +437,7 @@ int train(const Options& options, const yolo::GpuDiscovery& found) {
     }
     result = yolo::graph::train_classifier(spec, mnist, device, to);
   }
-  std::printf("train_yolo: %lld steps, loss %.3f -> %.3f per image, %.1f images/s\n",
-              static_cast<long long>(result.iterations), result.first_loss, result.last_loss, result.images_per_second);
-  std::printf("train_yolo: weights saved to %s (darknet format); checkpoint %s (--resume)\n",
-              result.weights_path.c_str(), result.checkpoint_path.c_str());
+  print_result(result);
   return 0;
 }
 
