@@ -316,6 +316,10 @@ int run_map(const Options& options, const yolo::GpuDiscovery& found) {
   yolo::Device device = first_device(options, found);
   yolo::data::Dataset dataset = open_and_describe(options.data, options.open);
   const yolo::data::Split& split = dataset.valid.samples.empty() ? dataset.train : dataset.valid;
+  int classes = yolo::graph::build_graph(spec).classes;
+  if (classes != static_cast<int>(dataset.class_names.size()))
+    throw yolo::Error(options.cfg + " detects " + std::to_string(classes) + " classes but " + options.data + " has " +
+                      std::to_string(dataset.class_names.size()));
   auto executor = load_for_inference(spec, device, options.weights, options.batch ? options.batch : 8);
   yolo::graph::DetectOptions detect;
   detect.threads = options.threads;
@@ -338,7 +342,15 @@ int run_detect(const Options& options, const yolo::GpuDiscovery& found) {
   yolo::Device device = first_device(options, found);
   auto executor = load_for_inference(spec, device, options.weights, 1);
   std::vector<yolo::data::Sample> samples;
-  for (const std::string& image : options.images) samples.push_back(yolo::data::Sample{image, {}});
+  for (const std::string& image : options.images) {
+    if (!std::filesystem::is_regular_file(image)) {
+      if (options.open.strict) throw yolo::Error(image + ": no such file (--strict)");
+      std::fprintf(stderr, "train_yolo: warning: %s: no such file, skipped\n", image.c_str());
+      continue;
+    }
+    samples.push_back(yolo::data::Sample{image, {}});
+  }
+  if (samples.empty()) throw yolo::Error("detect: none of the images given exists");
   yolo::graph::DetectOptions detect;
   detect.threshold = options.threshold;
   detect.nms = options.nms;
@@ -466,6 +478,7 @@ int main(int argc, char** argv) {
     if (options.command == "detect") return run_detect(options, found);
     return train(options, found);
   } catch (const std::exception& e) {
+    std::fflush(stdout);  // what was printed comes before the error
     std::fprintf(stderr, "train_yolo: error: %s\n", e.what());
     return 2;
   }
