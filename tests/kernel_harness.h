@@ -45,3 +45,19 @@ class DeviceArray {
   auto kernel_device_opt_ = ::yolo::testing::kernel_device(&kernel_device_why_); \
   if (!kernel_device_opt_) SKIP_TEST(kernel_device_why_);              \
   const ::yolo::Device device = *kernel_device_opt_
+
+namespace yolo::testing {
+
+// Which implementations of an op a test compares: reference and CPU always, CUDA where
+// kernels run (emulated in tests_emu, on a GPU natively).
+enum class Impl { Reference, Cpu, Cuda };
+inline const char* impl_name(Impl impl) {
+  return impl == Impl::Reference ? "reference" : impl == Impl::Cpu ? "cpu" : "cuda";
+}
+inline std::vector<Impl> impls_here() {
+  std::string why;
+  if (kernel_device(&why)) return {Impl::Reference, Impl::Cpu, Impl::Cuda};
+  return {Impl::Reference, Impl::Cpu};
+}
+
+}  // namespace yolo::testing

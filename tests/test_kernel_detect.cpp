@@ -25,15 +25,9 @@ using namespace yolo::testing;
 
 namespace {
 
-enum class Impl { Reference, Cpu, Cuda };
-const char* impl_name(Impl impl) { return impl == Impl::Reference ? "reference" : impl == Impl::Cpu ? "cpu" : "cuda"; }
-
-// Reference and CPU always; CUDA where kernels run (emulated in tests_emu, on a GPU natively).
-std::vector<Impl> impls_here() {
-  std::string why;
-  if (kernel_device(&why)) return {Impl::Reference, Impl::Cpu, Impl::Cuda};
-  return {Impl::Reference, Impl::Cpu};
-}
+using yolo::testing::Impl;
+using yolo::testing::impl_name;
+using yolo::testing::impls_here;
 
 // Far below every threshold used here: s(-30) is about 1e-13.
 constexpr float kOff = -30.0f;

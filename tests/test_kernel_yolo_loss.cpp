@@ -51,15 +51,9 @@ Case make_case(const YoloLossConfig& config, int n, int h, int w, int truth_stri
   return k;
 }
 
-enum class Impl { Reference, Cpu, Cuda };
-const char* impl_name(Impl impl) { return impl == Impl::Reference ? "reference" : impl == Impl::Cpu ? "cpu" : "cuda"; }
-
-// Reference and CPU always; CUDA where kernels run (emulated in tests_emu, on a GPU natively).
-std::vector<Impl> impls_here() {
-  std::string why;
-  if (kernel_device(&why)) return {Impl::Reference, Impl::Cpu, Impl::Cuda};
-  return {Impl::Reference, Impl::Cpu};
-}
+using yolo::testing::Impl;
+using yolo::testing::impl_name;
+using yolo::testing::impls_here;
 
 struct Outcome {
   std::vector<float> buffer;  // the whole grad buffer (outside the view: still poisoned)

@@ -44,6 +44,24 @@ const std::vector<std::pair<std::string, Entry>>& entries();
 
 }  // namespace yolo::bench
 
+namespace yolo::bench {
+
+// YOLOv3's nine anchors (network pixels) and its three heads at 416: grid size and mask.
+struct YoloHead {
+  int grid;
+  std::vector<int> mask;
+};
+inline const std::vector<float>& yolov3_anchors() {
+  static const std::vector<float> anchors = {10, 13, 16, 30, 33, 23, 30, 61, 62, 45, 59, 119, 116, 90, 156, 198, 373, 326};
+  return anchors;
+}
+inline const std::vector<YoloHead>& yolov3_heads_416() {
+  static const std::vector<YoloHead> heads = {{13, {6, 7, 8}}, {26, {3, 4, 5}}, {52, {0, 1, 2}}};
+  return heads;
+}
+
+}  // namespace yolo::bench
+
 #define BENCH_CONCAT_(a, b) a##b
 #define BENCH_CONCAT(a, b) BENCH_CONCAT_(a, b)
 // At namespace scope in tools/bench_NAME.cu: BENCH_ENTRY("conv", [](const Context& c, std::vector<Result>& out) {...});

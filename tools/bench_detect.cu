@@ -15,18 +15,14 @@ namespace yolo::bench {
 namespace {
 
 BENCH_ENTRY("detect", [](const Context& context, std::vector<Result>& out) {
-  const std::vector<float> anchors = {10, 13, 16, 30, 33, 23, 30, 61, 62, 45, 59, 119, 116, 90, 156, 198, 373, 326};
-  struct Layer {
-    int grid;
-    std::vector<int> mask;
-  };
-  const Layer layers[] = {{13, {6, 7, 8}}, {26, {3, 4, 5}}, {52, {0, 1, 2}}};
+  const std::vector<float>& anchors = yolov3_anchors();
+  const std::vector<YoloHead>& layers = yolov3_heads_416();
   const float threshold = 0.005f, iou_threshold = 0.45f;
   const int n = context.batch, classes = 80;
   std::mt19937 rng(7);
   std::uniform_real_distribution<float> box(-1.0f, 1.0f);
   std::normal_distribution<float> objectness(-6.0f, 2.0f), class_logit(-4.0f, 2.0f);
-  for (const Layer& layer : layers) {
+  for (const YoloHead& layer : layers) {
     YoloLossConfig config = make_yolo_loss_config(anchors, layer.mask, classes, 416, 416);
     const int c = yolo_loss_channels(config), g = layer.grid;
     const size_t elements = size_t(n) * g * g * c;
