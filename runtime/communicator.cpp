@@ -1,0 +1,127 @@
+// The in-process communicator (see communicator.h): a generation-counted barrier with abort
+// and timeout, and collectives built from it over buffers the ranks post.
+#include "runtime/communicator.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+
+#include "runtime/check.h"
+
+namespace yolo {
+
+struct InProcessGroup::Shared {
+  int size = 0;
+  double timeout = 300;
+  std::mutex mutex;
+  std::condition_variable changed;
+  int arrived = 0;
+  uint64_t generation = 0;
+  std::string aborted;              // why, once some rank aborted
+  std::vector<float*> buffers;      // posted by each rank for the current collective
+  std::vector<uint64_t> values;     // all_gather
+  std::vector<float> scratch;       // the reduced values
+
+  // All ranks meet; throws if the group is (or becomes) aborted or the wait times out.
+  void barrier(int rank) {
+    std::unique_lock lock(mutex);
+    if (!aborted.empty()) throw Error(aborted);
+    uint64_t my_generation = generation;
+    if (++arrived == size) {
+      arrived = 0;
+      ++generation;
+      changed.notify_all();
+      return;
+    }
+    bool done = changed.wait_for(lock, std::chrono::duration<double>(timeout),
+                                 [&] { return generation != my_generation || !aborted.empty(); });
+    if (!aborted.empty()) throw Error(aborted);
+    if (!done) {
+      aborted = "rank " + std::to_string(rank) + " waited " + std::to_string(static_cast<int>(timeout)) +
+                " s in a collective that the other ranks never joined (--comm-timeout)";
+      changed.notify_all();
+      throw Error(aborted);
+    }
+  }
+};
+
+namespace {
+
+class InProcessCommunicator : public Communicator {
+ public:
+  InProcessCommunicator(std::shared_ptr<InProcessGroup::Shared> shared, int rank) : shared_(std::move(shared)), rank_(rank) {}
+  int rank() const override { return rank_; }
+  int size() const override { return shared_->size; }
+
+  void all_reduce_sum(float* data, size_t count, Stream& stream) override {
+    stream.enqueue([this, data, count] { reduce_now(data, count); });
+  }
+
+  void broadcast(float* data, size_t count, int root, Stream& stream) override {
+    stream.enqueue([this, data, count, root] {
+      auto& s = *shared_;
+      s.buffers[rank_] = data;
+      s.barrier(rank_);
+      if (rank_ != root) std::memcpy(data, s.buffers[root], count * sizeof(float));
+      s.barrier(rank_);  // the root's buffer is read until here
+    });
+  }
+
+  std::vector<uint64_t> all_gather(uint64_t value) override {
+    auto& s = *shared_;
+    s.values[rank_] = value;
+    s.barrier(rank_);
+    std::vector<uint64_t> out = s.values;
+    s.barrier(rank_);
+    return out;
+  }
+
+  void abort(const std::string& why) override {
+    auto& s = *shared_;
+    std::lock_guard lock(s.mutex);
+    if (s.aborted.empty()) s.aborted = "rank " + std::to_string(rank_) + " failed: " + why;
+    s.changed.notify_all();
+  }
+
+ private:
+  // Reduce-scatter then all-gather through the shared scratch: rank r sums slice r of every
+  // rank's buffer in rank order (the same bits everywhere), then every rank copies it all back.
+  void reduce_now(float* data, size_t count) {
+    auto& s = *shared_;
+    const int n = s.size;
+    s.buffers[rank_] = data;
+    if (rank_ == 0 && s.scratch.size() < count) s.scratch.resize(count);
+    s.barrier(rank_);
+    size_t begin = count * rank_ / n, end = count * (rank_ + 1) / n;
+    for (size_t i = begin; i < end; ++i) {
+      float sum = s.buffers[0][i];
+      for (int k = 1; k < n; ++k) sum += s.buffers[k][i];
+      s.scratch[i] = sum;
+    }
+    s.barrier(rank_);
+    std::memcpy(data, s.scratch.data(), count * sizeof(float));
+    s.barrier(rank_);  // nobody reuses the scratch before everyone has copied
+  }
+
+  std::shared_ptr<InProcessGroup::Shared> shared_;
+  int rank_;
+};
+
+}  // namespace
+
+InProcessGroup::InProcessGroup(int size, double timeout_seconds) : size_(size), shared_(std::make_shared<Shared>()) {
+  if (size < 1) throw Error("an in-process group needs at least one rank");
+  shared_->size = size;
+  shared_->timeout = timeout_seconds;
+  shared_->buffers.assign(size, nullptr);
+  shared_->values.assign(size, 0);
+}
+
+InProcessGroup::~InProcessGroup() = default;
+
+std::unique_ptr<Communicator> InProcessGroup::communicator(int rank) {
+  if (rank < 0 || rank >= size_) throw Error("rank " + std::to_string(rank) + " outside the group of " + std::to_string(size_));
+  return std::make_unique<InProcessCommunicator>(shared_, rank);
+}
+
+}  // namespace yolo

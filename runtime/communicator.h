@@ -1,0 +1,52 @@
+// Collective communication between the replicas of a data-parallel run. The in-process
+// implementation serves the CPU backend (N replicas as threads of one process): a real,
+// concurrent reduction in which every rank sums its own slice of the buffer, always adding
+// the ranks in order 0..N-1 so every replica gets the same bits. NCCL serves GPUs (later).
+// Collectives are enqueued on a stream (the replica's communication stream) and run in its
+// order; a rank that fails aborts the group, and every rank waiting in a collective then
+// throws instead of hanging.
+#pragma once
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "runtime/stream.h"
+
+namespace yolo {
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  // data[0..count) = sum over ranks, in place, in `stream` order.
+  virtual void all_reduce_sum(float* data, size_t count, Stream& stream) = 0;
+  // data[0..count) = root's data, in `stream` order.
+  virtual void broadcast(float* data, size_t count, int root, Stream& stream) = 0;
+  // Host values of every rank, in rank order (blocking; for checks such as parameter hashes).
+  virtual std::vector<uint64_t> all_gather(uint64_t value) = 0;
+  // Makes every rank's pending and future collectives throw, naming this rank and `why`.
+  virtual void abort(const std::string& why) = 0;
+};
+
+// The shared state of N in-process replicas; make one, then take communicator(r) per rank.
+class InProcessGroup {
+ public:
+  explicit InProcessGroup(int size, double timeout_seconds = 300);
+  ~InProcessGroup();
+  std::unique_ptr<Communicator> communicator(int rank);
+  int size() const { return size_; }
+
+  // Internals used by the communicators.
+  struct Shared;
+
+ private:
+  int size_;
+  std::shared_ptr<Shared> shared_;
+};
+
+}  // namespace yolo
