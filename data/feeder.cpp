@@ -16,6 +16,15 @@ DeviceFeeder::DeviceFeeder(Loader& loader, Device device)
   }
 }
 
+DeviceFeeder::~DeviceFeeder() {
+  // The device buffers are freed after this; copies still queued must finish first.
+  try {
+    copy_.synchronize();
+  } catch (const std::exception&) {
+    // Already failing; the error that got us here is the one to report.
+  }
+}
+
 const DeviceBatch& DeviceFeeder::next(Stream& compute) {
   int k = static_cast<int>(calls_ % 2), other = 1 - k;
   // Work enqueued on compute so far ends with batch t-1 (buffer `other`): once it is done,

@@ -20,9 +20,11 @@ class DeviceFeeder {
  public:
   DeviceFeeder(Loader& loader, Device device);
   // Takes the next batch from the loader, starts its copy on the copy stream and makes
-  // `compute` wait for it. The result stays valid until the call after the next one (work
-  // enqueued on `compute` before the next call may still read it).
+  // `compute` wait for it. The device buffers stay valid until the call after the next one
+  // (work enqueued on `compute` before the next call may still read them); `host` only until
+  // the next call (the loader then refills its slot).
   const DeviceBatch& next(Stream& compute);
+  ~DeviceFeeder();
   Stream& copy_stream() { return copy_; }
 
  private:

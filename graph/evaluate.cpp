@@ -2,6 +2,8 @@
 #include "graph/evaluate.h"
 
 #include <algorithm>
+#include <climits>
+#include <cstdint>
 #include <cstdio>
 
 #include "data/draw.h"
@@ -15,9 +17,6 @@
 namespace yolo::graph {
 
 namespace {
-
-// Candidates kept per [yolo] layer and micro-batch on a GPU before the copy to the host.
-constexpr int kMaxCandidates = 1 << 20;
 
 // (image, class, score descending, layer, index): one order for every backend.
 bool detection_before(const Detection& a, const Detection& b) {
@@ -55,16 +54,21 @@ std::vector<ImageDetections> detect_samples(Executor& executor, const std::vecto
     if (node.spec.type == LayerType::Yolo) yolo_nodes.push_back(node.index);
   // GPU: decode on the device, candidates (above the threshold only) copied back.
   DeviceMemory device_dets, device_count, workspace, device_keep;
-  size_t workspace_bytes = 0;
+  size_t workspace_bytes = 0, total_capacity = 0;
+  std::vector<int> capacity;  // per head
   if (cuda) {
+    // Room for every (prediction, class) of every head: early in training nearly all pass 0.005.
     for (int i : yolo_nodes) {
       const Node& node = graph.nodes[i];
       workspace_bytes = std::max(workspace_bytes,
                                  yolo_decode_workspace_bytes(lo.batch, node.in.h, node.in.w, node.yolo));
+      size_t pairs = static_cast<size_t>(lo.batch) * node.in.h * node.in.w * node.yolo.mask_count * node.yolo.classes;
+      capacity.push_back(static_cast<int>(std::min<size_t>(pairs, INT32_MAX)));
+      total_capacity += pairs;
     }
-    device_dets = DeviceMemory(executor.device(), kMaxCandidates * yolo_nodes.size() * sizeof(Detection));
+    device_dets = DeviceMemory(executor.device(), total_capacity * sizeof(Detection));
     device_count = DeviceMemory(executor.device(), sizeof(int));
-    device_keep = DeviceMemory(executor.device(), kMaxCandidates * yolo_nodes.size() * sizeof(int));
+    device_keep = DeviceMemory(executor.device(), total_capacity * sizeof(int));
     if (workspace_bytes) workspace = DeviceMemory(executor.device(), workspace_bytes);
   }
   std::vector<bool> done(samples.size(), false);
@@ -74,7 +78,8 @@ std::vector<ImageDetections> detect_samples(Executor& executor, const std::vecto
     const data::DeviceBatch& batch = feeder.next(executor.compute_stream());
     executor.infer(batch.images);
     candidates.clear();
-    for (int i : yolo_nodes) {
+    for (size_t head = 0; head < yolo_nodes.size(); ++head) {
+      const int i = yolo_nodes[head];
       const Node& node = graph.nodes[i];
       ConstAct input = executor.output(i);
       layer_dets.clear();
@@ -82,15 +87,12 @@ std::vector<ImageDetections> detect_samples(Executor& executor, const std::vecto
 #if YOLO_CUDA
         cudaStream_t stream = executor.compute_stream().native();
         auto* out = static_cast<Detection*>(device_dets.data());
-        yolo_decode_cuda(input, node.yolo, options.threshold, out, kMaxCandidates, static_cast<int*>(device_count.data()),
+        yolo_decode_cuda(input, node.yolo, options.threshold, out, capacity[head], static_cast<int*>(device_count.data()),
                          workspace.data(), workspace_bytes, stream);
         executor.compute_stream().synchronize();
         int found = 0;
         copy_bytes(&found, device_count.data(), sizeof found);
-        if (found > kMaxCandidates)
-          std::fprintf(stderr, "train_yolo: warning: %d boxes above the threshold in one batch of layer %d; the %d "
-                               "best kept\n", found, i, kMaxCandidates);
-        layer_dets.resize(static_cast<size_t>(std::min(found, kMaxCandidates)));
+        layer_dets.resize(static_cast<size_t>(std::min(found, capacity[head])));
         copy_bytes(layer_dets.data(), out, layer_dets.size() * sizeof(Detection));
 #endif
       } else {
@@ -103,10 +105,8 @@ std::vector<ImageDetections> detect_samples(Executor& executor, const std::vecto
     keep.assign(candidates.size(), 0);
     if (cuda && !candidates.empty()) {
 #if YOLO_CUDA
-      size_t count = std::min(candidates.size(), kMaxCandidates * yolo_nodes.size());
-      candidates.resize(count);
-      keep.resize(count);
-      copy_bytes(device_dets.data(), candidates.data(), count * sizeof(Detection));
+      size_t count = candidates.size();  // at most total_capacity
+      copy_bytes(device_dets.data(), candidates.data(), count * sizeof(Detection), &executor.compute_stream());
       nms_cuda(static_cast<const Detection*>(device_dets.data()), static_cast<int>(count), options.nms,
                static_cast<int*>(device_keep.data()), executor.compute_stream().native());
       executor.compute_stream().synchronize();

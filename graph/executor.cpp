@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "data/rng.h"
+#include "data/dataset.h"
 #include "kernels/ops.h"
 #include "runtime/check.h"
 #if YOLO_CUDA
@@ -18,6 +19,9 @@
 #endif
 
 namespace yolo::graph {
+
+// The loader lays truth rows out with data::kMaxBoxes boxes; the loss reads kYoloMaxTruths.
+static_assert(data::kMaxBoxes == kYoloMaxTruths);
 
 LossSums& LossSums::operator+=(const LossSums& o) {
   total += o.total;
@@ -63,6 +67,7 @@ struct NodeBuffers {
   bool first_writer_pending = true;
   // Parameters (offsets into the flat buffers; -1 when absent).
   int64_t w = -1, b = -1, s = -1, mean = -1, var = -1, saved = -1;
+  size_t param_begin = 0, param_end = 0;  // this layer's range of the flat buffers
 };
 
 double now_ms() {
@@ -310,9 +315,11 @@ Executor::Executor(const Graph& graph, Device device, int micro_batch, uint64_t 
       offset += static_cast<size_t>(count);
       return at;
     };
+    nb.param_begin = offset;
     nb.w = take(node.weights, true);
     nb.b = take(node.biases, false);
     nb.s = take(node.scales, false);
+    nb.param_end = offset;
     if (node.stats) {
       nb.mean = static_cast<int64_t>(stat_offset);
       nb.var = nb.mean + node.out.c;
@@ -413,7 +420,14 @@ Executor::Executor(const Graph& graph, Device device, int micro_batch, uint64_t 
   m.synchronize();
 }
 
-Executor::~Executor() = default;
+Executor::~Executor() {
+  // The arena must outlive the work queued on the stream (an exception may unwind mid-step).
+  try {
+    if (stream_) stream_->synchronize();
+  } catch (const std::exception&) {
+    // Already failing; the error that got us here is the one to report.
+  }
+}
 
 // Points every node's views at its planned buffers, with the current graph's shapes.
 void Executor::bind_views() {
@@ -723,6 +737,17 @@ void Executor::backward(bool accumulate) {
       default:
         break;
     }
+    // This layer's parameter gradients are complete: add this micro-batch's to the earlier
+    // ones, and tell the data-parallel driver the final prefix of the flat buffer.
+    if (nb.param_end > nb.param_begin) {
+      if (accumulate) {
+        size_t count = nb.param_end - nb.param_begin;
+        Act sum = flat(m.grads + nb.param_begin, count);
+        ConstAct part = as_const(flat(m.micro_grads + nb.param_begin, count));
+        cuda ? shortcut_forward_cuda(as_const(sum), part, sum, st) : shortcut_forward_cpu(as_const(sum), part, sum);
+      }
+      if (gradients_ready_) gradients_ready_(nb.param_end);
+    }
 #if YOLO_CUDA
     nvtxRangePop();
     if (tracing_ && cuda) stream_->record(m.events[4 * i + 3]);
@@ -731,12 +756,10 @@ void Executor::backward(bool accumulate) {
       m.trace.push_back(TraceEvent{std::to_string(i) + " " + layer_type_name(l.type), "backward", t0 - m.trace_origin,
                                    now_ms() - m.trace_origin});
   }
-  if (accumulate)
-    cuda ? shortcut_forward_cuda(as_const(flat(m.grads, param_count_)), as_const(flat(m.micro_grads, param_count_)),
-                                 flat(m.grads, param_count_), st)
-         : shortcut_forward_cpu(as_const(flat(m.grads, param_count_)), as_const(flat(m.micro_grads, param_count_)),
-                                flat(m.grads, param_count_));
 }
+
+float* Executor::gradients() { return impl_->grads; }
+float* Executor::parameters() { return impl_->params; }
 
 // ---- steps, loss, parameters ----------------------------------------------------------------
 

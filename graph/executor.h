@@ -5,6 +5,7 @@
 // (on the replica's compute stream) and the fast CPU ops.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -94,6 +95,14 @@ class Executor {
   // A node's output after forward (device pointer, NHWC view of the micro-batch).
   ConstAct output(int node) const;
 
+  // Data parallel: after each layer's backward, called with `ready`: the gradients of the flat
+  // buffer's [0, ready) are final for this micro-batch (the buffer is in backward order, so
+  // this prefix only grows). CUDA: the work producing them is enqueued on compute_stream(),
+  // not necessarily done. Empty function: none.
+  void set_gradients_ready(std::function<void(size_t ready)> callback) { gradients_ready_ = std::move(callback); }
+  float* gradients();  // the flat gradient buffer (device memory), parameter_count() floats
+  float* parameters();  // the flat parameter buffer (device memory)
+
   // --trace: record per-layer events of the next train_micro_batch calls.
   void set_tracing(bool on);
   std::vector<TraceEvent> take_trace();
@@ -113,6 +122,7 @@ class Executor {
   MemoryReport memory_;
   size_t param_count_ = 0;
   bool tracing_ = false;
+  std::function<void(size_t)> gradients_ready_;
   std::vector<std::pair<int, int>> sizes_;  // planned input sizes (width, height)
 };
 

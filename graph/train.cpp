@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <numeric>
+#include <thread>
 
 #include "data/feeder.h"
 #include "data/loader.h"
@@ -19,6 +20,7 @@
 #include "graph/executor.h"
 #include "graph/weights.h"
 #include "runtime/check.h"
+#include "runtime/communicator.h"
 #include "runtime/memory.h"
 
 namespace yolo::graph {
@@ -93,8 +95,27 @@ struct Source {
   int64_t steps_per_epoch = 1;                               // in micro-batches
 };
 
+// One replica's part in data-parallel training (absent with one device).
+struct DataParallel {
+  Communicator* comm = nullptr;
+  Stream* stream = nullptr;                          // the replica's communication stream
+  std::vector<std::pair<size_t, size_t>> buckets;   // [begin, end) of the flat gradients, backward order
+  bool overlap = true;
+  int check_every = 100;
+};
+
+// 64-bit FNV-1a of the parameters' bytes (replicas must agree bit for bit).
+uint64_t parameter_hash(Executor& executor) {
+  std::vector<float> params = executor.download("params");
+  uint64_t h = 1469598103934665603ull;
+  const auto* bytes = reinterpret_cast<const unsigned char*>(params.data());
+  for (size_t i = 0; i < params.size() * sizeof(float); ++i) h = (h ^ bytes[i]) * 1099511628211ull;
+  return h;
+}
+
 TrainResult run_loop(const Graph& graph, Executor& executor, Source& source, const TrainOptions& options, int batch,
-                     int subdivisions, int64_t start_iteration, uint64_t seen) {
+                     int subdivisions, int64_t start_iteration, uint64_t seen, DataParallel* dp = nullptr) {
+  const bool leader = !dp || dp->comm->rank() == 0;  // prints, validates and saves
   const NetParams& net = graph.net;
   int64_t max_batches = options.max_batches ? options.max_batches : net.max_batches;
   if (max_batches <= 0) throw Error(graph.path + ": max_batches is 0: set it in [net] or pass --max-batches");
@@ -127,29 +148,52 @@ TrainResult run_loop(const Graph& graph, Executor& executor, Source& source, con
 
   for (int64_t iteration = start_iteration; iteration < max_batches; ++iteration) {
     bool trace_this = !options.trace_file.empty() && iteration == start_iteration + std::min<int64_t>(1, max_batches - start_iteration - 1);
+    size_t next_bucket = 0;
     for (int s = 0; s < subdivisions; ++s) {
       executor.set_tracing(trace_this && s == 0);  // the step's first micro-batch
+      // Overlap: in the step's last micro-batch, each bucket's all-reduce starts on the
+      // communication stream as soon as backward has produced its last gradient.
+      if (dp && dp->overlap && s == subdivisions - 1)
+        executor.set_gradients_ready([&](size_t ready) {
+          while (next_bucket < dp->buckets.size() && dp->buckets[next_bucket].second <= ready) {
+            auto [begin, end] = dp->buckets[next_bucket++];
+            dp->comm->all_reduce_sum(executor.gradients() + begin, end - begin, *dp->stream);
+          }
+        });
+      else
+        executor.set_gradients_ready({});
       MicroBatch mb = source.next();
       executor.train_micro_batch(mb.images, mb.truths, mb.truth_counts, mb.labels, s > 0);
+    }
+    if (dp) {
+      if (!dp->overlap) dp->comm->all_reduce_sum(executor.gradients(), executor.parameter_count(), *dp->stream);
+      dp->stream->synchronize();
     }
     float lr = learning_rate_at(net, iteration);
     bool updated = executor.apply_update(lr, net.momentum, net.decay, 1.0f / static_cast<float>(batch));
     LossSums loss = executor.take_loss();
-    if (trace_this) write_trace(options.trace_file, executor.take_trace(), executor.device().name());
+    if (dp && dp->check_every > 0 && (iteration + 1) % dp->check_every == 0) {
+      std::vector<uint64_t> hashes = dp->comm->all_gather(parameter_hash(executor));
+      for (size_t r = 1; r < hashes.size(); ++r)
+        if (hashes[r] != hashes[0])
+          throw Error("replicas diverged at step " + std::to_string(iteration + 1) + ": rank " + std::to_string(r) +
+                      "'s parameters differ from rank 0's");
+    }
+    if (trace_this && leader) write_trace(options.trace_file, executor.take_trace(), executor.device().name());
     seen += static_cast<uint64_t>(batch);
     images_this_run += batch;
     double mean = loss.images ? loss.total / static_cast<double>(loss.images) : 0;
     if (iteration == start_iteration) result.first_loss = mean;
     result.last_loss = mean;
     result.iterations = iteration + 1;
-    if (!updated)
+    if (!updated && leader)
       std::printf("%strain_yolo: step %lld skipped: a gradient was NaN or infinite (the parameters are unchanged)\n",
                   tty ? "\n" : "", static_cast<long long>(iteration + 1));
 
     double elapsed = seconds_since(t_start);
     double rate = images_this_run / std::max(elapsed, 1e-9);
     bool last = iteration + 1 == max_batches;
-    if (seconds_since(t_print) >= (tty ? 0.25 : 2.0) || last || iteration == start_iteration) {
+    if (leader && (seconds_since(t_print) >= (tty ? 0.25 : 2.0) || last || iteration == start_iteration)) {
       t_print = std::chrono::steady_clock::now();
       double eta = (max_batches - iteration - 1) * static_cast<double>(batch) / std::max(rate, 1e-9);
       data::LoaderState st = source.state();
@@ -174,7 +218,7 @@ TrainResult run_loop(const Graph& graph, Executor& executor, Source& source, con
       std::fflush(stdout);
     }
     int64_t epoch_now = source.state().epoch;
-    if (epoch_now != last_epoch_reported) {
+    if (epoch_now != last_epoch_reported && leader) {
       std::string summary = source.epoch_summary(last_epoch_reported);
       if (!summary.empty()) std::printf("%strain_yolo: %s\n", tty ? "\n" : "", summary.c_str());
       last_epoch_reported = epoch_now;
@@ -191,11 +235,12 @@ TrainResult run_loop(const Graph& graph, Executor& executor, Source& source, con
         }
       }
     }
-    if (options.checkpoint_every > 0 && (iteration + 1) % options.checkpoint_every == 0 && !last) save(iteration + 1);
+    if (leader && options.checkpoint_every > 0 && (iteration + 1) % options.checkpoint_every == 0 && !last)
+      save(iteration + 1);
   }
-  if (tty) std::printf("\n");
+  if (tty && leader) std::printf("\n");
   result.images_per_second = images_this_run / std::max(seconds_since(t_start), 1e-9);
-  save(result.iterations);
+  if (leader) save(result.iterations);
   return result;
 }
 
@@ -203,14 +248,16 @@ struct Setup {
   int batch = 0, subdivisions = 0, micro = 0;
 };
 
-Setup batch_setup(const ModelSpec& spec, const TrainOptions& options) {
+// The global batch, split over `world` replicas and `subdivisions` micro-batches each.
+Setup batch_setup(const ModelSpec& spec, const TrainOptions& options, int world = 1) {
   Setup s;
   s.batch = options.batch ? options.batch : spec.net.batch;
   s.subdivisions = options.subdivisions ? options.subdivisions : spec.net.subdivisions;
-  if (s.batch % s.subdivisions)
-    throw Error("batch " + std::to_string(s.batch) + " is not a multiple of subdivisions " +
-                std::to_string(s.subdivisions) + " (--batch, or [net] in " + spec.path + ")");
-  s.micro = s.batch / s.subdivisions;
+  if (s.batch % (s.subdivisions * world))
+    throw Error("batch " + std::to_string(s.batch) + " is not a multiple of subdivisions x replicas = " +
+                std::to_string(s.subdivisions) + " x " + std::to_string(world) + " (--batch, --subdivisions, or [net] in " +
+                spec.path + ")");
+  s.micro = s.batch / (s.subdivisions * world);
   return s;
 }
 
@@ -249,14 +296,35 @@ Start prepare_start(const Graph& graph, Executor& executor, const TrainOptions& 
 
 }  // namespace
 
-TrainResult train_detector(const ModelSpec& spec, const data::Dataset& dataset, Device device,
-                           const TrainOptions& options) {
+namespace {
+
+// Buckets of the flat gradient buffer (backward order: layers reversed, each layer's weights,
+// biases, scales; see executor.h): whole layers, closed once at least bucket_mb is collected
+// (0: one layer each).
+std::vector<std::pair<size_t, size_t>> bucket_plan(const Graph& graph, double bucket_mb) {
+  std::vector<std::pair<size_t, size_t>> buckets;
+  size_t begin = 0, end = 0;
+  for (int i = static_cast<int>(graph.nodes.size()) - 1; i >= 0; --i) {
+    end += static_cast<size_t>(graph.nodes[i].trainable());
+    if (end > begin && (end - begin) * sizeof(float) >= bucket_mb * 1048576.0) {
+      buckets.emplace_back(begin, end);
+      begin = end;
+    }
+  }
+  if (end > begin) buckets.emplace_back(begin, end);
+  return buckets;
+}
+
+TrainResult train_detector_replica(const ModelSpec& spec, const data::Dataset& dataset, Device device,
+                                   const TrainOptions& options, Communicator* comm) {
+  const int rank = comm ? comm->rank() : 0, world = comm ? comm->size() : 1;
+  const bool leader = rank == 0;
   Graph graph = build_graph(spec);
   if (!graph.detection) throw Error(spec.path + ": this net has no [yolo] layers: it cannot train on a detection dataset");
   if (static_cast<int>(dataset.class_names.size()) != graph.classes)
     throw Error(spec.path + ": the [yolo] layers have classes=" + std::to_string(graph.classes) + " but the dataset " +
                 dataset.source + " has " + std::to_string(dataset.class_names.size()) + " classes");
-  Setup setup = batch_setup(spec, options);
+  Setup setup = batch_setup(spec, options, world);
   // [yolo] random=1: multi-scale training, every size planned for up front.
   bool multiscale = false;
   float jitter = 0;
@@ -268,8 +336,8 @@ TrainResult train_detector(const ModelSpec& spec, const data::Dataset& dataset, 
   std::vector<std::pair<int, int>> sizes;
   if (multiscale) sizes = data::multiscale_sizes(graph.net.width, graph.net.height);
   Executor executor(graph, device, setup.micro, options.seed, sizes);
-  std::printf("train_yolo: %s\n", executor.memory().text().c_str());
-  if (multiscale)
+  if (leader) std::printf("train_yolo: %s\n", executor.memory().text().c_str());
+  if (multiscale && leader)
     std::printf("train_yolo: multi-scale training (random=1): %dx%d .. %dx%d, a new size every 10 steps\n",
                 sizes.front().first, sizes.front().second, sizes.back().first, sizes.back().second);
   Start start = prepare_start(graph, executor, options);
@@ -287,6 +355,8 @@ TrainResult train_detector(const ModelSpec& spec, const data::Dataset& dataset, 
   lo.threads = options.threads;
   lo.seed = options.seed;
   lo.batches_per_iteration = setup.subdivisions;
+  lo.rank = rank;
+  lo.world = world;
   data::Loader loader(dataset.train, lo, start.loader);
   data::DeviceFeeder feeder(loader, device);
   Source source;
@@ -305,11 +375,69 @@ TrainResult train_detector(const ModelSpec& spec, const data::Dataset& dataset, 
       detect.threads = options.threads;
       return evaluate_split(executor, dataset.valid, graph.classes, detect).map50;
     };
-  std::printf("train_yolo: training %s on %s: batch %d (%d x %d), %dx%d, %zu training images, %lld steps per epoch\n",
-              spec.path.c_str(), device.name().c_str(), setup.batch, setup.subdivisions, setup.micro, graph.net.width,
-              graph.net.height, dataset.train.samples.size(),
-              static_cast<long long>(loader.steps_per_epoch() / setup.subdivisions));
-  return run_loop(graph, executor, source, options, setup.batch, setup.subdivisions, start.iteration, start.seen);
+  if (leader)
+    std::printf("train_yolo: training %s on %d x %s: batch %d (%d replicas x %d micro-batches x %d), %dx%d, %zu "
+                "training images, %lld steps per epoch\n",
+                spec.path.c_str(), world, device.name().c_str(), setup.batch, world, setup.subdivisions, setup.micro,
+                graph.net.width, graph.net.height, dataset.train.samples.size(),
+                static_cast<long long>(loader.steps_per_epoch() / setup.subdivisions));
+  if (!comm) return run_loop(graph, executor, source, options, setup.batch, setup.subdivisions, start.iteration, start.seen);
+
+  // Data parallel: identical starting parameters (rank 0's), then bucketed all-reduces.
+  Stream comm_stream(device, StreamPriority::High, "comm");
+  comm->broadcast(executor.parameters(), executor.parameter_count(), 0, comm_stream);
+  comm_stream.synchronize();
+  DataParallel dp;
+  dp.comm = comm;
+  dp.stream = &comm_stream;
+  dp.buckets = bucket_plan(graph, options.bucket_mb);
+  dp.overlap = options.overlap;
+  dp.check_every = options.check_every;
+  if (leader)
+    std::printf("train_yolo: data parallel over %d replicas: %zu gradient buckets (--bucket-mb %g), %s\n", world,
+                dp.buckets.size(), options.bucket_mb,
+                dp.overlap ? "all-reduce overlapped with backward" : "all-reduce after backward (--no-overlap)");
+  return run_loop(graph, executor, source, options, setup.batch, setup.subdivisions, start.iteration, start.seen, &dp);
+}
+
+}  // namespace
+
+TrainResult train_detector(const ModelSpec& spec, const data::Dataset& dataset, const std::vector<Device>& devices,
+                           const TrainOptions& options) {
+  if (devices.empty()) throw Error("no device to train on");
+  if (devices.size() == 1) return train_detector_replica(spec, dataset, devices[0], options, nullptr);
+  for (const Device& d : devices)
+    if (d.is_cuda())
+      throw Error("data-parallel training over several GPUs needs the NCCL communicator, which is not built yet: "
+                  "use one GPU (--devices gpu:0) or CPU replicas (--devices cpu:N)");
+  const int world = static_cast<int>(devices.size());
+  InProcessGroup group(world, options.comm_timeout);
+  std::vector<TrainResult> results(world);
+  std::vector<std::string> errors(world);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < world; ++r)
+    threads.emplace_back([&, r] {
+      std::unique_ptr<Communicator> comm = group.communicator(r);
+      try {
+        results[r] = train_detector_replica(spec, dataset, devices[r], options, comm.get());
+      } catch (const std::exception& e) {
+        errors[r] = e.what();
+        comm->abort(e.what());
+      }
+    });
+  for (std::thread& t : threads) t.join();
+  // The first rank that failed on its own (the others report the abort).
+  for (int r = 0; r < world; ++r)
+    if (!errors[r].empty() && errors[r].find(" failed: ") == std::string::npos)
+      throw Error("rank " + std::to_string(r) + ": " + errors[r]);
+  for (int r = 0; r < world; ++r)
+    if (!errors[r].empty()) throw Error(errors[r]);
+  return results[0];
+}
+
+TrainResult train_detector(const ModelSpec& spec, const data::Dataset& dataset, Device device,
+                           const TrainOptions& options) {
+  return train_detector(spec, dataset, std::vector<Device>{device}, options);
 }
 
 TrainResult train_classifier(const ModelSpec& spec, const data::MnistSet& mnist, Device device,
@@ -353,8 +481,10 @@ TrainResult train_classifier(const ModelSpec& spec, const data::MnistSet& mnist,
       host_labels[b] = mnist.labels[static_cast<size_t>(index)];
     }
     executor.compute_stream().synchronize();  // the previous micro-batch is done with the buffers
-    copy_bytes(images.data(), host_images.data(), host_images.size() * sizeof(float));
-    copy_bytes(labels.data(), host_labels.data(), host_labels.size() * sizeof(int));
+    // On the compute stream: a copy from pageable memory may still be landing when the call
+    // returns, and the kernels that read it must come after it.
+    copy_bytes(images.data(), host_images.data(), host_images.size() * sizeof(float), &executor.compute_stream());
+    copy_bytes(labels.data(), host_labels.data(), host_labels.size() * sizeof(int), &executor.compute_stream());
     if (++position.step == steps) {
       position.step = 0;
       ++position.epoch;

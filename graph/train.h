@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "data/dataset.h"
 #include "data/mnist.h"
@@ -33,6 +34,13 @@ struct TrainOptions {
   std::string trace_file;       // Chrome trace of one step's layers
   int checkpoint_every = 0;     // also write the checkpoint every N steps (0: only at the end)
   int valid_every = 0;          // detector: mAP@0.5 on the validation split every N epochs; best.weights kept
+  // Data parallel (several devices): gradient buckets of at least bucket_mb (0: one layer each),
+  // all-reduced while backward goes on (overlap) or all after it; replicas' parameter hashes
+  // compared every check_every steps; a rank waiting longer than comm_timeout gives up.
+  double bucket_mb = 4;
+  bool overlap = true;
+  int check_every = 100;
+  double comm_timeout = 300;
   bool progress_in_place = true;  // '\r' progress on a terminal
 };
 
@@ -45,7 +53,10 @@ struct TrainResult {
   double best_map50 = -1;       // with valid_every: the best validation mAP@0.5 (best.weights)
 };
 
-// Detector training on a dataset's train split.
+// Detector training on a dataset's train split; several devices: data parallel (CPU replicas
+// as threads of this process; the global batch split evenly).
+TrainResult train_detector(const ModelSpec& spec, const data::Dataset& dataset, const std::vector<Device>& devices,
+                           const TrainOptions& options);
 TrainResult train_detector(const ModelSpec& spec, const data::Dataset& dataset, Device device,
                            const TrainOptions& options);
 // Classifier training (the MNIST MLP) on MNIST-shaped data.

@@ -46,9 +46,13 @@ const char* kUsage =
     "  --seed S           initial weights, shuffling and augmentation (1)\n"
     "  --trace FILE       Chrome-trace JSON of one step's layers (forward/backward)\n"
     "  --valid-every N    mAP@0.5 on the validation split every N epochs; keeps best.weights\n"
+    "  --bucket-mb M      data parallel: gradient all-reduce buckets of M MB (4; 0 = one layer each)\n"
+    "  --no-overlap       data parallel: all-reduce after backward instead of during it\n"
+    "  --check-every N    data parallel: compare the replicas' parameter hashes every N steps (100)\n"
+    "  --comm-timeout S   data parallel: give up a collective after S seconds (300)\n"
     "  --threshold T      detect: score threshold (0.25); --nms IOU (0.45); --json: JSON lines\n"
     "  --list-devices     print the GPUs, NCCL and CPU this machine offers, then exit\n"
-    "  --devices SPEC     auto (default: every GPU, else the CPU), cpu, cpu:N, gpu, gpu:I,J,...\n"
+    "  --devices SPEC     auto (default: every GPU, else the CPU), cpu, cpu:N (N replicas), gpu, gpu:I,J,...\n"
     "  --help             this text\n"
     "synth options:\n"
     "  --train N  --valid N   images per split (200, 50)\n"
@@ -71,6 +75,9 @@ struct Options {
   float threshold = 0.25f, nms = 0.45f;
   bool json = false;
   int valid_every = 0;
+  double bucket_mb = 4, comm_timeout = 300;
+  bool overlap = true;
+  int check_every = 100;
   bool list_devices = false;
   std::string devices = "auto";
   std::string synth_dir;
@@ -162,6 +169,14 @@ Options parse(int argc, char** argv) {
       options.resume = true;
     } else if (arg == "--trace") {
       options.trace = value();
+    } else if (arg == "--bucket-mb") {
+      options.bucket_mb = to_float(arg, value(), 0, 4096);
+    } else if (arg == "--no-overlap") {
+      options.overlap = false;
+    } else if (arg == "--check-every") {
+      options.check_every = to_int(arg, value(), 0, 1000000000);
+    } else if (arg == "--comm-timeout") {
+      options.comm_timeout = to_float(arg, value(), 1, 86400);
     } else if (arg == "--valid-every") {
       options.valid_every = to_int(arg, value(), 1, 1000000);
     } else if (arg == "--threshold") {
@@ -397,9 +412,6 @@ int train(const Options& options, const yolo::GpuDiscovery& found) {
   yolo::DeviceChoice choice = yolo::choose_devices(options.devices, found);
   std::printf("train_yolo: %s\n", choice.reason.c_str());
   yolo::Device device = choice.devices.front();
-  if (choice.devices.size() > 1)
-    std::printf("train_yolo: note: data-parallel training is not built yet: training on %s only\n",
-                device.name().c_str());
 
   yolo::graph::TrainOptions to;
   to.max_batches = options.max_batches;
@@ -413,6 +425,10 @@ int train(const Options& options, const yolo::GpuDiscovery& found) {
   to.trace_file = options.trace;
   to.checkpoint_every = options.checkpoint_every;
   to.valid_every = options.valid_every;
+  to.bucket_mb = options.bucket_mb;
+  to.overlap = options.overlap;
+  to.check_every = options.check_every;
+  to.comm_timeout = options.comm_timeout;
   std::string name = std::filesystem::path(spec.path).stem().string();
   to.out_dir = options.out.empty() ? "runs/" + name : options.out;
 
@@ -433,7 +449,7 @@ int train(const Options& options, const yolo::GpuDiscovery& found) {
       int64_t per_epoch = static_cast<int64_t>(dataset.train.samples.size()) / batch;
       to.max_batches = std::max<int64_t>(1, per_epoch * options.epochs);
     }
-    result = yolo::graph::train_detector(spec, dataset, device, to);
+    result = yolo::graph::train_detector(spec, dataset, choice.devices, to);
     print_result(result);
     if (options.cfg.empty() || options.valid_every)
       report_detector(spec, dataset, device, result.weights_path, to.out_dir);

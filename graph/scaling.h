@@ -1,0 +1,119 @@
+// The data-parallel scaling model (issue 7): from a per-layer backward profile, the loader's
+// throughput and a link model, predicts step time, exposed communication and efficiency on
+// 1..N GPUs, with and without overlapping the gradient all-reduce with backward.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "data/json.h"
+#include "graph/graph.h"
+
+namespace yolo::graph {
+
+// An interconnect as NCCL's all-reduce sees it. bus_bandwidth_GBs is nccl-tests' "busbw"
+// (algorithm bandwidth x 2(n-1)/n), the figure that stays flat as ranks are added.
+struct Link {
+  std::string name;
+  double latency_us = 0;         // per ring step
+  double bus_bandwidth_GBs = 0;  // 1 GB = 1e9 bytes
+};
+// "pcie3" (T4 class, 10 us, 10 GB/s) or "nvlink4" (H100/H200, 5 us, 370 GB/s); else throws.
+Link link_preset(const std::string& name);
+
+// Ring all-reduce of `bytes` over `ranks`, in ms: 2(n-1)/n x bytes / bandwidth plus 2(n-1)
+// steps of latency; 0 for one rank.
+double ring_allreduce_ms(double bytes, int ranks, const Link& link);
+
+// What the FLOP-derived profile assumes of a GPU.
+struct DevicePreset {
+  std::string name;
+  double peak_tflops = 0;  // FP32
+  double memory_GBs = 0;   // for the optimizer's pass over the parameters
+};
+// "t4" (8.1 TFLOP/s, 320 GB/s: datasheet) or "h200" (60.6 TFLOP/s, 4260 GB/s: measured,
+// docs/perf.md); else throws.
+DevicePreset device_preset(const std::string& name);
+
+// One layer's backward, in the order backward runs.
+struct LayerCost {
+  std::string name;        // "12 conv"
+  double backward_ms = 0;
+  int64_t grad_bytes = 0;  // 4 x trainable parameters (0 for layers without)
+};
+
+// One GPU's training step at `batch` images.
+struct Profile {
+  std::string source;  // where the times come from, for the output
+  int batch = 1;       // images per GPU per step
+  double forward_ms = 0, optimizer_ms = 0;
+  std::vector<LayerCost> backward;  // backward order
+  double backward_ms() const;
+  int64_t gradient_bytes() const;
+};
+
+// The optimizer's pass: SGD with momentum reads weight, gradient and momentum and writes
+// weight and momentum (20 bytes per parameter) at the device's memory bandwidth.
+double optimizer_ms_estimate(int64_t trainable, const DevicePreset& device);
+
+// Forward ms of a layer = flops x batch / (efficiency x peak); backward = 2 x forward.
+// Throws for efficiency outside (0, 1] or batch < 1.
+Profile profile_from_flops(const Graph& graph, int batch, const DevicePreset& device, double efficiency);
+
+// From a Chrome trace of one step as `train_yolo --trace` writes it (complete events "ph":"X",
+// "cat" "forward"/"backward", "name" "<layer> <type>", "dur" in us) of `graph` at `batch`.
+// Backward order is the order of the events' "ts". Errors name `file` and the event's line: a
+// layer index outside the graph or of another type (a trace of another cfg), a repeated event,
+// a missing or negative duration, a layer with parameters and no backward event.
+Profile profile_from_trace(const data::JsonValue& trace, const std::string& file, const Graph& graph, int batch,
+                           double optimizer_ms);
+Profile read_trace_profile(const std::string& path, const Graph& graph, int batch, double optimizer_ms);
+
+// A group of consecutive gradient layers all-reduced together.
+struct Bucket {
+  int64_t bytes = 0;
+  double ready_ms = 0;  // from the start of backward: its last layer's backward has finished
+  int layers = 0;
+};
+// Cuts the gradients, in backward order, into buckets of at most bucket_mb MiB (2^20 bytes, as
+// PyTorch's bucket_cap_mb); a layer larger than that is a bucket alone; 0 = one layer each.
+// Layers without gradients join no bucket (their time still delays the next ones).
+std::vector<Bucket> cut_buckets(const Profile& profile, double bucket_mb);
+
+enum class Binding { Compute, Communication, Loader };
+const char* binding_name(Binding binding);  // "compute", "communication", "loader"
+
+// Communication binds when the GPUs wait for the network for at least this part of the step.
+constexpr double kCommunicationBindsFraction = 0.1;
+
+struct ScalingSetup {
+  Link link;
+  double loader_images_per_s = 0;  // the whole machine's loader; 0 = unlimited
+};
+
+struct Prediction {
+  int gpus = 1;
+  double bucket_mb = 0;
+  bool overlap = true;
+  int buckets = 0;
+  double compute_ms = 0;       // forward + backward + optimizer
+  double allreduce_ms = 0;     // sum of the buckets' all-reduces (the comm stream's busy time)
+  double exposed_comm_ms = 0;  // what communication adds to the GPUs' step
+  double loader_ms = 0;        // the loader's time for gpus x batch images
+  double step_ms = 0;          // max(GPU step, loader time)
+  double images_per_s = 0;
+  double efficiency = 1;       // step(1 GPU) / step(gpus): per-GPU throughput relative to one GPU
+  Binding binding = Binding::Compute;
+};
+
+// All-reduces run one at a time in bucket order, each from max(its bucket ready, the previous
+// one's end). With overlap: step = forward + max(backward end, last all-reduce end) + optimizer;
+// without: forward + backward + all all-reduces + optimizer. The step is loader-bound when the
+// loader needs longer than that for gpus x batch images.
+Prediction predict_step(const Profile& profile, const ScalingSetup& setup, int gpus, double bucket_mb, bool overlap);
+
+// The bucket size (from `candidates`, the first on ties) with the shortest overlapped step.
+double best_bucket_mb(const Profile& profile, const ScalingSetup& setup, int gpus,
+                      const std::vector<double>& candidates);
+
+}  // namespace yolo::graph
