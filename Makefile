@@ -95,7 +95,7 @@ NATIVE_TEST := $(call obj,native,$(TEST_CPP) $(TEST_KERNEL) $(TEST_CU))
 EMU_LIB     := $(call obj,emu,$(RUNTIME_SRC) $(EMU_SRC) $(DATA_SRC) $(GRAPH_SRC) $(KERNEL_CPP) $(KERNEL_CU))
 EMU_TEST    := $(call obj,emu,$(TEST_CPP) $(TEST_KERNEL) $(TEST_CU))
 
-TOOLS       := $(BUILD)/bench_kernels $(BUILD)/bench_loader
+TOOLS       := $(BUILD)/bench_kernels $(BUILD)/bench_loader $(BUILD)/scaling_model
 BINARIES    := train_yolo $(BUILD)/tests $(BUILD)/tests_emu $(TOOLS)
 
 .PHONY: all test deps clean FORCE
@@ -159,6 +159,9 @@ $(BUILD)/bench_kernels: $(call obj,native,tools/bench_kernels.cpp tools/ceilings
 	$(CXX) $^ -o $@ $(LDLIBS_NATIVE)
 
 $(BUILD)/bench_loader: $(call obj,native,tools/bench_loader.cpp) $(NATIVE_LIB)
+	$(CXX) $^ -o $@ $(LDLIBS_NATIVE)
+
+$(BUILD)/scaling_model: $(call obj,native,tools/scaling_model.cpp) $(NATIVE_LIB)
 	$(CXX) $^ -o $@ $(LDLIBS_NATIVE)
 
 test: $(BUILD)/tests $(BUILD)/tests_emu

@@ -142,7 +142,8 @@ Profile profile_from_trace(const data::JsonValue& trace, const std::string& file
     int index = 0;
     std::string type;
     if (!name || name->kind != data::JsonKind::String || !split_event_name(name->string, index, type))
-      trace_error(file, event.line, "a " + cat->string + " event needs a \"name\" \"<layer> <type>\", e.g. \"12 conv\"");
+      trace_error(file, event.line,
+                  "a " + cat->string + " event needs a \"name\" \"<layer> <type>\", e.g. \"12 conv\"");
     if (index >= static_cast<int>(graph.nodes.size()))
       trace_error(file, event.line,
                   "layer " + std::to_string(index) + " is not in " + graph.path + " (" +
@@ -274,16 +275,16 @@ Prediction predict_step(const Profile& profile, const ScalingSetup& setup, int g
 double best_bucket_mb(const Profile& profile, const ScalingSetup& setup, int gpus,
                       const std::vector<double>& candidates) {
   if (candidates.empty()) throw Error("no bucket sizes to choose from");
-  double best = candidates[0];
-  double best_step = predict_step(profile, setup, gpus, best, true).step_ms;
+  std::vector<Prediction> predictions;
+  double shortest = 0;
   for (double mb : candidates) {
-    double step = predict_step(profile, setup, gpus, mb, true).step_ms;
-    if (step < best_step) {
-      best = mb;
-      best_step = step;
-    }
+    predictions.push_back(predict_step(profile, setup, gpus, mb, true));
+    shortest = predictions.size() == 1 ? predictions[0].step_ms : std::min(shortest, predictions.back().step_ms);
   }
-  return best;
+  const Prediction* best = nullptr;
+  for (const Prediction& p : predictions)
+    if (p.step_ms <= shortest * (1 + kBucketTieFraction) && (!best || p.buckets < best->buckets)) best = &p;
+  return best->bucket_mb;
 }
 
 }  // namespace yolo::graph

@@ -112,7 +112,13 @@ struct Prediction {
 // loader needs longer than that for gpus x batch images.
 Prediction predict_step(const Profile& profile, const ScalingSetup& setup, int gpus, double bucket_mb, bool overlap);
 
-// The bucket size (from `candidates`, the first on ties) with the shortest overlapped step.
+// Overlapped steps within this part of the shortest count as equal when choosing a bucket size:
+// the model cannot resolve smaller differences (it leaves out NCCL's per-call launch cost).
+constexpr double kBucketTieFraction = 0.001;
+
+// The bucket size from `candidates` for the shortest overlapped step; among those within
+// kBucketTieFraction of it, the one with the fewest buckets (each all-reduce call has fixed
+// costs), the first listed on ties.
 double best_bucket_mb(const Profile& profile, const ScalingSetup& setup, int gpus,
                       const std::vector<double>& candidates);
 

@@ -62,13 +62,8 @@ std::string tiny_trace(const std::string& last_event) {
          event("1 connected", "backward", 200, 80) + "\n]}\n";
 }
 
-std::string trace_error(const std::string& text) {
-  try {
-    profile_from_trace(data::parse_json(text, "t.json"), "t.json", tiny_graph(), 2, 0);
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
+void profile_tiny(const std::string& trace_text) {
+  profile_from_trace(data::parse_json(trace_text, "t.json"), "t.json", tiny_graph(), 2, 0);
 }
 
 }  // namespace
@@ -152,7 +147,8 @@ TEST_CASE("step times of a hand profile on two GPUs, with and without overlap") 
   // One bucket: 6 MiB ready at 6 -> 12.02: 23.02 either way.
   CHECK(predict_step(p, setup, 2, 64, true).step_ms == near(23.02));
   CHECK(predict_step(p, setup, 2, 64, false).step_ms == near(23.02));
-  CHECK(best_bucket_mb(p, setup, 2, {64, 3, 0, 1}) == 0);  // 20.04 is the shortest
+  CHECK(best_bucket_mb(p, setup, 2, {64, 3, 0, 1}) == 0);  // 20.04 is the shortest (1 MiB: the same 3 buckets)
+  CHECK(best_bucket_mb(p, setup, 2, {64, 3}) == 3);         // 22.04 < 23.02
 
   // Four GPUs: factor 2 x 3/4 = 1.5, 6 ring steps x 0.01: 3.06, 1.56, 4.56 ms.
   // A 2 -> 5.06; B 5.06 -> 6.62; C 6.62 -> 11.18: step 10 + 11.18 + 1 = 22.18.
@@ -163,6 +159,8 @@ TEST_CASE("step times of a hand profile on two GPUs, with and without overlap") 
   Prediction quick = predict_step(p, fast, 8, 0, true);
   CHECK(quick.step_ms == doctest::Approx(17).epsilon(1e-6));
   CHECK(quick.binding == Binding::Compute);
+  // All steps within 0.1% of each other: the fewest buckets wins (64 MiB: one).
+  CHECK(best_bucket_mb(p, fast, 8, {0, 3, 64, 100}) == 64);
   CHECK_THROWS_WITH_AS(predict_step(p, setup, 0, 0, true), doctest::Contains("GPU count 0"), Error);
 }
 
@@ -211,23 +209,27 @@ TEST_CASE("profile from a trace: forward summed, backward in time order with gra
 
 TEST_CASE("profile from a trace: errors name the file and the event's line") {
   // Line 6 holds the event under test.
-  CHECK(trace_error(tiny_trace(event("7 conv", "backward", 300, 1))).find("t.json:6: layer 7 is not in tiny.cfg") !=
-        std::string::npos);
-  CHECK(trace_error(tiny_trace(event("0 max", "backward", 300, 1))).find("t.json:6: layer 0 is a max here but a conv") !=
-        std::string::npos);
-  CHECK(trace_error(tiny_trace(event("1 connected", "forward", 300, 1)))
-            .find("t.json:6: a second forward event for layer 1") != std::string::npos);
-  CHECK(trace_error(tiny_trace(event("0 conv", "backward", 300, -4))).find("t.json:6: event \"0 conv\" needs a \"dur\"") !=
-        std::string::npos);
-  CHECK(trace_error(tiny_trace(event("conv", "backward", 300, 1))).find("t.json:6: a backward event needs a \"name\"") !=
-        std::string::npos);
-  CHECK(trace_error(tiny_trace("[1]")).find("t.json:6: a trace event must be an object, not an array") !=
-        std::string::npos);
-  // Without the conv's backward: a layer with parameters is missing.
-  CHECK(trace_error(tiny_trace(event("2 softmax", "instant", 0, 0)))
-            .find("t.json:1: layer 0 (conv) has parameters but no backward event") != std::string::npos);
-  CHECK(trace_error("{\"events\":[]}").find("t.json:1: a Chrome trace is") != std::string::npos);
-  CHECK(trace_error("[]").find("t.json:1: no forward events") != std::string::npos);
+  CHECK_THROWS_WITH_AS(profile_tiny(tiny_trace(event("7 conv", "backward", 300, 1))),
+                       doctest::Contains("t.json:6: layer 7 is not in tiny.cfg"), Error);
+  CHECK_THROWS_WITH_AS(profile_tiny(tiny_trace(event("0 max", "backward", 300, 1))),
+                       doctest::Contains("t.json:6: layer 0 is a max here but a conv"), Error);
+  CHECK_THROWS_WITH_AS(profile_tiny(tiny_trace(event("1 connected", "forward", 300, 1))),
+                       doctest::Contains("t.json:6: a second forward event for layer 1"), Error);
+  CHECK_THROWS_WITH_AS(profile_tiny(tiny_trace(event("0 conv", "backward", 300, -4))),
+                       doctest::Contains("t.json:6: event \"0 conv\" needs a \"dur\""), Error);
+  CHECK_THROWS_WITH_AS(profile_tiny(tiny_trace(event("0 conv", "backward", 300, 1e300))),
+                       doctest::Contains("t.json:6: event \"0 conv\" needs a \"dur\""), Error);
+  CHECK_THROWS_WITH_AS(profile_tiny(tiny_trace(event("conv", "backward", 300, 1))),
+                       doctest::Contains("t.json:6: a backward event needs a \"name\""), Error);
+  CHECK_THROWS_WITH_AS(profile_tiny(tiny_trace(event("99999999999 conv", "backward", 300, 1))),
+                       doctest::Contains("t.json:6: a backward event needs a \"name\""), Error);
+  CHECK_THROWS_WITH_AS(profile_tiny(tiny_trace("[1]")),
+                       doctest::Contains("t.json:6: a trace event must be an object, not an array"), Error);
+  // Without the conv's backward (an event of another category instead): a layer with parameters is missing.
+  CHECK_THROWS_WITH_AS(profile_tiny(tiny_trace(event("2 softmax", "instant", 0, 0))),
+                       doctest::Contains("t.json:1: layer 0 (conv) has parameters but no backward event"), Error);
+  CHECK_THROWS_WITH_AS(profile_tiny("{\"events\":[]}"), doctest::Contains("t.json:1: a Chrome trace is"), Error);
+  CHECK_THROWS_WITH_AS(profile_tiny("[]"), doctest::Contains("t.json:1: no forward events"), Error);
 }
 
 TEST_CASE("profile from FLOPs: a tiny cfg by hand, YOLOv3's gradient bytes and presets") {

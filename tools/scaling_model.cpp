@@ -26,15 +26,20 @@ namespace {
 constexpr double kLoaderImagesPerThread = 315;
 
 const char* kUsage =
-    "usage: scaling_model [--cfg FILE] [--size N] [--batch N] [--trace FILE | --device t4|h200 [--efficiency X]]\n"
-    "                     [--optimizer-ms X] [--link pcie3|nvlink4|custom] [--latency-us X] [--bandwidth-gbs X]\n"
-    "                     [--loader-ips N | --loader-threads T] [--gpus N | --gpus 1,2,4,8] [--buckets 0,1,4,16,25,64]\n";
+    "usage: scaling_model [--cfg FILE] [--size N] [--batch N]\n"
+    "                     [--trace FILE | --device t4|h200 [--efficiency X]] [--optimizer-ms X]\n"
+    "                     [--link pcie3|nvlink4|custom] [--latency-us X] [--bandwidth-gbs X]\n"
+    "                     [--loader-ips N | --loader-threads T] [--gpus N | --gpus 1,2,4,8]\n"
+    "                     [--buckets 0,1,4,16,25,64]   (bucket MB = 2^20 bytes; 0 = one layer each)\n";
 
 double parse_number(const std::string& flag, const std::string& text, double lo, double hi) {
   char* end = nullptr;
   double x = std::strtod(text.c_str(), &end);
-  if (text.empty() || *end != '\0' || !std::isfinite(x) || x < lo || x > hi)
-    throw Error(flag + " " + text + ": expected a number from " + std::to_string(lo) + " to " + std::to_string(hi));
+  if (text.empty() || *end != '\0' || !std::isfinite(x) || x < lo || x > hi) {
+    char range[64];
+    std::snprintf(range, sizeof range, "%g to %g", lo, hi);
+    throw Error(flag + " '" + text + "': expected a number from " + range);
+  }
   return x;
 }
 
@@ -61,7 +66,8 @@ struct Options {
   std::string cfg = "models/yolov3.cfg", trace, device = "h200", link;
   int size = 0, batch = 16;
   double efficiency = -1, optimizer_ms = -1, latency_us = -1, bandwidth_gbs = -1;
-  double loader_ips = -1, loader_threads = -1;
+  double loader_ips = -1;
+  int loader_threads = 0;  // 0: not given
   std::vector<int> gpus = {1, 2, 3, 4, 5, 6, 7, 8};
   std::vector<double> buckets = {0, 1, 4, 16, 25, 64};
   bool device_given = false;
@@ -76,8 +82,10 @@ Options parse_options(int argc, char** argv) {
       return argv[++i];
     };
     if (arg == "--cfg") o.cfg = value();
-    else if (arg == "--size") o.size = parse_int(arg, value(), 32, 8192);
-    else if (arg == "--batch") o.batch = parse_int(arg, value(), 1, 4096);
+    else if (arg == "--size") {
+      o.size = parse_int(arg, value(), 32, 8192);
+      if (o.size % 32) throw Error("--size " + std::to_string(o.size) + ": must be a multiple of 32");
+    } else if (arg == "--batch") o.batch = parse_int(arg, value(), 1, 4096);
     else if (arg == "--trace") o.trace = value();
     else if (arg == "--device") {
       o.device = value();
@@ -107,7 +115,7 @@ Options parse_options(int argc, char** argv) {
   }
   if (!o.trace.empty() && o.efficiency >= 0)
     throw Error("--efficiency applies to the FLOP-derived profile, not to --trace (a measured one)");
-  if (o.loader_ips >= 0 && o.loader_threads >= 0) throw Error("--loader-ips and --loader-threads: give one");
+  if (o.loader_ips >= 0 && o.loader_threads > 0) throw Error("--loader-ips and --loader-threads: give one");
   if (o.link == "custom" && (o.latency_us < 0 || o.bandwidth_gbs < 0))
     throw Error("--link custom needs --latency-us and --bandwidth-gbs");
   if (o.efficiency < 0) o.efficiency = 0.5;
@@ -170,12 +178,13 @@ int main(int argc, char** argv) {
       setup.loader_images_per_s = o.loader_ips;
       loader_note = "as given";
     } else {
-      int threads = o.loader_threads > 0 ? static_cast<int>(o.loader_threads)
+      int threads = o.loader_threads > 0 ? o.loader_threads
                                          : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
       setup.loader_images_per_s = threads * kLoaderImagesPerThread;
-      loader_note = std::to_string(threads) + " threads x 315 images/s per thread, measured at 416 (docs/perf.md)" +
+      loader_note = std::to_string(threads) + " threads x 315 images/s per thread, measured at 416, docs/perf.md" +
                     (o.loader_threads > 0 ? "" : "; this machine's hardware threads");
-      if (graph.input.w != 416) loader_note += "; NOTE: the input here is " + std::to_string(graph.input.w) + ", pass --loader-ips";
+      if (graph.input.w != 416)
+        loader_note += "; NOTE: the input here is " + std::to_string(graph.input.w) + ", pass --loader-ips";
     }
 
     int layers_with_grads = 0;
@@ -183,7 +192,8 @@ int main(int argc, char** argv) {
     std::printf("scaling_model: %s at %dx%d, batch %d per GPU\n", graph.path.c_str(), graph.input.w, graph.input.h,
                 profile.batch);
     std::printf("profile: %s\n", profile.source.c_str());
-    std::printf("  forward %.2f ms, backward %.2f ms (%d layers with gradients, %.1f MB = %lld bytes), optimizer %.2f ms (%s)\n",
+    std::printf("  forward %.2f ms, backward %.2f ms (%d layers with gradients, %.1f MiB = %lld bytes), "
+                "optimizer %.2f ms (%s)\n",
                 profile.forward_ms, profile.backward_ms(), layers_with_grads,
                 static_cast<double>(profile.gradient_bytes()) / (1024.0 * 1024.0),
                 static_cast<long long>(profile.gradient_bytes()), profile.optimizer_ms, optimizer_note.c_str());
@@ -219,8 +229,9 @@ int main(int argc, char** argv) {
         best_without_mb = mb;
       }
     }
-    std::printf("\nrecommendation for %d GPUs: --bucket-mb %g with overlap: step %.2f ms, exposed communication %.2f ms, "
-                "%.0f images/s, efficiency %.1f%% (%s binds); without overlap the best is %.2f ms (%g MB)\n",
+    std::printf("\nrecommendation for %d GPUs: --bucket-mb %g with overlap: step %.2f ms, "
+                "exposed communication %.2f ms, %.0f images/s, efficiency %.1f%% (%s binds); "
+                "without overlap the best is %.2f ms (%g MB)\n",
                 most, best, with.step_ms, with.exposed_comm_ms, with.images_per_s, 100 * with.efficiency,
                 binding_name(with.binding), best_without, best_without_mb);
     return 0;
