@@ -636,6 +636,7 @@ void Executor::backward(bool accumulate) {
     NodeBuffers& nb = m.nodes[i];
     const LayerSpec& l = node.spec;
     if (l.type == LayerType::Yolo || l.type == LayerType::Softmax) continue;
+    if (before_backward_) before_backward_(i);
     double t0 = tracing_ && !cuda ? now_ms() : 0;
 #if YOLO_CUDA
     if (tracing_ && cuda) stream_->record(m.events[4 * i + 2]);
@@ -927,6 +928,8 @@ void Executor::set_tracing(bool on) {
     for (size_t k = 0; k < 4 * graph_.nodes.size(); ++k) m.events.emplace_back(device_);
   }
 }
+
+double Executor::trace_now_ms() const { return now_ms() - impl_->trace_origin; }
 
 std::vector<TraceEvent> Executor::take_trace() {
   Impl& m = *impl_;

@@ -100,11 +100,16 @@ class Executor {
   // this prefix only grows). CUDA: the work producing them is enqueued on compute_stream(),
   // not necessarily done. Empty function: none.
   void set_gradients_ready(std::function<void(size_t ready)> callback) { gradients_ready_ = std::move(callback); }
+  // Test hook: called before each layer's backward with the layer index (empty: none).
+  void set_before_backward(std::function<void(int layer)> hook) { before_backward_ = std::move(hook); }
   float* gradients();  // the flat gradient buffer (device memory), parameter_count() floats
   float* parameters();  // the flat parameter buffer (device memory)
 
   // --trace: record per-layer events of the next train_micro_batch calls.
   void set_tracing(bool on);
+  // The CPU trace's clock: milliseconds since the traced micro-batch started (for events other
+  // threads add to the same timeline, such as the all-reduces).
+  double trace_now_ms() const;
   std::vector<TraceEvent> take_trace();
 
  private:
@@ -123,6 +128,7 @@ class Executor {
   size_t param_count_ = 0;
   bool tracing_ = false;
   std::function<void(size_t)> gradients_ready_;
+  std::function<void(int)> before_backward_;
   std::vector<std::pair<int, int>> sizes_;  // planned input sizes (width, height)
 };
 

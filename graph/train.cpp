@@ -7,8 +7,10 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <numeric>
 #include <thread>
 
@@ -65,12 +67,14 @@ void write_trace(const std::string& path, const std::vector<TraceEvent>& events,
     std::ofstream out(tmp);
     out << "{\"traceEvents\":[\n";
     out << "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":0,\"args\":{\"name\":\"" << device << "\"}},\n";
-    out << "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":0,\"tid\":0,\"args\":{\"name\":\"compute\"}}";
+    out << "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":0,\"tid\":0,\"args\":{\"name\":\"compute\"}},\n";
+    out << "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":0,\"tid\":1,\"args\":{\"name\":\"comm\"}}";
     for (const TraceEvent& e : events) {
       char buf[256];
+      int lane = std::strcmp(e.cat, "comm") == 0 ? 1 : 0;
       std::snprintf(buf, sizeof buf,
-                    ",\n{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":0,\"tid\":0,\"ts\":%.3f,\"dur\":%.3f}",
-                    e.name.c_str(), e.cat, e.start_ms * 1000, (e.end_ms - e.start_ms) * 1000);
+                    ",\n{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":0,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f}",
+                    e.name.c_str(), e.cat, lane, e.start_ms * 1000, (e.end_ms - e.start_ms) * 1000);
       out << buf;
     }
     out << "\n]}\n";
@@ -149,6 +153,7 @@ TrainResult run_loop(const Graph& graph, Executor& executor, Source& source, con
   for (int64_t iteration = start_iteration; iteration < max_batches; ++iteration) {
     bool trace_this = !options.trace_file.empty() && iteration == start_iteration + std::min<int64_t>(1, max_batches - start_iteration - 1);
     size_t next_bucket = 0;
+    std::vector<TraceEvent> comm_events;  // filled on the comm stream, read after it synchronized
     for (int s = 0; s < subdivisions; ++s) {
       executor.set_tracing(trace_this && s == 0);  // the step's first micro-batch
       // Overlap: in the step's last micro-batch, each bucket's all-reduce starts on the
@@ -157,7 +162,21 @@ TrainResult run_loop(const Graph& graph, Executor& executor, Source& source, con
         executor.set_gradients_ready([&](size_t ready) {
           while (next_bucket < dp->buckets.size() && dp->buckets[next_bucket].second <= ready) {
             auto [begin, end] = dp->buckets[next_bucket++];
+            // --trace: the all-reduce's span on the comm lane, timed on the comm stream itself.
+            auto span = std::make_shared<TraceEvent>();
+            if (trace_this && leader) {
+              char name[64];
+              std::snprintf(name, sizeof name, "allreduce bucket %zu (%.1f MB)", next_bucket - 1,
+                            (end - begin) * sizeof(float) / 1048576.0);
+              *span = TraceEvent{name, "comm", 0, 0};
+              dp->stream->enqueue([&executor, span] { span->start_ms = executor.trace_now_ms(); });
+            }
             dp->comm->all_reduce_sum(executor.gradients() + begin, end - begin, *dp->stream);
+            if (trace_this && leader)
+              dp->stream->enqueue([&executor, &comm_events, span] {
+                span->end_ms = executor.trace_now_ms();
+                comm_events.push_back(*span);
+              });
           }
         });
       else
@@ -179,7 +198,11 @@ TrainResult run_loop(const Graph& graph, Executor& executor, Source& source, con
           throw Error("replicas diverged at step " + std::to_string(iteration + 1) + ": rank " + std::to_string(r) +
                       "'s parameters differ from rank 0's");
     }
-    if (trace_this && leader) write_trace(options.trace_file, executor.take_trace(), executor.device().name());
+    if (trace_this && leader) {
+      std::vector<TraceEvent> events = executor.take_trace();
+      events.insert(events.end(), comm_events.begin(), comm_events.end());
+      write_trace(options.trace_file, events, executor.device().name());
+    }
     seen += static_cast<uint64_t>(batch);
     images_this_run += batch;
     double mean = loss.images ? loss.total / static_cast<double>(loss.images) : 0;

@@ -3,12 +3,15 @@
 // with the parameter-hash check every step, and sharding gives each replica its own images.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <iterator>
+#include <chrono>
 #include <thread>
 #include <vector>
 
+#include "data/json.h"
 #include "data/synthetic.h"
 #include "graph/executor.h"
 #include "graph/train.h"
@@ -109,6 +112,51 @@ TEST_CASE("replicas: different local gradients, identical parameters after each 
   }
 }
 
+TEST_CASE("overlap is real: backward of layer 0 can wait for the first bucket's all-reduce to start") {
+  // Each replica holds its layer-0 backward until its communication stream has started the
+  // first bucket's all-reduce (a latch with a timeout). Overlapped, the bucket of the last
+  // layer is queued long before, so the step completes; with all-reduce after backward, the
+  // latch can only time out.
+  Graph graph = build_graph(parse_model(parse_cfg_text(kReplicaCfg, "replica.cfg")));
+  for (bool overlap : {true, false}) {
+    CAPTURE(overlap);
+    const int world = 2, n = 1;
+    InProcessGroup group(world, 30);
+    std::vector<int> held_ok(world, -1);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < world; ++r)
+      threads.emplace_back([&, r] {
+        auto comm = group.communicator(r);
+        Executor ex(graph, Device::cpu(), n, 5);
+        Stream stream(Device::cpu(), StreamPriority::High, "comm");
+        testing::Latch started;
+        bool first = true;
+        auto start_all_reduce = [&](size_t begin, size_t end) {
+          stream.enqueue([&started] { started.release(); });
+          comm->all_reduce_sum(ex.gradients() + begin, end - begin, stream);
+        };
+        if (overlap)
+          ex.set_gradients_ready([&](size_t ready) {
+            if (first) start_all_reduce(0, ready);  // the first bucket: the last layer's gradients
+            first = false;
+          });
+        ex.set_before_backward([&](int layer) {
+          if (layer == 0) held_ok[r] = started.wait(std::chrono::milliseconds(overlap ? 10000 : 300));
+        });
+        std::vector<float> images(64 * 64 * 3, 0.5f);
+        std::vector<YoloTruth> truths(kYoloMaxTruths);
+        std::vector<int> counts{1};
+        truths[0] = YoloTruth{0.5f, 0.5f, 0.3f, 0.3f, 1};
+        ex.train_micro_batch(images.data(), truths.data(), counts.data(), nullptr, false);
+        if (!overlap) start_all_reduce(0, ex.parameter_count());
+        else comm->all_reduce_sum(ex.gradients(), 0, stream);
+        stream.synchronize();
+      });
+    for (auto& t : threads) t.join();
+    for (int r = 0; r < world; ++r) CHECK(held_ok[r] == (overlap ? 1 : 0));
+  }
+}
+
 TEST_CASE("train_detector on cpu:2 and cpu:3: hash-checked every step, overlapped buckets and the naive schedule") {
   TempDir dir;
   data::SyntheticOptions so;
@@ -127,10 +175,30 @@ TEST_CASE("train_detector on cpu:2 and cpu:3: hash-checked every step, overlappe
   o.batch = 6;
   for (int world : {2, 3}) {
     o.out_dir = dir / ("dp" + std::to_string(world));
+    o.trace_file = world == 2 ? dir / "dp2.json" : "";
     TrainResult r = train_detector(spec, dataset, std::vector<Device>(world, Device::cpu()), o);
     CHECK(r.iterations == 4);
     CHECK(std::isfinite(r.last_loss));
   }
+  o.trace_file.clear();
+  // The trace: all-reduce events on the comm lane, the first starting before backward ends.
+  data::JsonValue trace = data::read_json_file(dir / "dp2.json");
+  double backward_end = 0, first_comm = 1e300;
+  int comm = 0;
+  for (const data::JsonValue& e : trace.find("traceEvents")->items) {
+    const data::JsonValue* cat = e.find("cat");
+    if (!cat) continue;
+    double ts = e.find("ts")->number, dur = e.find("dur")->number;
+    if (cat->string == "backward") backward_end = std::max(backward_end, ts + dur);
+    if (cat->string == "comm") {
+      ++comm;
+      first_comm = std::min(first_comm, ts);
+      CHECK(e.find("name")->string.rfind("allreduce bucket ", 0) == 0);
+      CHECK(e.find("tid")->number == 1);
+    }
+  }
+  CHECK(comm == 3);  // one bucket per layer with parameters
+  MESSAGE("first all-reduce at " << first_comm << " us, backward ends at " << backward_end << " us");
   // The naive schedule gives the same parameters as the overlapped one (same sums, same order).
   o.out_dir = dir / "naive";
   o.overlap = false;
