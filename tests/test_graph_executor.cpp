@@ -15,12 +15,14 @@
 #include "graph/executor.h"
 #include "graph/plan.h"
 #include "graph/train.h"
+#include "tests/graph_fixtures.h"
 #include "tests/test_support.h"
 
 using namespace yolo;
 using namespace yolo::graph;
 using yolo::testing::Rng;
 using yolo::testing::TempDir;
+using yolo::testing::kTinyDetectorCfg;
 
 namespace {
 
@@ -224,49 +226,7 @@ activation=linear
 
 namespace {
 
-const char* kTinyDetectorCfg = R"(
-[net]
-batch=4
-subdivisions=2
-width=64
-height=64
-channels=3
-learning_rate=0.01
-burn_in=2
-max_batches=6
-policy=steps
-steps=4
-scales=.5
-[convolutional]
-batch_normalize=1
-filters=8
-size=3
-stride=2
-pad=1
-activation=leaky
-[maxpool]
-size=2
-stride=2
-[convolutional]
-batch_normalize=1
-filters=16
-size=3
-stride=2
-pad=1
-activation=leaky
-[convolutional]
-size=1
-stride=1
-pad=1
-filters=24
-activation=linear
-[yolo]
-mask=0,1,2
-anchors=8,8, 16,16, 32,24
-classes=3
-num=3
-jitter=.1
-)";
+
 
 std::string file_bytes(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -282,18 +242,10 @@ TEST_CASE("executor: a few steps on a fixed batch lower the detection loss (CPU)
   Graph graph = build_graph(spec);
   const int n = 4;
   Executor ex(graph, Device::cpu(), n, rng.seed());
-  std::vector<float> images(static_cast<size_t>(n) * 64 * 64 * 3);
-  std::vector<YoloTruth> truths(static_cast<size_t>(n) * kYoloMaxTruths);
-  std::vector<int> counts(n);
-  for (int b = 0; b < n; ++b) {
-    data::Image image;
-    std::vector<data::Box> boxes;
-    data::draw_synthetic_image(rng.seed(), b, 64, 64, 1, 3, image, boxes);
-    for (size_t k = 0; k < image.rgb.size(); ++k) images[b * image.rgb.size() + k] = image.rgb[k] / 255.0f;
-    counts[b] = static_cast<int>(boxes.size());
-    for (size_t k = 0; k < boxes.size(); ++k)
-      truths[b * kYoloMaxTruths + k] = YoloTruth{boxes[k].x, boxes[k].y, boxes[k].w, boxes[k].h, boxes[k].class_id};
-  }
+  std::vector<float> images;
+  std::vector<YoloTruth> truths;
+  std::vector<int> counts;
+  yolo::testing::synthetic_batch(rng.seed(), 0, n, 64, 64, images, truths, counts);
   double first = 0, last = 0;
   for (int step = 0; step < 30; ++step) {
     ex.train_micro_batch(images.data(), truths.data(), counts.data(), nullptr, false);

@@ -16,54 +16,17 @@
 #include "graph/executor.h"
 #include "graph/train.h"
 #include "runtime/communicator.h"
+#include "tests/graph_fixtures.h"
 #include "tests/test_support.h"
 
 using namespace yolo;
 using namespace yolo::graph;
 using yolo::testing::TempDir;
+using yolo::testing::kTinyDetectorCfg;
 
-namespace {
-
-const char* kReplicaCfg = R"(
-[net]
-batch=4
-subdivisions=1
-width=64
-height=64
-channels=3
-learning_rate=0.01
-max_batches=4
-[convolutional]
-batch_normalize=1
-filters=8
-size=3
-stride=2
-pad=1
-activation=leaky
-[convolutional]
-batch_normalize=1
-filters=16
-size=3
-stride=2
-pad=1
-activation=leaky
-[convolutional]
-size=1
-stride=1
-pad=1
-filters=24
-activation=linear
-[yolo]
-mask=0,1,2
-anchors=8,8, 16,16, 32,24
-classes=3
-num=3
-)";
-
-}  // namespace
 
 TEST_CASE("replicas: different local gradients, identical parameters after each all-reduced step") {
-  Graph graph = build_graph(parse_model(parse_cfg_text(kReplicaCfg, "replica.cfg")));
+  Graph graph = build_graph(parse_model(parse_cfg_text(kTinyDetectorCfg, "tiny.cfg")));
   for (int world : {2, 3}) {
     CAPTURE(world);
     const int n = 2;
@@ -79,18 +42,10 @@ TEST_CASE("replicas: different local gradients, identical parameters after each 
           Stream stream(Device::cpu(), StreamPriority::High, "comm");
           for (int step = 0; step < 5; ++step) {
             // Each replica its own images and boxes.
-            std::vector<float> images(static_cast<size_t>(n) * 64 * 64 * 3);
-            std::vector<YoloTruth> truths(static_cast<size_t>(n) * kYoloMaxTruths);
-            std::vector<int> counts(n);
-            for (int b = 0; b < n; ++b) {
-              data::Image image;
-              std::vector<data::Box> boxes;
-              data::draw_synthetic_image(99, (step * world + r) * n + b, 64, 64, 1, 3, image, boxes);
-              for (size_t k = 0; k < image.rgb.size(); ++k) images[b * image.rgb.size() + k] = image.rgb[k] / 255.0f;
-              counts[b] = static_cast<int>(boxes.size());
-              for (size_t k = 0; k < boxes.size(); ++k)
-                truths[b * kYoloMaxTruths + k] = YoloTruth{boxes[k].x, boxes[k].y, boxes[k].w, boxes[k].h, boxes[k].class_id};
-            }
+            std::vector<float> images;
+            std::vector<YoloTruth> truths;
+            std::vector<int> counts;
+            yolo::testing::synthetic_batch(99, (step * world + r) * n, n, 64, 64, images, truths, counts);
             ex.train_micro_batch(images.data(), truths.data(), counts.data(), nullptr, false);
             if (step == 0) local_grads[r] = ex.download("grads");
             comm->all_reduce_sum(ex.gradients(), ex.parameter_count(), stream);
@@ -117,7 +72,7 @@ TEST_CASE("overlap is real: backward of layer 0 can wait for the first bucket's 
   // first bucket's all-reduce (a latch with a timeout). Overlapped, the bucket of the last
   // layer is queued long before, so the step completes; with all-reduce after backward, the
   // latch can only time out.
-  Graph graph = build_graph(parse_model(parse_cfg_text(kReplicaCfg, "replica.cfg")));
+  Graph graph = build_graph(parse_model(parse_cfg_text(kTinyDetectorCfg, "tiny.cfg")));
   for (bool overlap : {true, false}) {
     CAPTURE(overlap);
     const int world = 2, n = 1;
@@ -166,11 +121,13 @@ TEST_CASE("train_detector on cpu:2 and cpu:3: hash-checked every step, overlappe
   so.height = 60;
   so.png = true;
   data::Dataset dataset = data::open_dataset(data::write_synthetic_dataset(dir / "shapes", so).data_file);
-  ModelSpec spec = parse_model(parse_cfg_text(kReplicaCfg, "replica.cfg"));
+  ModelSpec spec = parse_model(parse_cfg_text(kTinyDetectorCfg, "tiny.cfg"));
   TrainOptions o;
   o.threads = 1;
   o.progress_in_place = false;
   o.check_every = 1;
+  o.subdivisions = 1;
+  o.max_batches = 4;
   o.bucket_mb = 0;  // one bucket per layer: the most all-reduces
   o.batch = 6;
   for (int world : {2, 3}) {
