@@ -132,17 +132,6 @@ const std::vector<int64_t>& Loader::permutation(int64_t epoch) {
   return permutations_.emplace(epoch, std::move(order)).first->second;
 }
 
-int64_t Loader::sample_at(int64_t epoch, int64_t position) const {
-  // Recomputed rather than cached: this is for tests and tools, not the hot path.
-  std::vector<int64_t> order(split_.samples.size());
-  std::iota(order.begin(), order.end(), 0);
-  if (options_.shuffle) {
-    KeyedRng rng(options_.seed ^ kShuffleSalt, static_cast<uint64_t>(epoch));
-    for (size_t i = order.size(); i > 1; --i) std::swap(order[i - 1], order[rng.below(i)]);
-  }
-  return order[static_cast<size_t>(position % static_cast<int64_t>(order.size()))];
-}
-
 EpochStats& Loader::stats_for(int64_t epoch) {
   EpochStats& stats = stats_[epoch];
   stats.epoch = epoch;

@@ -105,8 +105,6 @@ class Loader {
   LoaderState state() const;
   // Statistics of an epoch (complete once its last batch has been returned).
   EpochStats epoch_stats(int64_t epoch) const;
-  // Which dataset index sits at a position of an epoch's permutation (for tests and tools).
-  int64_t sample_at(int64_t epoch, int64_t position) const;
   // The input size of a batch by its iteration (multi-scale), known before it is built.
   std::pair<int, int> size_for_batch(int64_t batch_iteration) const;
 

@@ -51,11 +51,18 @@ std::string duration_text(double seconds) {
   return buf;
 }
 
+// 64-bit FNV-1a of a byte range.
+uint64_t fnv1a64(const void* data, size_t bytes) {
+  uint64_t h = 1469598103934665603ull;
+  const auto* p = static_cast<const unsigned char*>(data);
+  for (size_t i = 0; i < bytes; ++i) h = (h ^ p[i]) * 1099511628211ull;
+  return h;
+}
+
 // Identifies the architecture (and input size) a checkpoint belongs to.
 std::string cfg_digest(const Graph& graph) {
   std::string table = summary_table(graph);
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : table) h = (h ^ c) * 1099511628211ull;
+  uint64_t h = fnv1a64(table.data(), table.size());
   char buf[20];
   std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
   return buf;
@@ -108,13 +115,10 @@ struct DataParallel {
   int check_every = 100;
 };
 
-// 64-bit FNV-1a of the parameters' bytes (replicas must agree bit for bit).
+// A hash of the parameters' bytes (replicas must agree bit for bit).
 uint64_t parameter_hash(Executor& executor) {
   std::vector<float> params = executor.download("params");
-  uint64_t h = 1469598103934665603ull;
-  const auto* bytes = reinterpret_cast<const unsigned char*>(params.data());
-  for (size_t i = 0; i < params.size() * sizeof(float); ++i) h = (h ^ bytes[i]) * 1099511628211ull;
-  return h;
+  return fnv1a64(params.data(), params.size() * sizeof(float));
 }
 
 TrainResult run_loop(const Graph& graph, Executor& executor, Source& source, const TrainOptions& options, int batch,

@@ -1,6 +1,7 @@
 // Shared pieces of the graph tests: a tiny detector cfg and batches of synthetic images.
 #pragma once
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "data/synthetic.h"
@@ -70,6 +71,17 @@ inline void synthetic_batch(uint64_t seed, int64_t first, int n, int w, int h, s
     for (size_t k = 0; k < boxes.size(); ++k)
       truths[b * kYoloMaxTruths + k] = YoloTruth{boxes[k].x, boxes[k].y, boxes[k].w, boxes[k].h, boxes[k].class_id};
   }
+}
+
+// A 12-image training set (80x60 PNGs, 1 validation image) written under `root` and opened.
+inline data::Dataset small_shapes_dataset(const std::string& root) {
+  data::SyntheticOptions options;
+  options.train_images = 12;
+  options.valid_images = 1;
+  options.width = 80;
+  options.height = 60;
+  options.png = true;
+  return data::open_dataset(data::write_synthetic_dataset(root, options).data_file);
 }
 
 }  // namespace yolo::testing

@@ -289,14 +289,7 @@ TEST_CASE("multi-scale: one plan holds every size, and a switched executor equal
 
 TEST_CASE("training resumed from a checkpoint equals an uninterrupted run, bit for bit (CPU)") {
   TempDir dir;
-  data::SyntheticOptions so;
-  so.train_images = 12;
-  so.valid_images = 1;
-  so.width = 80;
-  so.height = 60;
-  so.png = true;
-  data::SyntheticSet set = data::write_synthetic_dataset(dir / "shapes", so);
-  data::Dataset dataset = data::open_dataset(set.data_file);
+  data::Dataset dataset = yolo::testing::small_shapes_dataset(dir / "shapes");
   ModelSpec spec = model_from_text(kTinyDetectorCfg);
   TrainOptions o;
   o.threads = 2;

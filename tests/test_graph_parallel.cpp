@@ -114,13 +114,7 @@ TEST_CASE("overlap is real: backward of layer 0 can wait for the first bucket's 
 
 TEST_CASE("train_detector on cpu:2 and cpu:3: hash-checked every step, overlapped buckets and the naive schedule") {
   TempDir dir;
-  data::SyntheticOptions so;
-  so.train_images = 12;
-  so.valid_images = 1;
-  so.width = 80;
-  so.height = 60;
-  so.png = true;
-  data::Dataset dataset = data::open_dataset(data::write_synthetic_dataset(dir / "shapes", so).data_file);
+  data::Dataset dataset = yolo::testing::small_shapes_dataset(dir / "shapes");
   ModelSpec spec = parse_model(parse_cfg_text(kTinyDetectorCfg, "tiny.cfg"));
   TrainOptions o;
   o.threads = 1;
