@@ -1,7 +1,9 @@
 // Collective communication between the replicas of a data-parallel run. The in-process
 // implementation serves the CPU backend (N replicas as threads of one process): a real,
 // concurrent reduction in which every rank sums its own slice of the buffer, always adding
-// the ranks in order 0..N-1 so every replica gets the same bits. NCCL serves GPUs (later).
+// the ranks in order 0..N-1 so every replica gets the same bits. NCCL serves GPUs
+// (runtime/nccl_communicator.h); sockets serve CPU ranks in separate processes
+// (runtime/socket_communicator.h).
 // Collectives are enqueued on a stream (the replica's communication stream) and run in its
 // order; a rank that fails aborts the group, and every rank waiting in a collective then
 // throws instead of hanging.
@@ -31,6 +33,10 @@ class Communicator {
   virtual std::vector<uint64_t> all_gather(uint64_t value) = 0;
   // Makes every rank's pending and future collectives throw, naming this rank and `why`.
   virtual void abort(const std::string& why) = 0;
+  // Blocks the host until the collectives enqueued on `stream` are done. Never forever: a
+  // peer's failure or a wait past the communicator's timeout throws yolo::Error naming the
+  // rank (and aborts the communicator, so the other ranks stop too).
+  virtual void wait(Stream& stream) { stream.synchronize(); }
 };
 
 // The shared state of N in-process replicas; make one, then take communicator(r) per rank.

@@ -50,6 +50,8 @@ NcclStatusInfo load() {
             bind(handle, "ncclGetUniqueId", &g_api.GetUniqueId, &info.why_not) &&
             bind(handle, "ncclCommInitRank", &g_api.CommInitRank, &info.why_not) &&
             bind(handle, "ncclCommInitAll", &g_api.CommInitAll, &info.why_not) &&
+            bind(handle, "ncclCommInitRankConfig", &g_api.CommInitRankConfig, &info.why_not) &&
+            bind(handle, "ncclCommFinalize", &g_api.CommFinalize, &info.why_not) &&
             bind(handle, "ncclCommDestroy", &g_api.CommDestroy, &info.why_not) &&
             bind(handle, "ncclCommAbort", &g_api.CommAbort, &info.why_not) &&
             bind(handle, "ncclCommGetAsyncError", &g_api.CommGetAsyncError, &info.why_not) &&
