@@ -8,11 +8,15 @@
 // combines the blocks' partials per channel in a fixed order, writes the saved statistics and
 // updates the running ones; (3) apply: elementwise, ~8 pixels per thread, each thread keeping
 // its channels' scale and shift in registers. The backward has the same three steps with plain
-// sums. No atomics anywhere: same inputs, same bits.
+// sums. The synchronized (--sync-bn) phases reuse these steps: plain per-channel sums (stats +
+// a fixed-order sum of the blocks) for the forward's sums and centered squares, a per-channel
+// finalize + apply from all-reduced sums, and the backward's steps split between the all-reduce.
+// No atomics anywhere: same inputs, same bits.
 #include "kernels/batchnorm.h"
 
 #include <cmath>
 #include <cstdint>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -96,6 +100,12 @@ void check_array(const char* op, const char* name, const void* p, int c) {
   if (c > 0 && p == nullptr) throw Error(std::string(op) + ": " + name + " is null");
 }
 
+// The synchronized phases' mean: the all-reduced sum over the total pixel count, one formula
+// on host and device so every phase and implementation agrees on it.
+__host__ __device__ inline float mean_of(float sum, double total_pixels) {
+  return float(double(sum) / total_pixels);
+}
+
 template <typename T>
 void check_training_input(const char* op, const NhwcView<const T>& x) {
   check_view_arg(x, op, "x");
@@ -150,6 +160,78 @@ void check_backward(const char* op, Activation act, NhwcView<const T> y, NhwcVie
   check_array(op, "grad_beta", grad_beta, x.c);
 }
 
+// ---- the synchronized phases' checks ----
+
+void check_total_pixels(const char* op, double total_pixels, size_t pixels) {
+  if (std::isfinite(total_pixels) && total_pixels >= double(pixels) && total_pixels == std::floor(total_pixels))
+    return;
+  std::ostringstream text;
+  text.precision(17);
+  text << op << ": total_pixels is " << total_pixels << "; it must be the pixel count n*h*w summed over all "
+       << "replicas, a whole number at least this replica's " << pixels;
+  throw Error(text.str());
+}
+
+template <typename T>
+void check_sums(const char* op, NhwcView<const T> x, const T* sums) {
+  check_training_input(op, x);
+  check_array(op, "sums", sums, x.c);
+}
+
+template <typename T>
+void check_centered_squares(const char* op, NhwcView<const T> x, const T* sums, double total_pixels,
+                            const T* squares) {
+  check_sums(op, x, sums);
+  check_total_pixels(op, total_pixels, x.pixels());
+  check_array(op, "squares", squares, x.c);
+}
+
+template <typename T>
+void check_forward_from_sums(const char* op, NhwcView<const T> x, const T* gamma, const T* beta, NhwcView<T> y,
+                             const T* sums, const T* squares, double total_pixels, const T* saved_mean,
+                             const T* saved_var, const T* running_mean, const T* running_var) {
+  check_forward_training(op, x, gamma, beta, y, saved_mean, saved_var, running_mean, running_var);
+  check_array(op, "sums", sums, x.c);
+  check_array(op, "squares", squares, x.c);
+  check_total_pixels(op, total_pixels, x.pixels());
+}
+
+// What both backward phases read: x, grad_y, y (unless linear), the saved statistics and sums2.
+template <typename T>
+void check_sync_backward_inputs(const char* op, Activation act, NhwcView<const T> y, NhwcView<const T> grad_y,
+                                NhwcView<const T> x, const T* saved_mean, const T* saved_var, const T* sums2) {
+  check_training_input(op, x);
+  check_view_arg(grad_y, op, "grad_y");
+  check_same_view_shape(grad_y, x, op, "grad_y", "x");
+  if (act != Activation::Linear) {
+    check_view_arg(y, op, "y");
+    check_same_view_shape(y, x, op, "y", "x");
+  }
+  check_array(op, "saved_mean", saved_mean, x.c);
+  check_array(op, "saved_var", saved_var, x.c);
+  check_array(op, "sums2", sums2, x.c);
+}
+
+template <typename T>
+void check_backward_sums(const char* op, Activation act, NhwcView<const T> y, NhwcView<const T> grad_y,
+                         NhwcView<const T> x, const T* saved_mean, const T* saved_var, const T* grad_gamma,
+                         const T* grad_beta, const T* sums2) {
+  check_sync_backward_inputs(op, act, y, grad_y, x, saved_mean, saved_var, sums2);
+  check_array(op, "grad_gamma", grad_gamma, x.c);
+  check_array(op, "grad_beta", grad_beta, x.c);
+}
+
+template <typename T>
+void check_backward_apply(const char* op, Activation act, NhwcView<const T> y, NhwcView<const T> grad_y,
+                          NhwcView<const T> x, const T* gamma, const T* saved_mean, const T* saved_var,
+                          const T* sums2, double total_pixels, NhwcView<T> grad_x) {
+  check_sync_backward_inputs(op, act, y, grad_y, x, saved_mean, saved_var, sums2);
+  check_view_arg(grad_x, op, "grad_x");
+  check_same_view_shape(grad_x, x, op, "grad_x", "x");
+  check_array(op, "gamma", gamma, x.c);
+  check_total_pixels(op, total_pixels, x.pixels());
+}
+
 void check_workspace(const char* op, const ConstAct& x, const void* workspace, size_t workspace_bytes) {
   size_t need = batchnorm_workspace_bytes(x.n, x.h, x.w, x.c);
   if (workspace_bytes < need)
@@ -191,6 +273,22 @@ void apply_cpu(ConstAct x, Act y, const float* mean, const float* scale, const f
   });
 }
 
+// One channel's saved statistics, running-statistics update (over m pixels) and the apply's mean
+// and scale, from the batch mean and biased variance.
+void finish_channel_cpu(int ch, double mean, double var, double m, const float* gamma, float* saved_mean,
+                        float* saved_var, float* running_mean, float* running_var, std::vector<float>& mean_f,
+                        std::vector<float>& scale) {
+  saved_mean[ch] = float(mean);
+  saved_var[ch] = float(var);
+  mean_f[size_t(ch)] = float(mean);
+  scale[size_t(ch)] = float(gamma[ch] / std::sqrt(var + kBatchNormEpsilon));
+  if (running_mean) {
+    double unbiased = m > 1 ? var * m / (m - 1) : var;
+    running_mean[ch] = (1.0f - kBatchNormMomentum) * running_mean[ch] + kBatchNormMomentum * float(mean);
+    running_var[ch] = (1.0f - kBatchNormMomentum) * running_var[ch] + kBatchNormMomentum * float(unbiased);
+  }
+}
+
 template <Activation A>
 void forward_training_cpu(ConstAct x, const float* gamma, const float* beta, Act y, float* saved_mean,
                           float* saved_var, float* running_mean, float* running_var) {
@@ -220,53 +318,102 @@ void forward_training_cpu(ConstAct x, const float* gamma, const float* beta, Act
       const double* part = &partial[k * size_t(c) * 2];
       chan_merge(n, mean, m2, double(chunks.end(k) - chunks.begin(k)), part[ch], part[c + ch]);
     }
-    double var = m2 / m;
-    saved_mean[ch] = float(mean);
-    saved_var[ch] = float(var);
-    mean_f[size_t(ch)] = float(mean);
-    scale[size_t(ch)] = float(gamma[ch] / std::sqrt(var + kBatchNormEpsilon));
-    if (running_mean) {
-      double unbiased = m > 1 ? var * m / (m - 1) : var;
-      running_mean[ch] = (1.0f - kBatchNormMomentum) * running_mean[ch] + kBatchNormMomentum * float(mean);
-      running_var[ch] = (1.0f - kBatchNormMomentum) * running_var[ch] + kBatchNormMomentum * float(unbiased);
-    }
+    finish_channel_cpu(ch, mean, m2 / m, m, gamma, saved_mean, saved_var, running_mean, running_var, mean_f, scale);
   }
   apply_cpu<A>(x, y, mean_f.data(), scale.data(), beta);
 }
 
+// Per channel, the sum over x's pixels of term(ch, x) in double: fixed chunks, added in order.
+template <typename Term>
+std::vector<double> channel_sums_cpu(ConstAct x, Term term) {
+  const int c = x.c;
+  CpuChunks chunks = cpu_chunks(x.pixels(), c);
+  std::vector<double> partial(chunks.count * size_t(c));
+  parallel_for(chunks.count, [&](size_t k) {
+    double* sum = &partial[k * size_t(c)];
+    for (size_t p = chunks.begin(k); p < chunks.end(k); ++p) {
+      const float* in = x.data + p * size_t(x.stride);
+      for (int ch = 0; ch < c; ++ch) sum[ch] += term(ch, in[ch]);
+    }
+  });
+  std::vector<double> total(static_cast<size_t>(c));
+  for (size_t k = 0; k < chunks.count; ++k)
+    for (int ch = 0; ch < c; ++ch) total[size_t(ch)] += partial[k * size_t(c) + size_t(ch)];
+  return total;
+}
+
 template <Activation A>
-void backward_cpu(ConstAct y, ConstAct grad_y, ConstAct x, const float* gamma, const float* saved_mean,
-                  const float* saved_var, Act grad_x, float* grad_gamma, float* grad_beta) {
+void forward_from_sums_cpu(ConstAct x, const float* gamma, const float* beta, Act y, const float* sums,
+                           const float* squares, double total_pixels, float* saved_mean, float* saved_var,
+                           float* running_mean, float* running_var) {
+  std::vector<float> mean_f(static_cast<size_t>(x.c)), scale(static_cast<size_t>(x.c));
+  for (int ch = 0; ch < x.c; ++ch)
+    finish_channel_cpu(ch, double(sums[ch]) / total_pixels, double(squares[ch]) / total_pixels, total_pixels, gamma,
+                       saved_mean, saved_var, running_mean, running_var, mean_f, scale);
+  apply_cpu<A>(x, y, mean_f.data(), scale.data(), beta);
+}
+
+// g = grad_y * act'(y) at pixel p, channel ch.
+template <Activation A>
+float grad_at(const ConstAct& y, const ConstAct& grad_y, size_t p, int ch) {
+  float g = grad_y.data[p * size_t(grad_y.stride) + ch];
+  if constexpr (A != Activation::Linear) g *= activation_gradient_from_output<A>(y.data[p * size_t(y.stride) + ch]);
+  return g;
+}
+
+// Per channel, sum g ([0, c)) and sum g (x - mean) ([c, 2c)) in double: fixed chunks, added in order.
+template <Activation A>
+std::vector<double> backward_sums_cpu(ConstAct y, ConstAct grad_y, ConstAct x, const float* saved_mean) {
   const int c = x.c;
   CpuChunks chunks = cpu_chunks(x.pixels(), c);
   std::vector<double> partial(chunks.count * size_t(c) * 2);  // per chunk: sum g[c], sum g (x - mean)[c]
-  auto g_at = [&](size_t p, int ch) {
-    float g = grad_y.data[p * size_t(grad_y.stride) + ch];
-    if constexpr (A != Activation::Linear) g *= activation_gradient_from_output<A>(y.data[p * size_t(y.stride) + ch]);
-    return g;
-  };
   parallel_for(chunks.count, [&](size_t k) {
     double* sum_g = &partial[k * size_t(c) * 2];
     double* sum_gx = sum_g + c;
     for (size_t p = chunks.begin(k); p < chunks.end(k); ++p) {
       const float* in = x.data + p * size_t(x.stride);
       for (int ch = 0; ch < c; ++ch) {
-        double g = g_at(p, ch);
+        double g = grad_at<A>(y, grad_y, p, ch);
         sum_g[ch] += g;
         sum_gx[ch] += g * (double(in[ch]) - saved_mean[ch]);
       }
     }
   });
-  // grad_x = a (g - g_mean - k (x - mean)), per channel (a applied last: g - g_mean cancels exactly
-  // where it should, e.g. m = 1).
+  std::vector<double> total(size_t(c) * 2);
+  for (int ch = 0; ch < c; ++ch)
+    for (size_t k = 0; k < chunks.count; ++k) {
+      total[size_t(ch)] += partial[k * size_t(c) * 2 + size_t(ch)];
+      total[size_t(c + ch)] += partial[k * size_t(c) * 2 + size_t(c + ch)];
+    }
+  return total;
+}
+
+// grad_x = a (g - g_mean - kx (x - mean)), per channel (a applied last: g - g_mean cancels exactly
+// where it should, e.g. m = 1).
+template <Activation A>
+void backward_apply_cpu(ConstAct y, ConstAct grad_y, ConstAct x, const float* saved_mean, Act grad_x,
+                        const std::vector<float>& a, const std::vector<float>& g_mean, const std::vector<float>& kx) {
+  CpuChunks chunks = cpu_chunks(x.pixels(), x.c);
+  parallel_for(chunks.count, [&](size_t k) {
+    for (size_t p = chunks.begin(k); p < chunks.end(k); ++p) {
+      const float* in = x.data + p * size_t(x.stride);
+      float* out = grad_x.data + p * size_t(grad_x.stride);
+      for (int ch = 0; ch < x.c; ++ch)
+        out[ch] = a[size_t(ch)] *
+                  (grad_at<A>(y, grad_y, p, ch) - g_mean[size_t(ch)] - kx[size_t(ch)] * (in[ch] - saved_mean[ch]));
+    }
+  });
+}
+
+template <Activation A>
+void backward_cpu(ConstAct y, ConstAct grad_y, ConstAct x, const float* gamma, const float* saved_mean,
+                  const float* saved_var, Act grad_x, float* grad_gamma, float* grad_beta) {
+  const int c = x.c;
+  std::vector<double> sums = backward_sums_cpu<A>(y, grad_y, x, saved_mean);
   std::vector<float> a(static_cast<size_t>(c)), g_mean(static_cast<size_t>(c)), kx(static_cast<size_t>(c));
   const double m = double(x.pixels());
   for (int ch = 0; ch < c; ++ch) {
-    double sum_g = 0, sum_gx = 0;
-    for (size_t k = 0; k < chunks.count; ++k) {
-      sum_g += partial[k * size_t(c) * 2 + size_t(ch)];
-      sum_gx += partial[k * size_t(c) * 2 + size_t(c + ch)];
-    }
+    double sum_g = sums[size_t(ch)], sum_gx = sums[size_t(c + ch)];
     double inv_std = 1.0 / std::sqrt(double(saved_var[ch]) + kBatchNormEpsilon);
     double dgamma = sum_gx * inv_std, scale = gamma[ch] * inv_std;
     grad_beta[ch] = float(sum_g);
@@ -275,14 +422,35 @@ void backward_cpu(ConstAct y, ConstAct grad_y, ConstAct x, const float* gamma, c
     g_mean[size_t(ch)] = float(sum_g / m);
     kx[size_t(ch)] = float(inv_std * dgamma / m);
   }
-  parallel_for(chunks.count, [&](size_t k) {
-    for (size_t p = chunks.begin(k); p < chunks.end(k); ++p) {
-      const float* in = x.data + p * size_t(x.stride);
-      float* out = grad_x.data + p * size_t(grad_x.stride);
-      for (int ch = 0; ch < c; ++ch)
-        out[ch] = a[size_t(ch)] * (g_at(p, ch) - g_mean[size_t(ch)] - kx[size_t(ch)] * (in[ch] - saved_mean[ch]));
-    }
-  });
+  backward_apply_cpu<A>(y, grad_y, x, saved_mean, grad_x, a, g_mean, kx);
+}
+
+// Phase 4: as backward_cpu's sums, written as grad_gamma/grad_beta and again as sums2.
+template <Activation A>
+void backward_sums_phase_cpu(ConstAct y, ConstAct grad_y, ConstAct x, const float* saved_mean,
+                             const float* saved_var, float* grad_gamma, float* grad_beta, float* sums2) {
+  const int c = x.c;
+  std::vector<double> sums = backward_sums_cpu<A>(y, grad_y, x, saved_mean);
+  for (int ch = 0; ch < c; ++ch) {
+    double inv_std = 1.0 / std::sqrt(double(saved_var[ch]) + kBatchNormEpsilon);
+    grad_beta[ch] = sums2[ch] = float(sums[size_t(ch)]);
+    grad_gamma[ch] = sums2[c + ch] = float(sums[size_t(c + ch)] * inv_std);
+  }
+}
+
+// Phase 5: backward_cpu's apply with the all-reduced sums2 over total_pixels.
+template <Activation A>
+void backward_apply_phase_cpu(ConstAct y, ConstAct grad_y, ConstAct x, const float* gamma, const float* saved_mean,
+                              const float* saved_var, const float* sums2, double total_pixels, Act grad_x) {
+  const int c = x.c;
+  std::vector<float> a(static_cast<size_t>(c)), g_mean(static_cast<size_t>(c)), kx(static_cast<size_t>(c));
+  for (int ch = 0; ch < c; ++ch) {
+    double inv_std = 1.0 / std::sqrt(double(saved_var[ch]) + kBatchNormEpsilon);
+    a[size_t(ch)] = float(gamma[ch] * inv_std);
+    g_mean[size_t(ch)] = float(double(sums2[ch]) / total_pixels);
+    kx[size_t(ch)] = float(inv_std * double(sums2[c + ch]) / total_pixels);
+  }
+  backward_apply_cpu<A>(y, grad_y, x, saved_mean, grad_x, a, g_mean, kx);
 }
 
 // ---- CUDA -----------------------------------------------------------------------------------
@@ -518,10 +686,11 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// Pass 2 of the backward: sums the partials per channel in a fixed order -> grad_beta, grad_gamma.
+// Pass 2 of the backward: sums the partials per channel in a fixed order -> grad_beta, grad_gamma,
+// and (sync phase 4, when sums2 is set) the same values again into sums2 = [grad_beta | grad_gamma].
 __global__ void __launch_bounds__(kFinalizeChannels* kFinalizeRows)
     backward_finalize_kernel(int c, int pixel_blocks, const float* partials, const float* saved_var,
-                             float* grad_gamma, float* grad_beta) {
+                             float* grad_gamma, float* grad_beta, float* sums2) {
   __shared__ float scratch[kFinalizeRows][kFinalizeChannels];
   const unsigned tx = threadIdx.x, ty = threadIdx.y;
   const int ch = int(blockIdx.x * kFinalizeChannels + tx);
@@ -536,24 +705,26 @@ __global__ void __launch_bounds__(kFinalizeChannels* kFinalizeRows)
   sum_g = sum_over_rows(sum_g, scratch);  // ends with a barrier: scratch is free again
   sum_gx = sum_over_rows(sum_gx, scratch);
   if (ty == 0 && ch < c) {
+    const float dgamma = sum_gx / sqrtf(saved_var[ch] + kBatchNormEpsilon);
     grad_beta[ch] = sum_g;
-    grad_gamma[ch] = sum_gx / sqrtf(saved_var[ch] + kBatchNormEpsilon);
+    grad_gamma[ch] = dgamma;
+    if (sums2) sums2[ch] = sum_g, sums2[c + ch] = dgamma;
   }
 }
 
 // Pass 3 of the backward: grad_x = a (g - grad_beta/m - xhat grad_gamma/m), a = gamma/sqrt(var+eps)
-// (a applied last, so g - grad_beta/m cancels exactly where it should, e.g. m = 1).
+// (a applied last, so g - grad_beta/m cancels exactly where it should, e.g. m = 1). inv_m = 1/m:
+// m is x's pixel count, or the total over the replicas (sync phase 5, with all-reduced sums).
 template <Activation A, int V>
 __global__ void __launch_bounds__(kThreads)
-    backward_apply_kernel(ConstAct y, ConstAct grad_y, ConstAct x, Act grad_x, int pixel_blocks, const float* gamma,
-                          const float* saved_mean, const float* saved_var, const float* grad_gamma,
-                          const float* grad_beta) {
+    backward_apply_kernel(ConstAct y, ConstAct grad_y, ConstAct x, Act grad_x, int pixel_blocks, float inv_m,
+                          const float* gamma, const float* saved_mean, const float* saved_var,
+                          const float* grad_gamma, const float* grad_beta) {
   const unsigned lanes = blockDim.x, rows = blockDim.y, tx = threadIdx.x, ty = threadIdx.y;
   const int unit = int(blockIdx.y * lanes + tx);
   if (unit * V >= x.c) return;
   const int ch0 = unit * V;
   const size_t pixels = x.pixels();
-  const float inv_m = 1.0f / float(pixels);
   float mu[V], a[V], g_mean[V], k_x[V];
 #pragma unroll
   for (int j = 0; j < V; ++j) {
@@ -574,6 +745,86 @@ __global__ void __launch_bounds__(kThreads)
     store_floats<V>(grad_x.data + p * grad_x.stride + ch0, item.g);
   };
   for_each_thread_pixel<GradAndInput<V>>(begin, end, ty, rows, load, finish);
+}
+
+// Pass 1 of sync phases 1 and 2: per block and channel, the sum of x (Centered = false) or of
+// (x - mean)^2 with mean = sums / total_pixels (Centered) -> partials[b][ch].
+template <bool Centered, int V>
+__global__ void __launch_bounds__(kThreads)
+    channel_sums_kernel(ConstAct x, const float* sums, double total_pixels, int pixel_blocks, float* partials) {
+  __shared__ float s_sum[kThreads * 4];
+  const unsigned lanes = blockDim.x, rows = blockDim.y, tx = threadIdx.x, ty = threadIdx.y;
+  const int unit = int(blockIdx.y * lanes + tx);
+  const bool active = unit * V < x.c;
+  const int ch0 = active ? unit * V : 0;
+  const size_t pixels = x.pixels(), begin = range_begin(pixels, pixel_blocks, int(blockIdx.x)),
+               end = range_begin(pixels, pixel_blocks, int(blockIdx.x) + 1);
+  float sum[V], mu[V];
+#pragma unroll
+  for (int j = 0; j < V; ++j) sum[j] = 0, mu[j] = Centered && active ? mean_of(sums[ch0 + j], total_pixels) : 0.0f;
+  if (active) {
+    auto load = [&](size_t p, size_t, float (&v)[V]) { load_floats<V>(x.data + p * x.stride + ch0, v); };
+    auto accumulate = [&](size_t, const float (&v)[V]) {
+#pragma unroll
+      for (int j = 0; j < V; ++j) {
+        if constexpr (Centered) {
+          float d = v[j] - mu[j];
+          sum[j] += d * d;
+        } else {
+          sum[j] += v[j];
+        }
+      }
+    };
+    for_each_thread_pixel<float[V]>(begin, end, ty, rows, load, accumulate);
+  }
+  const unsigned cols = lanes * V;
+#pragma unroll
+  for (int j = 0; j < V; ++j) s_sum[ty * cols + tx * V + j] = sum[j];
+  __syncthreads();
+  for (unsigned s = rows / 2; s > 0; s /= 2) {
+    if (ty < s) {
+#pragma unroll
+      for (int j = 0; j < V; ++j) s_sum[ty * cols + tx * V + j] = sum[j] = sum[j] + s_sum[(ty + s) * cols + tx * V + j];
+    }
+    __syncthreads();
+  }
+  if (ty == 0 && active) {
+    float* out = partials + size_t(blockIdx.x) * x.c + size_t(ch0);
+#pragma unroll
+    for (int j = 0; j < V; ++j) out[j] = sum[j];
+  }
+}
+
+// Pass 2 of sync phases 1 and 2: out[ch] = the blocks' partials[b][ch] added in a fixed order.
+__global__ void __launch_bounds__(kFinalizeChannels* kFinalizeRows)
+    sum_partials_kernel(int c, int pixel_blocks, const float* partials, float* out) {
+  __shared__ float scratch[kFinalizeRows][kFinalizeChannels];
+  const unsigned tx = threadIdx.x, ty = threadIdx.y;
+  const int ch = int(blockIdx.x * kFinalizeChannels + tx);
+  float sum = 0;
+  if (ch < c) {
+#pragma unroll 8
+    for (int b = int(ty); b < pixel_blocks; b += kFinalizeRows) sum += partials[size_t(b) * c + ch];
+  }
+  sum = sum_over_rows(sum, scratch);
+  if (ty == 0 && ch < c) out[ch] = sum;
+}
+
+// Sync phase 3's statistics: mean and biased variance from the all-reduced sums over M pixels,
+// saved, and the running statistics updated (unbiased variance squares/(M-1)). One thread a channel.
+__global__ void from_sums_finalize_kernel(int c, double total_pixels, const float* sums, const float* squares,
+                                          float* saved_mean, float* saved_var, float* running_mean,
+                                          float* running_var) {
+  const int ch = int(blockIdx.x * blockDim.x + threadIdx.x);
+  if (ch >= c) return;
+  const float mean = mean_of(sums[ch], total_pixels), var = float(double(squares[ch]) / total_pixels);
+  saved_mean[ch] = mean;
+  saved_var[ch] = var;
+  if (running_mean) {
+    const float unbiased = total_pixels > 1 ? float(double(squares[ch]) / (total_pixels - 1)) : var;
+    running_mean[ch] = (1.0f - kBatchNormMomentum) * running_mean[ch] + kBatchNormMomentum * mean;
+    running_var[ch] = (1.0f - kBatchNormMomentum) * running_var[ch] + kBatchNormMomentum * unbiased;
+  }
 }
 
 template <Activation A, int V>
@@ -603,12 +854,15 @@ void forward_training_cuda(ConstAct x, const float* gamma, const float* beta, Ac
   else launch_apply<A, 1>(t, x, y, saved_mean, saved_var, gamma, beta, stream);
 }
 
+bool backward_vec4(Activation act, const ConstAct& y, const ConstAct& grad_y, const ConstAct& x) {
+  return float4_view(grad_y) && float4_view(x) && (act == Activation::Linear || float4_view(y));
+}
+
+// Backward passes 1 and 2: grad_gamma, grad_beta (and sums2 when set) of x's pixels.
 template <Activation A>
-void backward_cuda(ConstAct y, ConstAct grad_y, ConstAct x, const float* gamma, const float* saved_mean,
-                   const float* saved_var, Act grad_x, float* grad_gamma, float* grad_beta, float* partials,
-                   cudaStream_t stream) {
-  const bool vec4 =
-      float4_view(grad_y) && float4_view(x) && float4_view(grad_x) && (A == Activation::Linear || float4_view(y));
+void backward_sums_cuda(bool vec4, ConstAct y, ConstAct grad_y, ConstAct x, const float* saved_mean,
+                        const float* saved_var, float* grad_gamma, float* grad_beta, float* sums2, float* partials,
+                        cudaStream_t stream) {
   const Tiling t = tiling_for(x.c, vec4);
   const int blocks = stats_pixel_blocks(x.pixels(), t);
   const dim3 grid(unsigned(blocks), unsigned(t.channel_blocks)), block(unsigned(t.lanes), unsigned(t.rows));
@@ -616,17 +870,47 @@ void backward_cuda(ConstAct y, ConstAct grad_y, ConstAct x, const float* gamma, 
   else LAUNCH((backward_stats_kernel<A, 1>), grid, block, 0, stream, y, grad_y, x, saved_mean, blocks, partials);
   LAUNCH(backward_finalize_kernel, dim3(ceil_div(size_t(x.c), kFinalizeChannels)),
          dim3(kFinalizeChannels, kFinalizeRows), 0, stream, x.c, blocks, static_cast<const float*>(partials),
-         saved_var, grad_gamma, grad_beta);
-  const float* gg = grad_gamma;
-  const float* gb = grad_beta;
+         saved_var, grad_gamma, grad_beta, sums2);
+}
+
+// Backward pass 3 over x's pixels, with sums of g and g xhat over 1/inv_m pixels.
+template <Activation A>
+void backward_apply_cuda(bool vec4, ConstAct y, ConstAct grad_y, ConstAct x, Act grad_x, float inv_m,
+                         const float* gamma, const float* saved_mean, const float* saved_var,
+                         const float* sum_g_xhat, const float* sum_g, cudaStream_t stream) {
+  const Tiling t = tiling_for(x.c, vec4);
   const int apply_blocks = apply_pixel_blocks(x.pixels(), t);
-  const dim3 apply_grid(unsigned(apply_blocks), unsigned(t.channel_blocks));
+  const dim3 grid(unsigned(apply_blocks), unsigned(t.channel_blocks)), block(unsigned(t.lanes), unsigned(t.rows));
   if (vec4)
-    LAUNCH((backward_apply_kernel<A, 4>), apply_grid, block, 0, stream, y, grad_y, x, grad_x, apply_blocks, gamma,
-           saved_mean, saved_var, gg, gb);
+    LAUNCH((backward_apply_kernel<A, 4>), grid, block, 0, stream, y, grad_y, x, grad_x, apply_blocks, inv_m, gamma,
+           saved_mean, saved_var, sum_g_xhat, sum_g);
   else
-    LAUNCH((backward_apply_kernel<A, 1>), apply_grid, block, 0, stream, y, grad_y, x, grad_x, apply_blocks, gamma,
-           saved_mean, saved_var, gg, gb);
+    LAUNCH((backward_apply_kernel<A, 1>), grid, block, 0, stream, y, grad_y, x, grad_x, apply_blocks, inv_m, gamma,
+           saved_mean, saved_var, sum_g_xhat, sum_g);
+}
+
+template <Activation A>
+void backward_cuda(ConstAct y, ConstAct grad_y, ConstAct x, const float* gamma, const float* saved_mean,
+                   const float* saved_var, Act grad_x, float* grad_gamma, float* grad_beta, float* partials,
+                   cudaStream_t stream) {
+  const bool vec4 = backward_vec4(A, y, grad_y, x) && float4_view(grad_x);
+  backward_sums_cuda<A>(vec4, y, grad_y, x, saved_mean, saved_var, grad_gamma, grad_beta, nullptr, partials, stream);
+  backward_apply_cuda<A>(vec4, y, grad_y, x, grad_x, 1.0f / float(x.pixels()), gamma, saved_mean, saved_var,
+                         grad_gamma, grad_beta, stream);
+}
+
+// Sync phases 1 and 2: per-channel sums of x, or of (x - sums/total_pixels)^2 (Centered).
+template <bool Centered>
+void channel_sums_cuda(ConstAct x, const float* sums, double total_pixels, float* out, float* partials,
+                       cudaStream_t stream) {
+  const bool vec4 = float4_view(x);
+  const Tiling t = tiling_for(x.c, vec4);
+  const int blocks = stats_pixel_blocks(x.pixels(), t);
+  const dim3 grid(unsigned(blocks), unsigned(t.channel_blocks)), block(unsigned(t.lanes), unsigned(t.rows));
+  if (vec4) LAUNCH((channel_sums_kernel<Centered, 4>), grid, block, 0, stream, x, sums, total_pixels, blocks, partials);
+  else LAUNCH((channel_sums_kernel<Centered, 1>), grid, block, 0, stream, x, sums, total_pixels, blocks, partials);
+  LAUNCH(sum_partials_kernel, dim3(ceil_div(size_t(x.c), kFinalizeChannels)), dim3(kFinalizeChannels, kFinalizeRows),
+         0, stream, x.c, blocks, static_cast<const float*>(partials), out);
 }
 
 }  // namespace
@@ -806,6 +1090,227 @@ void batchnorm_activation_backward_cuda(Activation act, ConstAct y, ConstAct gra
   });
 }
 
+// ---- synchronized batchnorm phases ----
+
+template <typename T>
+void batchnorm_sums_reference(NhwcView<const T> x, T* sums) {
+  check_sums("batchnorm_sums_reference", x, sums);
+  for (int ch = 0; ch < x.c; ++ch) {
+    double sum = 0;
+    for (int b = 0; b < x.n; ++b)
+      for (int i = 0; i < x.h; ++i)
+        for (int j = 0; j < x.w; ++j) sum += double(x.data[x.at(b, i, j, ch)]);
+    sums[ch] = T(sum);
+  }
+}
+
+template <typename T>
+void batchnorm_centered_squares_reference(NhwcView<const T> x, const T* sums, double total_pixels, T* squares) {
+  check_centered_squares("batchnorm_centered_squares_reference", x, sums, total_pixels, squares);
+  for (int ch = 0; ch < x.c; ++ch) {
+    double mean = double(sums[ch]) / total_pixels, sum = 0;
+    for (int b = 0; b < x.n; ++b)
+      for (int i = 0; i < x.h; ++i)
+        for (int j = 0; j < x.w; ++j) {
+          double d = double(x.data[x.at(b, i, j, ch)]) - mean;
+          sum += d * d;
+        }
+    squares[ch] = T(sum);
+  }
+}
+
+template <typename T>
+void batchnorm_activation_forward_from_sums_reference(Activation act, NhwcView<const T> x, const T* gamma,
+                                                      const T* beta, NhwcView<T> y, const T* sums, const T* squares,
+                                                      double total_pixels, T* saved_mean, T* saved_var,
+                                                      T* running_mean, T* running_var) {
+  check_forward_from_sums("batchnorm_activation_forward_from_sums_reference", x, gamma, beta, y, sums, squares,
+                          total_pixels, saved_mean, saved_var, running_mean, running_var);
+  const double m = total_pixels;
+  for (int ch = 0; ch < x.c; ++ch) {
+    double var = double(squares[ch]) / m;
+    T mean_t = T(double(sums[ch]) / m), var_t = T(var);
+    T inv_std = T(1) / std::sqrt(var_t + T(kBatchNormEpsilon));
+    for (int b = 0; b < x.n; ++b)
+      for (int i = 0; i < x.h; ++i)
+        for (int j = 0; j < x.w; ++j) {
+          const T v = x.data[x.at(b, i, j, ch)];
+          y.data[y.at(b, i, j, ch)] = activate(act, gamma[ch] * (v - mean_t) * inv_std + beta[ch]);
+        }
+    saved_mean[ch] = mean_t;
+    saved_var[ch] = var_t;
+    if (running_mean) {
+      T unbiased = m > 1 ? T(var * m / (m - 1)) : var_t;
+      running_mean[ch] = T(1 - kBatchNormMomentum) * running_mean[ch] + T(kBatchNormMomentum) * mean_t;
+      running_var[ch] = T(1 - kBatchNormMomentum) * running_var[ch] + T(kBatchNormMomentum) * unbiased;
+    }
+  }
+}
+
+template <typename T>
+void batchnorm_activation_backward_sums_reference(Activation act, NhwcView<const T> y, NhwcView<const T> grad_y,
+                                                  NhwcView<const T> x, const T* saved_mean, const T* saved_var,
+                                                  T* grad_gamma, T* grad_beta, T* sums2) {
+  check_backward_sums("batchnorm_activation_backward_sums_reference", act, y, grad_y, x, saved_mean, saved_var,
+                      grad_gamma, grad_beta, sums2);
+  for (int ch = 0; ch < x.c; ++ch) {
+    double inv_std = 1.0 / std::sqrt(double(saved_var[ch]) + double(kBatchNormEpsilon)), mean = double(saved_mean[ch]);
+    double sum_g = 0, sum_g_xhat = 0;
+    for (int b = 0; b < x.n; ++b)
+      for (int i = 0; i < x.h; ++i)
+        for (int j = 0; j < x.w; ++j) {
+          double g = double(grad_y.data[grad_y.at(b, i, j, ch)]);
+          if (act != Activation::Linear) g *= double(activation_gradient_from_output(act, y.data[y.at(b, i, j, ch)]));
+          sum_g += g;
+          sum_g_xhat += g * (double(x.data[x.at(b, i, j, ch)]) - mean) * inv_std;
+        }
+    grad_beta[ch] = sums2[ch] = T(sum_g);
+    grad_gamma[ch] = sums2[x.c + ch] = T(sum_g_xhat);
+  }
+}
+
+template <typename T>
+void batchnorm_activation_backward_apply_reference(Activation act, NhwcView<const T> y, NhwcView<const T> grad_y,
+                                                   NhwcView<const T> x, const T* gamma, const T* saved_mean,
+                                                   const T* saved_var, const T* sums2, double total_pixels,
+                                                   NhwcView<T> grad_x) {
+  check_backward_apply("batchnorm_activation_backward_apply_reference", act, y, grad_y, x, gamma, saved_mean,
+                       saved_var, sums2, total_pixels, grad_x);
+  const double m = total_pixels;
+  for (int ch = 0; ch < x.c; ++ch) {
+    double inv_std = 1.0 / std::sqrt(double(saved_var[ch]) + double(kBatchNormEpsilon)), mean = double(saved_mean[ch]);
+    double scale = double(gamma[ch]) * inv_std / m, sum_g = double(sums2[ch]), sum_g_xhat = double(sums2[x.c + ch]);
+    // Each grad_x element is written after its grad_y element is read (they may alias).
+    for (int b = 0; b < x.n; ++b)
+      for (int i = 0; i < x.h; ++i)
+        for (int j = 0; j < x.w; ++j) {
+          double g = double(grad_y.data[grad_y.at(b, i, j, ch)]);
+          if (act != Activation::Linear) g *= double(activation_gradient_from_output(act, y.data[y.at(b, i, j, ch)]));
+          double xhat = (double(x.data[x.at(b, i, j, ch)]) - mean) * inv_std;
+          grad_x.data[grad_x.at(b, i, j, ch)] = T(scale * (m * g - sum_g - xhat * sum_g_xhat));
+        }
+  }
+}
+
+void batchnorm_sums_cpu(ConstAct x, float* sums, void* /*workspace*/, size_t /*workspace_bytes*/) {
+  check_sums("batchnorm_sums_cpu", x, sums);
+  if (x.c == 0) return;
+  std::vector<double> total = channel_sums_cpu(x, [](int, float v) { return double(v); });
+  for (int ch = 0; ch < x.c; ++ch) sums[ch] = float(total[size_t(ch)]);
+}
+
+void batchnorm_centered_squares_cpu(ConstAct x, const float* sums, double total_pixels, float* squares,
+                                    void* /*workspace*/, size_t /*workspace_bytes*/) {
+  check_centered_squares("batchnorm_centered_squares_cpu", x, sums, total_pixels, squares);
+  if (x.c == 0) return;
+  std::vector<double> mean(static_cast<size_t>(x.c));
+  for (int ch = 0; ch < x.c; ++ch) mean[size_t(ch)] = double(sums[ch]) / total_pixels;
+  std::vector<double> total = channel_sums_cpu(x, [&](int ch, float v) {
+    double d = double(v) - mean[size_t(ch)];
+    return d * d;
+  });
+  for (int ch = 0; ch < x.c; ++ch) squares[ch] = float(total[size_t(ch)]);
+}
+
+void batchnorm_activation_forward_from_sums_cpu(Activation act, ConstAct x, const float* gamma, const float* beta,
+                                                Act y, const float* sums, const float* squares, double total_pixels,
+                                                float* saved_mean, float* saved_var, float* running_mean,
+                                                float* running_var) {
+  check_forward_from_sums("batchnorm_activation_forward_from_sums_cpu", x, gamma, beta, y, sums, squares,
+                          total_pixels, saved_mean, saved_var, running_mean, running_var);
+  if (x.c == 0) return;
+  with_activation(act, "batchnorm", [&]<Activation A>() {
+    forward_from_sums_cpu<A>(x, gamma, beta, y, sums, squares, total_pixels, saved_mean, saved_var, running_mean,
+                             running_var);
+  });
+}
+
+void batchnorm_activation_backward_sums_cpu(Activation act, ConstAct y, ConstAct grad_y, ConstAct x,
+                                            const float* saved_mean, const float* saved_var, float* grad_gamma,
+                                            float* grad_beta, float* sums2, void* /*workspace*/,
+                                            size_t /*workspace_bytes*/) {
+  check_backward_sums("batchnorm_activation_backward_sums_cpu", act, y, grad_y, x, saved_mean, saved_var, grad_gamma,
+                      grad_beta, sums2);
+  if (x.c == 0) return;
+  with_activation(act, "batchnorm", [&]<Activation A>() {
+    backward_sums_phase_cpu<A>(y, grad_y, x, saved_mean, saved_var, grad_gamma, grad_beta, sums2);
+  });
+}
+
+void batchnorm_activation_backward_apply_cpu(Activation act, ConstAct y, ConstAct grad_y, ConstAct x,
+                                             const float* gamma, const float* saved_mean, const float* saved_var,
+                                             const float* sums2, double total_pixels, Act grad_x) {
+  check_backward_apply("batchnorm_activation_backward_apply_cpu", act, y, grad_y, x, gamma, saved_mean, saved_var,
+                       sums2, total_pixels, grad_x);
+  if (x.c == 0) return;
+  with_activation(act, "batchnorm", [&]<Activation A>() {
+    backward_apply_phase_cpu<A>(y, grad_y, x, gamma, saved_mean, saved_var, sums2, total_pixels, grad_x);
+  });
+}
+
+void batchnorm_sums_cuda(ConstAct x, float* sums, void* workspace, size_t workspace_bytes, cudaStream_t stream) {
+  const char* op = "batchnorm_sums_cuda";
+  check_sums(op, x, sums);
+  check_workspace(op, x, workspace, workspace_bytes);
+  if (x.c == 0) return;
+  channel_sums_cuda<false>(x, nullptr, 0.0, sums, static_cast<float*>(workspace), stream);
+}
+
+void batchnorm_centered_squares_cuda(ConstAct x, const float* sums, double total_pixels, float* squares,
+                                     void* workspace, size_t workspace_bytes, cudaStream_t stream) {
+  const char* op = "batchnorm_centered_squares_cuda";
+  check_centered_squares(op, x, sums, total_pixels, squares);
+  check_workspace(op, x, workspace, workspace_bytes);
+  if (x.c == 0) return;
+  channel_sums_cuda<true>(x, sums, total_pixels, squares, static_cast<float*>(workspace), stream);
+}
+
+void batchnorm_activation_forward_from_sums_cuda(Activation act, ConstAct x, const float* gamma, const float* beta,
+                                                 Act y, const float* sums, const float* squares, double total_pixels,
+                                                 float* saved_mean, float* saved_var, float* running_mean,
+                                                 float* running_var, cudaStream_t stream) {
+  check_forward_from_sums("batchnorm_activation_forward_from_sums_cuda", x, gamma, beta, y, sums, squares,
+                          total_pixels, saved_mean, saved_var, running_mean, running_var);
+  if (x.c == 0) return;
+  LAUNCH(from_sums_finalize_kernel, dim3(ceil_div(size_t(x.c), kThreads)), dim3(kThreads), 0, stream, x.c,
+         total_pixels, sums, squares, saved_mean, saved_var, running_mean, running_var);
+  const bool vec4 = float4_view(x) && float4_view(y);
+  const Tiling t = tiling_for(x.c, vec4);
+  with_activation(act, "batchnorm", [&]<Activation A>() {
+    if (vec4) launch_apply<A, 4>(t, x, y, saved_mean, saved_var, gamma, beta, stream);
+    else launch_apply<A, 1>(t, x, y, saved_mean, saved_var, gamma, beta, stream);
+  });
+}
+
+void batchnorm_activation_backward_sums_cuda(Activation act, ConstAct y, ConstAct grad_y, ConstAct x,
+                                             const float* saved_mean, const float* saved_var, float* grad_gamma,
+                                             float* grad_beta, float* sums2, void* workspace, size_t workspace_bytes,
+                                             cudaStream_t stream) {
+  const char* op = "batchnorm_activation_backward_sums_cuda";
+  check_backward_sums(op, act, y, grad_y, x, saved_mean, saved_var, grad_gamma, grad_beta, sums2);
+  check_workspace(op, x, workspace, workspace_bytes);
+  if (x.c == 0) return;
+  const bool vec4 = backward_vec4(act, y, grad_y, x);
+  with_activation(act, "batchnorm", [&]<Activation A>() {
+    backward_sums_cuda<A>(vec4, y, grad_y, x, saved_mean, saved_var, grad_gamma, grad_beta, sums2,
+                          static_cast<float*>(workspace), stream);
+  });
+}
+
+void batchnorm_activation_backward_apply_cuda(Activation act, ConstAct y, ConstAct grad_y, ConstAct x,
+                                              const float* gamma, const float* saved_mean, const float* saved_var,
+                                              const float* sums2, double total_pixels, Act grad_x,
+                                              cudaStream_t stream) {
+  check_backward_apply("batchnorm_activation_backward_apply_cuda", act, y, grad_y, x, gamma, saved_mean, saved_var,
+                       sums2, total_pixels, grad_x);
+  if (x.c == 0) return;
+  const bool vec4 = backward_vec4(act, y, grad_y, x) && float4_view(grad_x);
+  with_activation(act, "batchnorm", [&]<Activation A>() {
+    backward_apply_cuda<A>(vec4, y, grad_y, x, grad_x, float(1.0 / total_pixels), gamma, saved_mean, saved_var,
+                           sums2 + x.c, sums2, stream);
+  });
+}
+
 #define INSTANTIATE(T)                                                                                          \
   template void batchnorm_activation_forward_training_reference<T>(Activation, NhwcView<const T>, const T*,     \
                                                                    const T*, NhwcView<T>, T*, T*, T*, T*);      \
@@ -813,7 +1318,19 @@ void batchnorm_activation_backward_cuda(Activation act, ConstAct y, ConstAct gra
                                                                     const T*, const T*, const T*, NhwcView<T>); \
   template void batchnorm_activation_backward_reference<T>(Activation, NhwcView<const T>, NhwcView<const T>,    \
                                                            NhwcView<const T>, const T*, const T*, const T*,     \
-                                                           NhwcView<T>, T*, T*);
+                                                           NhwcView<T>, T*, T*);                                \
+  template void batchnorm_sums_reference<T>(NhwcView<const T>, T*);                                             \
+  template void batchnorm_centered_squares_reference<T>(NhwcView<const T>, const T*, double, T*);               \
+  template void batchnorm_activation_forward_from_sums_reference<T>(Activation, NhwcView<const T>, const T*,    \
+                                                                    const T*, NhwcView<T>, const T*, const T*,  \
+                                                                    double, T*, T*, T*, T*);                    \
+  template void batchnorm_activation_backward_sums_reference<T>(Activation, NhwcView<const T>,                  \
+                                                                NhwcView<const T>, NhwcView<const T>, const T*, \
+                                                                const T*, T*, T*, T*);                          \
+  template void batchnorm_activation_backward_apply_reference<T>(Activation, NhwcView<const T>,                 \
+                                                                 NhwcView<const T>, NhwcView<const T>,          \
+                                                                 const T*, const T*, const T*, const T*, double, \
+                                                                 NhwcView<T>);
 INSTANTIATE(float)
 INSTANTIATE(double)
 #undef INSTANTIATE

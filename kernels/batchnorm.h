@@ -129,4 +129,93 @@ inline void batchnorm_backward_cuda(ConstAct grad_y, ConstAct x, const float* ga
                                      grad_gamma, grad_beta, workspace, workspace_bytes, stream);
 }
 
+// ---- synchronized batchnorm (--sync-bn): the training ops in phases ---------------------------
+// Batch statistics over the micro-batches of ALL data-parallel replicas. Every replica runs each
+// phase on its own micro-batch; between phases the caller all-reduces (sums) small per-channel
+// arrays over the replicas, in stream order. total_pixels = M: the pixel count n*h*w summed over
+// the replicas (a whole number, at least this replica's n*h*w). Sums are over this replica's
+// pixels, per channel, written =. Forward:
+//   1. batchnorm_sums: sums = sum x.                                         [all-reduce sums]
+//   2. batchnorm_centered_squares: squares = sum (x - sums/M)^2.             [all-reduce squares]
+//      Two passes, so no sum-of-squares cancellation when the mean is far from 0.
+//   3. batchnorm_activation_forward_from_sums: mean = sums/M, var = squares/M (biased), then as
+//      the training forward with m = M: saved statistics, running statistics (unbiased var M/(M-1),
+//      M = 1: var), y = act(gamma (x - mean) / sqrt(var + eps) + beta).
+// Backward, with saved_mean/saved_var of phase 3 (the same on every replica):
+//   4. batchnorm_activation_backward_sums: this replica's grad_beta = sum g and grad_gamma =
+//      sum g xhat (what the fused backward writes for them run on this replica alone), and the
+//      same values again as sums2 = [sum g (c floats) | sum g xhat (c floats)]: the copy the
+//      caller all-reduces while grad_gamma/grad_beta stay this replica's gradients. [all-reduce sums2]
+//   5. batchnorm_activation_backward_apply: with the all-reduced sums2,
+//      grad_x = gamma / sqrt(var + eps) * (g - sums2[ch]/M - xhat sums2[c + ch]/M).
+// One replica (M = n*h*w, all-reduce = identity) gives the fused ops' results up to float
+// rounding (measured): forward statistics within 3e-7 relative and y within 3e-6 absolute (the
+// statistics are formed differently); backward grad_gamma/grad_beta the same bits, grad_x the
+// same bits on _cuda (the same kernels) and within 2e-6 absolute on _cpu (sums2 is rounded to
+// float between the phases).
+// Aliasing as the fused ops: y may alias x, grad_x may alias grad_y. sums, squares and sums2 are
+// only read by the phases taking them as inputs. Every phase needs at least one pixel on this
+// replica, like the fused training ops. Workspace: the _cuda phases 1, 2 and 4 need
+// batchnorm_workspace_bytes(n, h, w, c) of this replica's x (the _cpu ones ignore theirs); phases
+// 3 and 5 need none. Deterministic: each phase's reduction order is fixed by the shape, as in the
+// fused ops.
+
+// Phase 1: sums[ch] = sum over x's pixels of x.
+template <typename T>
+void batchnorm_sums_reference(NhwcView<const T> x, T* sums);
+void batchnorm_sums_cpu(ConstAct x, float* sums, void* workspace, size_t workspace_bytes);
+void batchnorm_sums_cuda(ConstAct x, float* sums, void* workspace, size_t workspace_bytes, cudaStream_t stream);
+
+// Phase 2: squares[ch] = sum over x's pixels of (x - sums[ch]/total_pixels)^2 (sums all-reduced).
+template <typename T>
+void batchnorm_centered_squares_reference(NhwcView<const T> x, const T* sums, double total_pixels, T* squares);
+void batchnorm_centered_squares_cpu(ConstAct x, const float* sums, double total_pixels, float* squares,
+                                    void* workspace, size_t workspace_bytes);
+void batchnorm_centered_squares_cuda(ConstAct x, const float* sums, double total_pixels, float* squares,
+                                     void* workspace, size_t workspace_bytes, cudaStream_t stream);
+
+// Phase 3: the training forward from all-reduced sums and squares. running_mean/running_var:
+// both null (no update) or both set.
+template <typename T>
+void batchnorm_activation_forward_from_sums_reference(Activation act, NhwcView<const T> x, const T* gamma,
+                                                      const T* beta, NhwcView<T> y, const T* sums, const T* squares,
+                                                      double total_pixels, T* saved_mean, T* saved_var,
+                                                      T* running_mean, T* running_var);
+void batchnorm_activation_forward_from_sums_cpu(Activation act, ConstAct x, const float* gamma, const float* beta,
+                                                Act y, const float* sums, const float* squares, double total_pixels,
+                                                float* saved_mean, float* saved_var, float* running_mean,
+                                                float* running_var);
+void batchnorm_activation_forward_from_sums_cuda(Activation act, ConstAct x, const float* gamma, const float* beta,
+                                                 Act y, const float* sums, const float* squares, double total_pixels,
+                                                 float* saved_mean, float* saved_var, float* running_mean,
+                                                 float* running_var, cudaStream_t stream);
+
+// Phase 4: this replica's grad_gamma and grad_beta (c floats each) and sums2 (2c floats). y as in
+// the fused backward (not read for Activation::Linear, where it may be an empty view).
+template <typename T>
+void batchnorm_activation_backward_sums_reference(Activation act, NhwcView<const T> y, NhwcView<const T> grad_y,
+                                                  NhwcView<const T> x, const T* saved_mean, const T* saved_var,
+                                                  T* grad_gamma, T* grad_beta, T* sums2);
+void batchnorm_activation_backward_sums_cpu(Activation act, ConstAct y, ConstAct grad_y, ConstAct x,
+                                            const float* saved_mean, const float* saved_var, float* grad_gamma,
+                                            float* grad_beta, float* sums2, void* workspace, size_t workspace_bytes);
+void batchnorm_activation_backward_sums_cuda(Activation act, ConstAct y, ConstAct grad_y, ConstAct x,
+                                             const float* saved_mean, const float* saved_var, float* grad_gamma,
+                                             float* grad_beta, float* sums2, void* workspace, size_t workspace_bytes,
+                                             cudaStream_t stream);
+
+// Phase 5: grad_x from the all-reduced sums2.
+template <typename T>
+void batchnorm_activation_backward_apply_reference(Activation act, NhwcView<const T> y, NhwcView<const T> grad_y,
+                                                   NhwcView<const T> x, const T* gamma, const T* saved_mean,
+                                                   const T* saved_var, const T* sums2, double total_pixels,
+                                                   NhwcView<T> grad_x);
+void batchnorm_activation_backward_apply_cpu(Activation act, ConstAct y, ConstAct grad_y, ConstAct x,
+                                             const float* gamma, const float* saved_mean, const float* saved_var,
+                                             const float* sums2, double total_pixels, Act grad_x);
+void batchnorm_activation_backward_apply_cuda(Activation act, ConstAct y, ConstAct grad_y, ConstAct x,
+                                              const float* gamma, const float* saved_mean, const float* saved_var,
+                                              const float* sums2, double total_pixels, Act grad_x,
+                                              cudaStream_t stream);
+
 }  // namespace yolo
