@@ -37,9 +37,14 @@ const DeviceBatch& DeviceFeeder::next(Stream& compute) {
   if (copy_recorded_[other]) copied_[other].synchronize();
   const Batch& batch = loader_.next();
   if (free_recorded_[k]) copy_.wait(free_[k]);
+  size_t truth_bytes = static_cast<size_t>(batch.count) * kMaxBoxes * sizeof(YoloTruth);
+  size_t count_bytes = static_cast<size_t>(batch.count) * sizeof(int);
+  size_t bytes = batch.image_bytes() + truth_bytes + count_bytes;
+  if (observer_) copy_.enqueue([observer = observer_, bytes] { observer(true, bytes); });
   copy_bytes(images_[k].data(), batch.images, batch.image_bytes(), &copy_);
-  copy_bytes(truths_[k].data(), batch.truths, static_cast<size_t>(batch.count) * kMaxBoxes * sizeof(YoloTruth), &copy_);
-  copy_bytes(counts_[k].data(), batch.truth_counts, static_cast<size_t>(batch.count) * sizeof(int), &copy_);
+  copy_bytes(truths_[k].data(), batch.truths, truth_bytes, &copy_);
+  copy_bytes(counts_[k].data(), batch.truth_counts, count_bytes, &copy_);
+  if (observer_) copy_.enqueue([observer = observer_, bytes] { observer(false, bytes); });
   copy_.record(copied_[k]);
   copy_recorded_[k] = true;
   compute.wait(copied_[k]);

@@ -2,6 +2,8 @@
 // t+1 overlaps the compute of batch t. Two device buffers alternate; events order the copy
 // after the compute that last read its buffer, and the compute after the copy.
 #pragma once
+#include <functional>
+
 #include "data/loader.h"
 #include "runtime/device.h"
 #include "runtime/memory.h"
@@ -26,6 +28,9 @@ class DeviceFeeder {
   const DeviceBatch& next(Stream& compute);
   ~DeviceFeeder();
   Stream& copy_stream() { return copy_; }
+  // --trace: called on the copy stream (a host function there) just before and just after each
+  // batch's copy, with its bytes. Empty: none.
+  void set_copy_observer(std::function<void(bool begin, size_t bytes)> observer) { observer_ = std::move(observer); }
 
  private:
   Loader& loader_;
@@ -35,6 +40,7 @@ class DeviceFeeder {
   bool copy_recorded_[2] = {false, false}, free_recorded_[2] = {false, false};
   DeviceBatch out_[2];
   int64_t calls_ = 0;
+  std::function<void(bool, size_t)> observer_;
 };
 
 }  // namespace yolo::data

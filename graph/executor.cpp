@@ -3,6 +3,7 @@
 #include "graph/executor.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -253,7 +254,13 @@ struct Executor::Impl {
   // Tracing
   std::vector<TraceEvent> trace;
   std::vector<Event> events;  // CUDA: two per node and phase
-  double trace_origin = 0;
+  // The trace's host clock origin. CUDA: set by a host function on the compute stream when the
+  // device reaches the traced micro-batch, so that host-timed events (the all-reduces, from
+  // the comm stream's host functions) line up with the layer events; hence atomic.
+  std::atomic<double> trace_origin{0};
+  // Forward/backward time of the micro-batches since take_phase_times (CUDA: timed by events).
+  PhaseTimes phases;
+  std::vector<Event> phase_events;
 
   // A synchronous copy between host and device memory, in order after the stream's work
   // (cudaMemcpyDefault: unified addressing tells the direction).
@@ -774,12 +781,27 @@ void Executor::train_micro_batch(const float* images, const YoloTruth* truths, c
   // micro-batch's copy) finish.
   if (!m.cuda) stream_->synchronize();
   m.current_images = images;
-  if (tracing_ && !m.cuda) m.trace_origin = m.trace.empty() ? now_ms() : m.trace_origin;
+  if (tracing_ && !m.cuda && m.trace.empty()) m.trace_origin = now_ms();
+  if (tracing_ && m.cuda) stream_->enqueue([&m] { m.trace_origin = now_ms(); });
 #if YOLO_CUDA
   if (m.cuda) CHECKED(cudaMemsetAsync(m.bad_label, 0, sizeof(int), m.stream));
 #endif
+  if (m.cuda && m.phase_events.empty())
+    for (int k = 0; k < 3; ++k) m.phase_events.emplace_back(device_);
+  double t0 = now_ms();
+  if (m.cuda) stream_->record(m.phase_events[0]);
   forward(true, images, truths, truth_counts, labels);
+  double t1 = now_ms();
+  if (m.cuda) stream_->record(m.phase_events[1]);
   backward(accumulate);
+  if (m.cuda) {
+    stream_->record(m.phase_events[2]);
+    m.phases.forward_ms += m.phase_events[1].elapsed_ms_since(m.phase_events[0]);
+    m.phases.backward_ms += m.phase_events[2].elapsed_ms_since(m.phase_events[1]);
+  } else {
+    m.phases.forward_ms += t1 - t0;
+    m.phases.backward_ms += now_ms() - t1;
+  }
 
   // This micro-batch's loss, to the host.
   LossSums sums;
@@ -930,6 +952,14 @@ void Executor::set_tracing(bool on) {
 }
 
 double Executor::trace_now_ms() const { return now_ms() - impl_->trace_origin; }
+
+double Executor::clock_ms() { return now_ms(); }
+
+PhaseTimes Executor::take_phase_times() {
+  PhaseTimes out = impl_->phases;
+  impl_->phases = PhaseTimes{};
+  return out;
+}
 
 std::vector<TraceEvent> Executor::take_trace() {
   Impl& m = *impl_;

@@ -37,6 +37,11 @@ struct TraceEvent {
   double start_ms, end_ms;
 };
 
+// Device time of forward and backward (each summed over micro-batches), for the step-time split.
+struct PhaseTimes {
+  double forward_ms = 0, backward_ms = 0;
+};
+
 struct MemoryReport {
   size_t parameters = 0, gradients = 0, optimizer = 0, statistics = 0;  // bytes
   size_t activations = 0, activations_unplanned = 0;  // packed by liveness / sum of all
@@ -110,7 +115,11 @@ class Executor {
   // The CPU trace's clock: milliseconds since the traced micro-batch started (for events other
   // threads add to the same timeline, such as the all-reduces).
   double trace_now_ms() const;
+  // The host clock trace_now_ms() counts from (milliseconds, steady).
+  static double clock_ms();
   std::vector<TraceEvent> take_trace();
+  // Forward and backward time of the micro-batches trained since the last call.
+  PhaseTimes take_phase_times();
 
  private:
   struct Impl;

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -11,8 +12,10 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <mutex>
 #include <numeric>
 #include <thread>
+#include <utility>
 
 #include "data/feeder.h"
 #include "data/loader.h"
@@ -23,6 +26,9 @@
 #include "graph/weights.h"
 #include "runtime/check.h"
 #include "runtime/communicator.h"
+#include "runtime/nccl_communicator.h"
+#include "runtime/rendezvous.h"
+#include "runtime/socket_communicator.h"
 #include "runtime/memory.h"
 
 namespace yolo::graph {
@@ -35,6 +41,31 @@ float learning_rate_at(const NetParams& net, int64_t iteration) {
     for (size_t k = 0; k < net.steps.size(); ++k)
       if (iteration >= net.steps[k]) rate *= net.scales[k];
   return rate;
+}
+
+StepSplit& StepSplit::operator+=(const StepSplit& o) {
+  steps += o.steps;
+  images += o.images;
+  wall_ms += o.wall_ms;
+  data_ms += o.data_ms;
+  forward_ms += o.forward_ms;
+  backward_ms += o.backward_ms;
+  comm_ms += o.comm_ms;
+  optimizer_ms += o.optimizer_ms;
+  return *this;
+}
+
+std::string StepSplit::text() const {
+  if (steps == 0) return "no steps";
+  double n = static_cast<double>(steps);
+  double other = wall_ms - data_ms - forward_ms - backward_ms - comm_ms - optimizer_ms;
+  char buf[320];
+  std::snprintf(buf, sizeof buf,
+                "%.1f img/s; a step %.1f ms = data wait %.1f + forward %.1f + backward %.1f + exposed comm %.1f + "
+                "optimizer %.1f + other %.1f",
+                images / std::max(wall_ms / 1000, 1e-9), wall_ms / n, data_ms / n, forward_ms / n, backward_ms / n,
+                comm_ms / n, optimizer_ms / n, std::max(other, 0.0) / n);
+  return buf;
 }
 
 namespace {
@@ -68,21 +99,53 @@ std::string cfg_digest(const Graph& graph) {
   return buf;
 }
 
-void write_trace(const std::string& path, const std::vector<TraceEvent>& events, const std::string& device) {
+// One rank's events of the traced step (host-clock milliseconds on one timeline).
+struct RankTrace {
+  int rank = 0;
+  std::string device;
+  std::vector<TraceEvent> events;
+};
+
+// The in-process ranks' traces, written as one file (a process per rank) once all have run.
+struct TraceBook {
+  std::mutex mutex;
+  std::vector<RankTrace> ranks;
+};
+
+// Chrome-trace lanes (tid) by event category.
+int trace_lane(const char* cat) {
+  if (std::strcmp(cat, "comm") == 0) return 1;
+  if (std::strcmp(cat, "copy") == 0) return 2;
+  if (std::strcmp(cat, "host") == 0) return 3;
+  return 0;  // forward, backward: the compute stream
+}
+
+void write_trace(const std::string& path, const std::vector<RankTrace>& ranks) {
   std::string tmp = path + ".tmp";
   {
     std::ofstream out(tmp);
-    out << "{\"traceEvents\":[\n";
-    out << "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":0,\"args\":{\"name\":\"" << device << "\"}},\n";
-    out << "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":0,\"tid\":0,\"args\":{\"name\":\"compute\"}},\n";
-    out << "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":0,\"tid\":1,\"args\":{\"name\":\"comm\"}}";
-    for (const TraceEvent& e : events) {
-      char buf[256];
-      int lane = std::strcmp(e.cat, "comm") == 0 ? 1 : 0;
-      std::snprintf(buf, sizeof buf,
-                    ",\n{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":0,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f}",
-                    e.name.c_str(), e.cat, lane, e.start_ms * 1000, (e.end_ms - e.start_ms) * 1000);
-      out << buf;
+    out << "{\"traceEvents\":[";
+    const char* sep = "\n";
+    for (const RankTrace& rank : ranks) {
+      out << sep << "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":" << rank.rank << ",\"args\":{\"name\":\"rank "
+          << rank.rank << " (" << rank.device << ")\"}}";
+      sep = ",\n";
+      const char* lanes[] = {"compute stream", "comm stream", "copy stream", "host thread"};
+      for (int lane = 0; lane < 4; ++lane)
+        out << sep << "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":" << rank.rank << ",\"tid\":" << lane
+            << ",\"args\":{\"name\":\"" << lanes[lane] << "\"}}";
+      // Each rank's timeline starts at its first event.
+      double origin = 0;
+      for (size_t k = 0; k < rank.events.size(); ++k)
+        origin = k ? std::min(origin, rank.events[k].start_ms) : rank.events[k].start_ms;
+      for (const TraceEvent& e : rank.events) {
+        char buf[320];
+        std::snprintf(buf, sizeof buf,
+                      ",\n{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":%d,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f}",
+                      e.name.c_str(), e.cat, rank.rank, trace_lane(e.cat), (e.start_ms - origin) * 1000,
+                      (e.end_ms - e.start_ms) * 1000);
+        out << buf;
+      }
     }
     out << "\n]}\n";
     if (!out) throw Error("cannot write the trace file " + tmp);
@@ -103,6 +166,10 @@ struct Source {
   std::function<data::LoaderState()> state;
   std::function<std::string(int64_t epoch)> epoch_summary;  // "" when there is nothing to say
   std::function<double()> validate;                         // mAP@0.5 on the validation split (optional)
+  // --trace: record the host-to-device copies (Executor::clock_ms times) while on; take them
+  // once the step is done (optional: sources that copy synchronously have none).
+  std::function<void(bool on)> trace_copies;
+  std::function<std::vector<TraceEvent>()> take_copy_events;
   int64_t steps_per_epoch = 1;                               // in micro-batches
 };
 
@@ -110,9 +177,11 @@ struct Source {
 struct DataParallel {
   Communicator* comm = nullptr;
   Stream* stream = nullptr;                          // the replica's communication stream
+  std::unique_ptr<Event> gradients_done;             // on the compute stream: the comm stream waits on it
   std::vector<std::pair<size_t, size_t>> buckets;   // [begin, end) of the flat gradients, backward order
   bool overlap = true;
   int check_every = 100;
+  TraceBook* traces = nullptr;                       // in-process ranks: rank 0 writes them all
 };
 
 // A hash of the parameters' bytes (replicas must agree bit for bit).
@@ -121,9 +190,27 @@ uint64_t parameter_hash(Executor& executor) {
   return fnv1a64(params.data(), params.size() * sizeof(float));
 }
 
+// All-reduces [begin, end) of the gradients on the comm stream once the compute stream has
+// produced them (CUDA: an event; the CPU ops have finished when this is called).
+void all_reduce_gradients(Executor& executor, DataParallel& dp, size_t begin, size_t end) {
+  executor.compute_stream().record(*dp.gradients_done);
+  dp.stream->wait(*dp.gradients_done);
+  dp.comm->all_reduce_sum(executor.gradients() + begin, end - begin, *dp.stream);
+}
+
+// The trace file of rank `rank` in a multi-process run: rank 0 the given name, the others
+// "name.rankR.json" beside it.
+std::string rank_trace_path(const std::string& path, int rank) {
+  if (rank == 0) return path;
+  std::filesystem::path p(path);
+  std::string stem = p.extension() == ".json" ? p.stem().string() : p.filename().string();
+  return (p.parent_path() / (stem + ".rank" + std::to_string(rank) + ".json")).string();
+}
+
 TrainResult run_loop(const Graph& graph, Executor& executor, Source& source, const TrainOptions& options, int batch,
                      int subdivisions, int64_t start_iteration, uint64_t seen, DataParallel* dp = nullptr) {
-  const bool leader = !dp || dp->comm->rank() == 0;  // prints, validates and saves
+  const int rank = dp ? dp->comm->rank() : 0;
+  const bool leader = rank == 0;  // prints, validates and saves
   const NetParams& net = graph.net;
   int64_t max_batches = options.max_batches ? options.max_batches : net.max_batches;
   if (max_batches <= 0) throw Error(graph.path + ": max_batches is 0: set it in [net] or pass --max-batches");
@@ -136,6 +223,7 @@ TrainResult run_loop(const Graph& graph, Executor& executor, Source& source, con
   auto t_print = t_start;
   int64_t images_this_run = 0;
   int64_t last_epoch_reported = source.state().epoch;
+  StepSplit epoch_split;  // since the last epoch summary
 
   auto save = [&](int64_t iteration) {
     std::vector<LayerParams> layers = executor.download_parameters();
@@ -157,7 +245,14 @@ TrainResult run_loop(const Graph& graph, Executor& executor, Source& source, con
   for (int64_t iteration = start_iteration; iteration < max_batches; ++iteration) {
     bool trace_this = !options.trace_file.empty() && iteration == start_iteration + std::min<int64_t>(1, max_batches - start_iteration - 1);
     size_t next_bucket = 0;
-    std::vector<TraceEvent> comm_events;  // filled on the comm stream, read after it synchronized
+    std::vector<TraceEvent> comm_events;  // filled on the comm stream, read after it finished
+    std::vector<TraceEvent> host_events;  // host clock (Executor::clock_ms), converted after the step
+    auto host_span = [&](const char* name, double start_ms) {
+      if (trace_this) host_events.push_back(TraceEvent{name, "host", start_ms, Executor::clock_ms()});
+    };
+    const double step_start = Executor::clock_ms();
+    StepSplit split;
+    if (trace_this && source.trace_copies) source.trace_copies(true);
     for (int s = 0; s < subdivisions; ++s) {
       executor.set_tracing(trace_this && s == 0);  // the step's first micro-batch
       // Overlap: in the step's last micro-batch, each bucket's all-reduce starts on the
@@ -168,15 +263,15 @@ TrainResult run_loop(const Graph& graph, Executor& executor, Source& source, con
             auto [begin, end] = dp->buckets[next_bucket++];
             // --trace: the all-reduce's span on the comm lane, timed on the comm stream itself.
             auto span = std::make_shared<TraceEvent>();
-            if (trace_this && leader) {
+            if (trace_this) {
               char name[64];
               std::snprintf(name, sizeof name, "allreduce bucket %zu (%.1f MB)", next_bucket - 1,
                             (end - begin) * sizeof(float) / 1048576.0);
               *span = TraceEvent{name, "comm", 0, 0};
               dp->stream->enqueue([&executor, span] { span->start_ms = executor.trace_now_ms(); });
             }
-            dp->comm->all_reduce_sum(executor.gradients() + begin, end - begin, *dp->stream);
-            if (trace_this && leader)
+            all_reduce_gradients(executor, *dp, begin, end);
+            if (trace_this)
               dp->stream->enqueue([&executor, &comm_events, span] {
                 span->end_ms = executor.trace_now_ms();
                 comm_events.push_back(*span);
@@ -185,27 +280,66 @@ TrainResult run_loop(const Graph& graph, Executor& executor, Source& source, con
         });
       else
         executor.set_gradients_ready({});
+      double t = Executor::clock_ms();
       MicroBatch mb = source.next();
+      split.data_ms += Executor::clock_ms() - t;
+      host_span("data wait", t);
+      t = Executor::clock_ms();
       executor.train_micro_batch(mb.images, mb.truths, mb.truth_counts, mb.labels, s > 0);
+      host_span("forward + backward (host)", t);
     }
+    PhaseTimes phases = executor.take_phase_times();
+    split.forward_ms = phases.forward_ms;
+    split.backward_ms = phases.backward_ms;
     if (dp) {
-      if (!dp->overlap) dp->comm->all_reduce_sum(executor.gradients(), executor.parameter_count(), *dp->stream);
-      dp->stream->synchronize();
+      double t = Executor::clock_ms();
+      if (!dp->overlap) all_reduce_gradients(executor, *dp, 0, executor.parameter_count());
+      dp->comm->wait(*dp->stream);  // what backward did not hide
+      split.comm_ms += Executor::clock_ms() - t;
+      host_span("wait for all-reduce", t);
     }
+    double t_update = Executor::clock_ms();
     float lr = learning_rate_at(net, iteration);
     bool updated = executor.apply_update(lr, net.momentum, net.decay, 1.0f / static_cast<float>(batch));
     LossSums loss = executor.take_loss();
+    split.optimizer_ms += Executor::clock_ms() - t_update;
+    host_span("optimizer", t_update);
     if (dp && dp->check_every > 0 && (iteration + 1) % dp->check_every == 0) {
+      double t = Executor::clock_ms();
       std::vector<uint64_t> hashes = dp->comm->all_gather(parameter_hash(executor));
       for (size_t r = 1; r < hashes.size(); ++r)
         if (hashes[r] != hashes[0])
           throw Error("replicas diverged at step " + std::to_string(iteration + 1) + ": rank " + std::to_string(r) +
                       "'s parameters differ from rank 0's");
+      split.comm_ms += Executor::clock_ms() - t;
+      host_span("parameter hash check", t);
     }
-    if (trace_this && leader) {
-      std::vector<TraceEvent> events = executor.take_trace();
-      events.insert(events.end(), comm_events.begin(), comm_events.end());
-      write_trace(options.trace_file, events, executor.device().name());
+    split.steps = 1;
+    split.images = batch;
+    split.wall_ms = Executor::clock_ms() - step_start;
+    epoch_split += split;
+    result.split += split;
+    if (trace_this) {
+      RankTrace trace{rank, executor.device().name(), executor.take_trace()};
+      trace.events.insert(trace.events.end(), comm_events.begin(), comm_events.end());
+      // Host times onto the executor's trace clock.
+      double origin = Executor::clock_ms() - executor.trace_now_ms();
+      if (source.take_copy_events) {
+        std::vector<TraceEvent> copies = source.take_copy_events();
+        host_events.insert(host_events.end(), copies.begin(), copies.end());
+        source.trace_copies(false);
+      }
+      for (TraceEvent e : host_events) {
+        e.start_ms -= origin;
+        e.end_ms -= origin;
+        trace.events.push_back(e);
+      }
+      if (dp && dp->traces) {
+        std::lock_guard lock(dp->traces->mutex);
+        dp->traces->ranks.push_back(std::move(trace));
+      } else {
+        write_trace(rank_trace_path(options.trace_file, rank), {trace});
+      }
     }
     seen += static_cast<uint64_t>(batch);
     images_this_run += batch;
@@ -248,6 +382,9 @@ TrainResult run_loop(const Graph& graph, Executor& executor, Source& source, con
     if (epoch_now != last_epoch_reported && leader) {
       std::string summary = source.epoch_summary(last_epoch_reported);
       if (!summary.empty()) std::printf("%strain_yolo: %s\n", tty ? "\n" : "", summary.c_str());
+      std::printf("%strain_yolo: epoch %lld: %s\n", summary.empty() && tty ? "\n" : "",
+                  static_cast<long long>(last_epoch_reported), epoch_split.text().c_str());
+      epoch_split = StepSplit{};
       last_epoch_reported = epoch_now;
       if (source.validate && options.valid_every > 0 && epoch_now % options.valid_every == 0) {
         double map50 = source.validate();
@@ -266,6 +403,9 @@ TrainResult run_loop(const Graph& graph, Executor& executor, Source& source, con
       save(iteration + 1);
   }
   if (tty && leader) std::printf("\n");
+  if (leader && epoch_split.steps > 0)
+    std::printf("train_yolo: the last %lld steps: %s\n", static_cast<long long>(epoch_split.steps),
+                epoch_split.text().c_str());
   result.images_per_second = images_this_run / std::max(seconds_since(t_start), 1e-9);
   if (leader) save(result.iterations);
   return result;
@@ -342,8 +482,110 @@ std::vector<std::pair<size_t, size_t>> bucket_plan(const Graph& graph, double bu
   return buckets;
 }
 
+// Runs the loop on this replica; with a communicator, data parallel: identical starting
+// parameters (rank 0's), then bucketed all-reduces.
+TrainResult run_replica(const Graph& graph, Executor& executor, Source& source, const TrainOptions& options,
+                        const Setup& setup, const Start& start, Communicator* comm, TraceBook* traces) {
+  if (!comm) return run_loop(graph, executor, source, options, setup.batch, setup.subdivisions, start.iteration, start.seen);
+  Stream comm_stream(executor.device(), StreamPriority::High, "comm");
+  DataParallel dp;
+  dp.comm = comm;
+  dp.stream = &comm_stream;
+  dp.gradients_done = std::make_unique<Event>(executor.device());
+  // The parameters were initialised or loaded on the compute stream.
+  executor.compute_stream().record(*dp.gradients_done);
+  comm_stream.wait(*dp.gradients_done);
+  comm->broadcast(executor.parameters(), executor.parameter_count(), 0, comm_stream);
+  comm->wait(comm_stream);
+  dp.buckets = bucket_plan(graph, options.bucket_mb);
+  dp.overlap = options.overlap;
+  dp.check_every = options.check_every;
+  dp.traces = traces;
+  if (comm->rank() == 0)
+    std::printf("train_yolo: data parallel over %d replicas: %zu gradient buckets (--bucket-mb %g), %s\n", comm->size(),
+                dp.buckets.size(), options.bucket_mb,
+                dp.overlap ? "all-reduce overlapped with backward" : "all-reduce after backward (--no-overlap)");
+  return run_loop(graph, executor, source, options, setup.batch, setup.subdivisions, start.iteration, start.seen, &dp);
+}
+
+// One replica's training, on `device`, as rank comm->rank() (comm: null with one device).
+using ReplicaFn = std::function<TrainResult(Device device, Communicator* comm, TraceBook* traces)>;
+
+// This process is one rank of a job started by a launcher (mpirun, srun, torchrun): it meets
+// the others at the rendezvous, then trains on its one device.
+TrainResult run_as_process_rank(const std::vector<Device>& devices, const TrainOptions& options,
+                                const ReplicaFn& replica) {
+  const int rank = options.process_rank, world = options.process_world;
+  if (devices.size() != 1)
+    throw Error("--devices: this process is rank " + std::to_string(rank) + " of " + std::to_string(world) +
+                " and trains on one device, not " + std::to_string(devices.size()) +
+                " (one process per GPU; the default picks gpu:LOCAL_RANK)");
+  if (options.rendezvous.empty())
+    throw Error("rank " + std::to_string(rank) + " of " + std::to_string(world) +
+                ": the ranks need a meeting point: set MASTER_ADDR and MASTER_PORT, or pass "
+                "--rendezvous tcp://HOST:PORT or --rendezvous file:///shared/path");
+  const Device device = devices[0];
+  Rendezvous meeting = Rendezvous::join(options.rendezvous, rank, world, options.comm_timeout);
+  std::unique_ptr<Communicator> comm;
+  if (device.is_cuda()) {
+    std::vector<uint8_t> id = meeting.broadcast_bytes(rank == 0 ? nccl_unique_id() : std::vector<uint8_t>{});
+    comm = nccl_communicator(device, rank, world, id, options.comm_timeout);
+  } else {
+    comm = socket_communicator(std::move(meeting), options.comm_timeout);
+  }
+  try {
+    return replica(device, comm.get(), nullptr);
+  } catch (const std::exception& e) {
+    comm->abort(e.what());
+    throw Error("rank " + std::to_string(rank) + ": " + e.what());
+  }
+}
+
+// Runs `replica` on every device: one device directly; several in this process as threads
+// (CPU replicas over the in-process group, GPUs over NCCL); or as one rank of a launched job.
+// A rank that fails aborts the others' communicators; the first failure is reported.
+TrainResult run_replicas(const std::vector<Device>& devices, const TrainOptions& options, const ReplicaFn& replica) {
+  if (devices.empty()) throw Error("no device to train on");
+  if (options.process_world > 1) return run_as_process_rank(devices, options, replica);
+  if (devices.size() == 1) return replica(devices[0], nullptr, nullptr);
+  const bool cuda = devices[0].is_cuda();
+  for (const Device& d : devices)
+    if (d.is_cuda() != cuda) throw Error("--devices: replicas must be all GPUs or all CPU, not a mix");
+  const int world = static_cast<int>(devices.size());
+  std::unique_ptr<InProcessGroup> group;
+  std::vector<uint8_t> nccl_id;
+  auto nccl_local = std::make_shared<NcclLocalGroup>();
+  if (cuda) nccl_id = nccl_unique_id();
+  else group = std::make_unique<InProcessGroup>(world, options.comm_timeout);
+  TraceBook traces;
+  std::vector<TrainResult> results(world);
+  std::vector<std::string> errors(world);
+  std::atomic<int> first_failure{-1};
+  std::vector<std::thread> threads;
+  for (int r = 0; r < world; ++r)
+    threads.emplace_back([&, r] {
+      std::unique_ptr<Communicator> comm;
+      try {
+        comm = cuda ? nccl_communicator(devices[r], r, world, nccl_id, options.comm_timeout, nccl_local) : group->communicator(r);
+        results[r] = replica(devices[r], comm.get(), &traces);
+      } catch (const std::exception& e) {
+        int none = -1;
+        first_failure.compare_exchange_strong(none, r);
+        errors[r] = e.what();
+        if (comm) comm->abort(e.what());
+      }
+    });
+  for (std::thread& t : threads) t.join();
+  if (int r = first_failure.load(); r >= 0) throw Error("rank " + std::to_string(r) + ": " + errors[r]);
+  if (!traces.ranks.empty()) {
+    std::sort(traces.ranks.begin(), traces.ranks.end(), [](const RankTrace& a, const RankTrace& b) { return a.rank < b.rank; });
+    write_trace(options.trace_file, traces.ranks);
+  }
+  return results[0];
+}
+
 TrainResult train_detector_replica(const ModelSpec& spec, const data::Dataset& dataset, Device device,
-                                   const TrainOptions& options, Communicator* comm) {
+                                   const TrainOptions& options, Communicator* comm, TraceBook* traces) {
   const int rank = comm ? comm->rank() : 0, world = comm ? comm->size() : 1;
   const bool leader = rank == 0;
   Graph graph = build_graph(spec);
@@ -394,6 +636,35 @@ TrainResult train_detector_replica(const ModelSpec& spec, const data::Dataset& d
     return MicroBatch{db.images, db.truths, db.truth_counts, nullptr};
   };
   source.state = [&]() { return loader.state(); };
+  // --trace: the copies' spans, timed on the copy stream by host functions (shared: the feeder's
+  // queued host functions may outlive this frame's other locals).
+  struct CopyTrace {
+    std::mutex mutex;
+    bool on = false;
+    double start = 0;
+    std::vector<TraceEvent> events;
+  };
+  auto copies = std::make_shared<CopyTrace>();
+  feeder.set_copy_observer([copies](bool begin, size_t bytes) {
+    std::lock_guard lock(copies->mutex);
+    if (!copies->on) return;
+    if (begin) {
+      copies->start = Executor::clock_ms();
+      return;
+    }
+    char name[64];
+    std::snprintf(name, sizeof name, "copy batch (%.1f MB)", bytes / 1048576.0);
+    copies->events.push_back(TraceEvent{name, "copy", copies->start, Executor::clock_ms()});
+  });
+  source.trace_copies = [copies](bool on) {
+    std::lock_guard lock(copies->mutex);
+    copies->on = on;
+  };
+  source.take_copy_events = [copies, &feeder]() {
+    feeder.copy_stream().synchronize();
+    std::lock_guard lock(copies->mutex);
+    return std::exchange(copies->events, {});
+  };
   source.epoch_summary = [&](int64_t epoch) { return loader.epoch_stats(epoch).summary(); };
   if (options.valid_every > 0 && !dataset.valid.samples.empty())
     source.validate = [&]() {
@@ -408,58 +679,16 @@ TrainResult train_detector_replica(const ModelSpec& spec, const data::Dataset& d
                 spec.path.c_str(), world, device.name().c_str(), setup.batch, world, setup.subdivisions, setup.micro,
                 graph.net.width, graph.net.height, dataset.train.samples.size(),
                 static_cast<long long>(loader.steps_per_epoch() / setup.subdivisions));
-  if (!comm) return run_loop(graph, executor, source, options, setup.batch, setup.subdivisions, start.iteration, start.seen);
-
-  // Data parallel: identical starting parameters (rank 0's), then bucketed all-reduces.
-  Stream comm_stream(device, StreamPriority::High, "comm");
-  comm->broadcast(executor.parameters(), executor.parameter_count(), 0, comm_stream);
-  comm_stream.synchronize();
-  DataParallel dp;
-  dp.comm = comm;
-  dp.stream = &comm_stream;
-  dp.buckets = bucket_plan(graph, options.bucket_mb);
-  dp.overlap = options.overlap;
-  dp.check_every = options.check_every;
-  if (leader)
-    std::printf("train_yolo: data parallel over %d replicas: %zu gradient buckets (--bucket-mb %g), %s\n", world,
-                dp.buckets.size(), options.bucket_mb,
-                dp.overlap ? "all-reduce overlapped with backward" : "all-reduce after backward (--no-overlap)");
-  return run_loop(graph, executor, source, options, setup.batch, setup.subdivisions, start.iteration, start.seen, &dp);
+  return run_replica(graph, executor, source, options, setup, start, comm, traces);
 }
 
 }  // namespace
 
 TrainResult train_detector(const ModelSpec& spec, const data::Dataset& dataset, const std::vector<Device>& devices,
                            const TrainOptions& options) {
-  if (devices.empty()) throw Error("no device to train on");
-  if (devices.size() == 1) return train_detector_replica(spec, dataset, devices[0], options, nullptr);
-  for (const Device& d : devices)
-    if (d.is_cuda())
-      throw Error("data-parallel training over several GPUs needs the NCCL communicator, which is not built yet: "
-                  "use one GPU (--devices gpu:0) or CPU replicas (--devices cpu:N)");
-  const int world = static_cast<int>(devices.size());
-  InProcessGroup group(world, options.comm_timeout);
-  std::vector<TrainResult> results(world);
-  std::vector<std::string> errors(world);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < world; ++r)
-    threads.emplace_back([&, r] {
-      std::unique_ptr<Communicator> comm = group.communicator(r);
-      try {
-        results[r] = train_detector_replica(spec, dataset, devices[r], options, comm.get());
-      } catch (const std::exception& e) {
-        errors[r] = e.what();
-        comm->abort(e.what());
-      }
-    });
-  for (std::thread& t : threads) t.join();
-  // The first rank that failed on its own (the others report the abort).
-  for (int r = 0; r < world; ++r)
-    if (!errors[r].empty() && errors[r].find(" failed: ") == std::string::npos)
-      throw Error("rank " + std::to_string(r) + ": " + errors[r]);
-  for (int r = 0; r < world; ++r)
-    if (!errors[r].empty()) throw Error(errors[r]);
-  return results[0];
+  return run_replicas(devices, options, [&](Device device, Communicator* comm, TraceBook* traces) {
+    return train_detector_replica(spec, dataset, device, options, comm, traces);
+  });
 }
 
 TrainResult train_detector(const ModelSpec& spec, const data::Dataset& dataset, Device device,
@@ -467,8 +696,14 @@ TrainResult train_detector(const ModelSpec& spec, const data::Dataset& dataset, 
   return train_detector(spec, dataset, std::vector<Device>{device}, options);
 }
 
-TrainResult train_classifier(const ModelSpec& spec, const data::MnistSet& mnist, Device device,
-                             const TrainOptions& options) {
+namespace {
+
+// Rank `rank` of `world` trains on micro-batch k of each of its steps with images
+// order[(k * world + rank) * n ...]: together the replicas see what one replica with the
+// whole batch would (the same images, the same order within the step).
+TrainResult train_classifier_replica(const ModelSpec& spec, const data::MnistSet& mnist, Device device,
+                                     const TrainOptions& options, Communicator* comm, TraceBook* traces) {
+  const int rank = comm ? comm->rank() : 0, world = comm ? comm->size() : 1;
   Graph graph = build_graph(spec);
   if (graph.detection) throw Error(spec.path + ": a detector cannot train on MNIST");
   int pixels = mnist.rows * mnist.cols;
@@ -477,13 +712,13 @@ TrainResult train_classifier(const ModelSpec& spec, const data::MnistSet& mnist,
                 std::to_string(pixels));
   int classes = graph.nodes.back().out.c;
   if (classes < 10) throw Error(spec.path + ": the last layer has " + std::to_string(classes) + " outputs; MNIST has 10 classes");
-  Setup setup = batch_setup(spec, options);
+  Setup setup = batch_setup(spec, options, world);
   Executor executor(graph, device, setup.micro, options.seed);
   Start start = prepare_start(graph, executor, options);
   // MNIST batches are cheap: built on the host per micro-batch and copied synchronously.
   const int n = setup.micro;
-  const int64_t steps = mnist.count / n;
-  if (steps == 0) throw Error("MNIST set has fewer images than one micro-batch");
+  const int64_t steps = mnist.count / (static_cast<int64_t>(n) * world);  // micro-batches per epoch and rank
+  if (steps == 0) throw Error("the MNIST set has fewer images than one micro-batch on every replica");
   DeviceMemory images(device, static_cast<size_t>(n) * pixels * sizeof(float));
   DeviceMemory labels(device, static_cast<size_t>(n) * sizeof(int));
   std::vector<float> host_images(static_cast<size_t>(n) * pixels);
@@ -501,8 +736,9 @@ TrainResult train_classifier(const ModelSpec& spec, const data::MnistSet& mnist,
       for (size_t i = order.size(); i > 1; --i) std::swap(order[i - 1], order[rng.below(i)]);
       order_epoch = position.epoch;
     }
+    const int64_t first = (position.step * world + rank) * n;
     for (int b = 0; b < n; ++b) {
-      int64_t index = order[static_cast<size_t>(position.step * n + b)];
+      int64_t index = order[static_cast<size_t>(first + b)];
       const uint8_t* src = mnist.pixels.data() + index * pixels;
       for (int k = 0; k < pixels; ++k) host_images[static_cast<size_t>(b) * pixels + k] = src[k] / 255.0f;
       host_labels[b] = mnist.labels[static_cast<size_t>(index)];
@@ -524,9 +760,26 @@ TrainResult train_classifier(const ModelSpec& spec, const data::MnistSet& mnist,
     return s;
   };
   source.epoch_summary = [](int64_t) { return std::string(); };
-  std::printf("train_yolo: training %s on %s: batch %d (%d x %d), %d MNIST images (%s)\n", spec.path.c_str(),
-              device.name().c_str(), setup.batch, setup.subdivisions, setup.micro, mnist.count, mnist.source.c_str());
-  return run_loop(graph, executor, source, options, setup.batch, setup.subdivisions, start.iteration, start.seen);
+  if (rank == 0)
+    std::printf("train_yolo: training %s on %d x %s: batch %d (%d replicas x %d micro-batches x %d), %d MNIST images "
+                "(%s)\n",
+                spec.path.c_str(), world, device.name().c_str(), setup.batch, world, setup.subdivisions, setup.micro,
+                mnist.count, mnist.source.c_str());
+  return run_replica(graph, executor, source, options, setup, start, comm, traces);
+}
+
+}  // namespace
+
+TrainResult train_classifier(const ModelSpec& spec, const data::MnistSet& mnist, const std::vector<Device>& devices,
+                             const TrainOptions& options) {
+  return run_replicas(devices, options, [&](Device device, Communicator* comm, TraceBook* traces) {
+    return train_classifier_replica(spec, mnist, device, options, comm, traces);
+  });
+}
+
+TrainResult train_classifier(const ModelSpec& spec, const data::MnistSet& mnist, Device device,
+                             const TrainOptions& options) {
+  return train_classifier(spec, mnist, std::vector<Device>{device}, options);
 }
 
 }  // namespace yolo::graph

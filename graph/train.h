@@ -41,7 +41,22 @@ struct TrainOptions {
   bool overlap = true;
   int check_every = 100;
   double comm_timeout = 300;
+  // One rank of a job started by a launcher (runtime/launch.h): this process's rank and the
+  // job's size, and where the ranks meet (tcp://HOST:PORT or file:///PATH).
+  int process_rank = 0, process_world = 1;
+  std::string rendezvous;
   bool progress_in_place = true;  // '\r' progress on a terminal
+};
+
+// Where the steps' time went (milliseconds summed over `steps`): host wall clock, except
+// forward and backward, which are device time (CUDA events; the CPU backend: its own clock).
+// Exposed comm: time the host waited for all-reduces after backward (what overlap did not
+// hide), plus the parameter hash checks. Other: the rest (loss read-back, bookkeeping).
+struct StepSplit {
+  int64_t steps = 0, images = 0;
+  double wall_ms = 0, data_ms = 0, forward_ms = 0, backward_ms = 0, comm_ms = 0, optimizer_ms = 0;
+  StepSplit& operator+=(const StepSplit& o);
+  std::string text() const;  // "412.3 img/s; a step 39.0 ms = data wait 0.1 + forward 12.0 + ..."
 };
 
 struct TrainResult {
@@ -51,15 +66,19 @@ struct TrainResult {
   double images_per_second = 0;
   std::string weights_path, checkpoint_path;
   double best_map50 = -1;       // with valid_every: the best validation mAP@0.5 (best.weights)
+  StepSplit split;              // the whole run
 };
 
 // Detector training on a dataset's train split; several devices: data parallel (CPU replicas
-// as threads of this process; the global batch split evenly).
+// or GPUs as threads of this process; or, with process_world > 1, this process as one rank of
+// a launched job; the global batch split evenly).
 TrainResult train_detector(const ModelSpec& spec, const data::Dataset& dataset, const std::vector<Device>& devices,
                            const TrainOptions& options);
 TrainResult train_detector(const ModelSpec& spec, const data::Dataset& dataset, Device device,
                            const TrainOptions& options);
-// Classifier training (the MNIST MLP) on MNIST-shaped data.
+// Classifier training (the MNIST MLP) on MNIST-shaped data; several devices as above.
+TrainResult train_classifier(const ModelSpec& spec, const data::MnistSet& mnist, const std::vector<Device>& devices,
+                             const TrainOptions& options);
 TrainResult train_classifier(const ModelSpec& spec, const data::MnistSet& mnist, Device device,
                              const TrainOptions& options);
 

@@ -12,9 +12,11 @@
 #include <vector>
 
 #include "data/json.h"
+#include "data/mnist.h"
 #include "data/synthetic.h"
 #include "graph/executor.h"
 #include "graph/train.h"
+#include "graph/weights.h"
 #include "runtime/communicator.h"
 #include "tests/graph_fixtures.h"
 #include "tests/test_support.h"
@@ -132,23 +134,40 @@ TEST_CASE("train_detector on cpu:2 and cpu:3: hash-checked every step, overlappe
     CHECK(std::isfinite(r.last_loss));
   }
   o.trace_file.clear();
-  // The trace: all-reduce events on the comm lane, the first starting before backward ends.
+  // The trace: a process per rank; all-reduce events on each rank's comm lane, host-thread
+  // spans on its host lane.
   data::JsonValue trace = data::read_json_file(dir / "dp2.json");
   double backward_end = 0, first_comm = 1e300;
-  int comm = 0;
+  int comm[2] = {0, 0}, host[2] = {0, 0}, copy[2] = {0, 0};
   for (const data::JsonValue& e : trace.find("traceEvents")->items) {
     const data::JsonValue* cat = e.find("cat");
     if (!cat) continue;
+    int pid = static_cast<int>(e.find("pid")->number);
+    REQUIRE((pid == 0 || pid == 1));
     double ts = e.find("ts")->number, dur = e.find("dur")->number;
-    if (cat->string == "backward") backward_end = std::max(backward_end, ts + dur);
+    if (cat->string == "backward" && pid == 0) backward_end = std::max(backward_end, ts + dur);
     if (cat->string == "comm") {
-      ++comm;
-      first_comm = std::min(first_comm, ts);
+      ++comm[pid];
+      if (pid == 0) first_comm = std::min(first_comm, ts);
       CHECK(e.find("name")->string.rfind("allreduce bucket ", 0) == 0);
       CHECK(e.find("tid")->number == 1);
     }
+    if (cat->string == "host") {
+      ++host[pid];
+      CHECK(e.find("tid")->number == 3);
+    }
+    if (cat->string == "copy") {
+      ++copy[pid];
+      CHECK(e.find("tid")->number == 2);
+      CHECK(e.find("name")->string.rfind("copy batch (", 0) == 0);
+    }
   }
-  CHECK(comm == 3);  // one bucket per layer with parameters
+  CHECK(comm[0] == 3);  // one bucket per layer with parameters
+  CHECK(comm[1] == 3);
+  CHECK(host[0] >= 3);  // data wait, forward + backward, wait for all-reduce, optimizer, hash check
+  CHECK(host[1] >= 3);
+  CHECK(copy[0] == 1);  // one micro-batch per step
+  CHECK(copy[1] == 1);
   MESSAGE("first all-reduce at " << first_comm << " us, backward ends at " << backward_end << " us");
   // The naive schedule gives the same parameters as the overlapped one (same sums, same order).
   o.out_dir = dir / "naive";
@@ -163,4 +182,67 @@ TEST_CASE("train_detector on cpu:2 and cpu:3: hash-checked every step, overlappe
   o.batch = 5;
   CHECK_THROWS_WITH_AS(train_detector(spec, dataset, std::vector<Device>(2, Device::cpu()), o),
                        doctest::Contains("subdivisions x replicas = 1 x 2"), Error);
+}
+
+// A small MLP (the MNIST MLP's layer types, fewer units so the test is quick).
+constexpr const char* kSmallMlpCfg = R"(
+[net]
+batch=12
+subdivisions=1
+inputs=784
+learning_rate=0.05
+momentum=0.9
+decay=0.0005
+max_batches=10
+
+[connected]
+output=48
+activation=relu
+
+[connected]
+output=24
+activation=relu
+
+[connected]
+output=10
+activation=linear
+
+[softmax]
+groups=1
+)";
+
+TEST_CASE("MLP: N replicas with batch B/N give the weights of 1 replica with batch B (10 steps)") {
+  TempDir dir;
+  ModelSpec spec = parse_model(parse_cfg_text(kSmallMlpCfg, "mlp.cfg"));
+  data::MnistSet mnist = data::synthetic_mnist(12 * 13, 3);
+  TrainOptions o;
+  o.progress_in_place = false;
+  o.check_every = 5;
+  o.bucket_mb = 0;
+  o.seed = 11;
+  auto params_after = [&](int world) {
+    o.out_dir = dir / ("mlp" + std::to_string(world));
+    TrainResult r = train_classifier(spec, mnist, std::vector<Device>(world, Device::cpu()), o);
+    REQUIRE(r.iterations == 10);
+    return read_checkpoint(r.checkpoint_path).tensors.at(0).second;  // "params"
+  };
+  std::vector<float> one = params_after(1);
+  Executor fresh(build_graph(spec), Device::cpu(), 1, o.seed);
+  std::vector<float> initial = fresh.download("params");
+  double moved = 0, norm = 0;
+  for (size_t i = 0; i < one.size(); ++i) {
+    moved = std::max(moved, static_cast<double>(std::fabs(one[i] - initial[i])));
+    norm = std::max(norm, static_cast<double>(std::fabs(one[i])));
+  }
+  CHECK(moved > 1e-3 * norm);  // training changed the weights far beyond the tolerance below
+  for (int world : {2, 3, 4}) {
+    CAPTURE(world);
+    std::vector<float> many = params_after(world);
+    REQUIRE(many.size() == one.size());
+    double worst = 0;
+    for (size_t i = 0; i < one.size(); ++i)
+      worst = std::max(worst, std::fabs(static_cast<double>(many[i]) - one[i]) / (std::fabs(one[i]) + 1e-2 * norm));
+    MESSAGE("world " << world << ": worst relative difference " << worst);
+    CHECK(worst <= 1e-5);
+  }
 }
