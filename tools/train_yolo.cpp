@@ -9,7 +9,10 @@
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
+
+#include <unistd.h>
 
 #include "data/dataset.h"
 #include "data/loader.h"
@@ -21,6 +24,8 @@
 #include "graph/train.h"
 #include "runtime/check.h"
 #include "runtime/device.h"
+#include "runtime/launch.h"
+#include "runtime/rendezvous.h"
 
 namespace {
 
@@ -50,6 +55,8 @@ const char* kUsage =
     "  --no-overlap       data parallel: all-reduce after backward instead of during it\n"
     "  --check-every N    data parallel: compare the replicas' parameter hashes every N steps (100)\n"
     "  --comm-timeout S   data parallel: give up a collective after S seconds (300)\n"
+    "  --rendezvous R     launched jobs (mpirun, srun, torchrun): where the ranks meet, tcp://HOST:PORT\n"
+    "                     or file:///shared/path (default: tcp://MASTER_ADDR:MASTER_PORT)\n"
     "  --threshold T      detect: score threshold (0.25); --nms IOU (0.45); --json: JSON lines\n"
     "  --list-devices     print the GPUs, NCCL and CPU this machine offers, then exit\n"
     "  --devices SPEC     auto (default: every GPU, else the CPU), cpu, cpu:N (N replicas), gpu, gpu:I,J,...\n"
@@ -76,6 +83,7 @@ struct Options {
   bool json = false;
   int valid_every = 0;
   double bucket_mb = 4, comm_timeout = 300;
+  std::string rendezvous;
   bool overlap = true;
   int check_every = 100;
   bool list_devices = false;
@@ -177,6 +185,9 @@ Options parse(int argc, char** argv) {
       options.check_every = to_int(arg, value(), 0, 1000000000);
     } else if (arg == "--comm-timeout") {
       options.comm_timeout = to_float(arg, value(), 1, 86400);
+    } else if (arg == "--rendezvous") {
+      options.rendezvous = value();
+      yolo::parse_rendezvous(options.rendezvous);  // a malformed value fails now, naming the forms
     } else if (arg == "--valid-every") {
       options.valid_every = to_int(arg, value(), 1, 1000000);
     } else if (arg == "--threshold") {
@@ -395,6 +406,50 @@ int run_detect(const Options& options, const yolo::GpuDiscovery& found) {
   return 0;
 }
 
+// The device of one rank of a launched job: --devices names one, or by default the GPU of the
+// rank's local index (the CPU on a machine without GPUs).
+yolo::DeviceChoice rank_device(const Options& options, const yolo::LaunchInfo& launch, const yolo::GpuDiscovery& found) {
+  std::string where = "rank " + std::to_string(launch.rank) + " of " + std::to_string(launch.world) + " (" +
+                      launch.launcher + ", local rank " + std::to_string(launch.local_rank) + ")";
+  if (options.devices != "auto") {
+    yolo::DeviceChoice choice = yolo::choose_devices(options.devices, found);
+    if (choice.devices.size() != 1)
+      throw yolo::Error("--devices " + options.devices + ": " + where +
+                        " trains on one device; start one process per device");
+    choice.reason = where + " on " + choice.devices[0].name();
+    return choice;
+  }
+  if (found.gpus.empty()) return {{yolo::Device::cpu()}, where + " on the CPU (" + found.why_no_gpu + ")"};
+  if (launch.local_rank >= static_cast<int>(found.gpus.size()))
+    throw yolo::Error(where + ": this node has " + std::to_string(found.gpus.size()) +
+                      " GPUs, so local rank " + std::to_string(launch.local_rank) +
+                      " has none: start at most one process per GPU, or pass --devices");
+  return {{yolo::Device::cuda(launch.local_rank)}, where + " on gpu:" + std::to_string(launch.local_rank)};
+}
+
+// The built-in default's dataset, runs/shapes: written once, into a temporary folder renamed
+// into place, so an interrupted run never leaves half a dataset. In a launched job rank 0
+// writes it and the other ranks wait for it (the folder appears whole).
+void ensure_default_dataset(const Options& options, bool leader) {
+  const std::filesystem::path dir = "runs/shapes";
+  if (std::filesystem::exists(dir / "shapes.data")) return;
+  if (!leader) {
+    auto give_up = std::chrono::steady_clock::now() + std::chrono::duration<double>(options.comm_timeout);
+    while (!std::filesystem::exists(dir / "shapes.data")) {
+      if (std::chrono::steady_clock::now() > give_up)
+        throw yolo::Error("rank 0 did not write runs/shapes within --comm-timeout; pass --data");
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+    return;
+  }
+  std::printf("train_yolo: writing the synthetic shapes dataset to runs/shapes\n");
+  std::filesystem::path tmp = "runs/shapes.tmp" + std::to_string(getpid());
+  std::filesystem::remove_all(tmp);
+  yolo::data::write_synthetic_dataset(tmp.string(), options.synth);
+  if (std::filesystem::exists(dir)) std::filesystem::remove_all(dir);  // an unfinished older attempt
+  std::filesystem::rename(tmp, dir);
+}
+
 int train(const Options& options, const yolo::GpuDiscovery& found) {
   yolo::graph::ModelSpec spec = yolo::graph::read_model(find_cfg(options.cfg));
   for (const std::string& w : spec.warnings) std::fprintf(stderr, "train_yolo: warning: %s\n", w.c_str());
@@ -409,9 +464,16 @@ int train(const Options& options, const yolo::GpuDiscovery& found) {
                 yolo::graph::estimate_memory(graph, micro).text().c_str(), micro);
     return 0;
   }
-  yolo::DeviceChoice choice = yolo::choose_devices(options.devices, found);
+  // A launched job (mpirun, srun, torchrun): this process is one rank, on one device.
+  const yolo::LaunchInfo launch = yolo::detect_launch([](const char* name) { return std::getenv(name); });
+  const bool leader = launch.rank == 0;
+  yolo::DeviceChoice choice = launch.world > 1 ? rank_device(options, launch, found)
+                                               : yolo::choose_devices(options.devices, found);
   std::printf("train_yolo: %s\n", choice.reason.c_str());
   yolo::Device device = choice.devices.front();
+  // Only rank 0 talks; the others' errors and warnings still reach stderr.
+  if (!leader && !std::freopen("/dev/null", "w", stdout))
+    throw yolo::Error("rank " + std::to_string(launch.rank) + ": cannot silence stdout");
 
   yolo::graph::TrainOptions to;
   to.max_batches = options.max_batches;
@@ -429,6 +491,9 @@ int train(const Options& options, const yolo::GpuDiscovery& found) {
   to.overlap = options.overlap;
   to.check_every = options.check_every;
   to.comm_timeout = options.comm_timeout;
+  to.process_rank = launch.rank;
+  to.process_world = launch.world;
+  to.rendezvous = options.rendezvous.empty() ? yolo::default_rendezvous(launch) : options.rendezvous;
   std::string name = std::filesystem::path(spec.path).stem().string();
   to.out_dir = options.out.empty() ? "runs/" + name : options.out;
 
@@ -438,10 +503,7 @@ int train(const Options& options, const yolo::GpuDiscovery& found) {
     std::string data = options.data;
     if (data.empty()) {
       data = "runs/shapes/shapes.data";
-      if (!std::filesystem::exists(data)) {
-        std::printf("train_yolo: writing the synthetic shapes dataset to runs/shapes\n");
-        yolo::data::write_synthetic_dataset("runs/shapes", options.synth);
-      }
+      ensure_default_dataset(options, leader);
     }
     yolo::data::Dataset dataset = open_and_describe(data, options.open);
     if (options.epochs) {
@@ -451,7 +513,7 @@ int train(const Options& options, const yolo::GpuDiscovery& found) {
     }
     result = yolo::graph::train_detector(spec, dataset, choice.devices, to);
     print_result(result);
-    if (options.cfg.empty() || options.valid_every)
+    if (leader && (options.cfg.empty() || options.valid_every))
       report_detector(spec, dataset, device, result.weights_path, to.out_dir);
     return 0;
   } else {
@@ -463,7 +525,7 @@ int train(const Options& options, const yolo::GpuDiscovery& found) {
       int batch = options.batch ? options.batch : spec.net.batch;
       to.max_batches = std::max<int64_t>(1, static_cast<int64_t>(mnist.count) / batch * options.epochs);
     }
-    result = yolo::graph::train_classifier(spec, mnist, device, to);
+    result = yolo::graph::train_classifier(spec, mnist, choice.devices, to);
   }
   print_result(result);
   return 0;
