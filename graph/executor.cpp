@@ -14,6 +14,8 @@
 #include "data/dataset.h"
 #include "kernels/ops.h"
 #include "runtime/check.h"
+#include "runtime/communicator.h"
+#include "runtime/memory.h"
 #if YOLO_CUDA
 #include <cuda_runtime_api.h>
 #include <nvtx3/nvToolsExt.h>
@@ -258,6 +260,12 @@ struct Executor::Impl {
   // device reaches the traced micro-batch, so that host-timed events (the all-reduces, from
   // the comm stream's host functions) line up with the layer events; hence atomic.
   std::atomic<double> trace_origin{0};
+  // --sync-bn: BatchNorm statistics over every replica, all-reduced on the comm stream (one
+  // communicator, one stream: every rank issues the same collectives in the same order).
+  Communicator* bn_comm = nullptr;
+  Stream* bn_comm_stream = nullptr;
+  DeviceMemory bn_scratch;  // 4 x the widest BN layer's channels: sums, squares / sums2
+  std::vector<Event> bn_events;  // compute -> comm, comm -> compute
   // Forward/backward time of the micro-batches since take_phase_times (CUDA: timed by events).
   PhaseTimes phases;
   std::vector<Event> phase_events;
@@ -528,11 +536,30 @@ void Executor::forward(bool training, const float* images, const YoloTruth* trut
             float* saved_var = saved_mean + node.out.c;
             float* running_mean = m.stats + nb.mean;
             float* running_var = m.stats + nb.var;
-            cuda ? batchnorm_activation_forward_training_cuda(l.activation, as_const(pre), p + nb.s, p + nb.b, nb.out,
-                                                              saved_mean, saved_var, running_mean, running_var, ws,
-                                                              wsb, st)
-                 : batchnorm_activation_forward_training_cpu(l.activation, as_const(pre), p + nb.s, p + nb.b, nb.out,
-                                                             saved_mean, saved_var, running_mean, running_var, ws, wsb);
+            if (m.bn_comm) {
+              // Statistics over every replica: sums, then squares about the global mean.
+              const double total = static_cast<double>(pre.pixels()) * m.bn_comm->size();
+              float* sums = static_cast<float*>(m.bn_scratch.data());
+              float* squares = sums + node.out.c;
+              cuda ? batchnorm_sums_cuda(as_const(pre), sums, ws, wsb, st) : batchnorm_sums_cpu(as_const(pre), sums, ws, wsb);
+              sync_batchnorm_sums(sums, node.out.c);
+              cuda ? batchnorm_centered_squares_cuda(as_const(pre), sums, total, squares, ws, wsb, st)
+                   : batchnorm_centered_squares_cpu(as_const(pre), sums, total, squares, ws, wsb);
+              sync_batchnorm_sums(squares, node.out.c);
+              cuda ? batchnorm_activation_forward_from_sums_cuda(l.activation, as_const(pre), p + nb.s, p + nb.b,
+                                                                 nb.out, sums, squares, total, saved_mean, saved_var,
+                                                                 running_mean, running_var, st)
+                   : batchnorm_activation_forward_from_sums_cpu(l.activation, as_const(pre), p + nb.s, p + nb.b, nb.out,
+                                                                sums, squares, total, saved_mean, saved_var,
+                                                                running_mean, running_var);
+            } else {
+              cuda ? batchnorm_activation_forward_training_cuda(l.activation, as_const(pre), p + nb.s, p + nb.b,
+                                                                nb.out, saved_mean, saved_var, running_mean,
+                                                                running_var, ws, wsb, st)
+                   : batchnorm_activation_forward_training_cpu(l.activation, as_const(pre), p + nb.s, p + nb.b, nb.out,
+                                                               saved_mean, saved_var, running_mean, running_var, ws,
+                                                               wsb);
+            }
           } else {
             cuda ? batchnorm_activation_forward_inference_cuda(l.activation, as_const(pre), p + nb.s, p + nb.b,
                                                                m.stats + nb.mean, m.stats + nb.var, nb.out, st)
@@ -661,12 +688,27 @@ void Executor::backward(bool accumulate) {
         if (l.batch_normalize) {
           ConstAct pre{nb.pre, n, node.out.h, node.out.w, node.out.c, node.out.c};
           const float* saved_mean = m.saved + nb.saved;
-          cuda ? batchnorm_activation_backward_cuda(l.activation, as_const(nb.out), as_const(grad), pre, p + nb.s,
-                                                    saved_mean, saved_mean + node.out.c, grad, g + nb.s, g + nb.b, ws,
-                                                    wsb, st)
-               : batchnorm_activation_backward_cpu(l.activation, as_const(nb.out), as_const(grad), pre, p + nb.s,
-                                                   saved_mean, saved_mean + node.out.c, grad, g + nb.s, g + nb.b, ws,
-                                                   wsb);
+          const float* saved_var = saved_mean + node.out.c;
+          if (m.bn_comm) {
+            // This replica's gamma/beta gradients stay local (the gradient all-reduce adds them);
+            // the copy in sums2 is all-reduced for grad_x.
+            const double total = static_cast<double>(pre.pixels()) * m.bn_comm->size();
+            float* sums2 = static_cast<float*>(m.bn_scratch.data()) + 2 * node.out.c;
+            cuda ? batchnorm_activation_backward_sums_cuda(l.activation, as_const(nb.out), as_const(grad), pre,
+                                                           saved_mean, saved_var, g + nb.s, g + nb.b, sums2, ws, wsb, st)
+                 : batchnorm_activation_backward_sums_cpu(l.activation, as_const(nb.out), as_const(grad), pre,
+                                                          saved_mean, saved_var, g + nb.s, g + nb.b, sums2, ws, wsb);
+            sync_batchnorm_sums(sums2, 2 * node.out.c);
+            cuda ? batchnorm_activation_backward_apply_cuda(l.activation, as_const(nb.out), as_const(grad), pre,
+                                                            p + nb.s, saved_mean, saved_var, sums2, total, grad, st)
+                 : batchnorm_activation_backward_apply_cpu(l.activation, as_const(nb.out), as_const(grad), pre,
+                                                           p + nb.s, saved_mean, saved_var, sums2, total, grad);
+          } else {
+            cuda ? batchnorm_activation_backward_cuda(l.activation, as_const(nb.out), as_const(grad), pre, p + nb.s,
+                                                      saved_mean, saved_var, grad, g + nb.s, g + nb.b, ws, wsb, st)
+                 : batchnorm_activation_backward_cpu(l.activation, as_const(nb.out), as_const(grad), pre, p + nb.s,
+                                                     saved_mean, saved_var, grad, g + nb.s, g + nb.b, ws, wsb);
+          }
         } else if (l.activation != Activation::Linear) {
           cuda ? activation_backward_cuda(l.activation, as_const(nb.out), as_const(grad), grad, st)
                : activation_backward_cpu(l.activation, as_const(nb.out), as_const(grad), grad);
@@ -803,6 +845,9 @@ void Executor::train_micro_batch(const float* images, const YoloTruth* truths, c
     m.phases.backward_ms += now_ms() - t1;
   }
 
+  // The loss read-back below waits for the compute stream, which (--sync-bn) waits for the
+  // comm stream: wait for that first, with the communicator's deadline.
+  if (m.bn_comm && m.cuda) m.bn_comm->wait(*m.bn_comm_stream);
   // This micro-batch's loss, to the host.
   LossSums sums;
   sums.images = micro_batch_;
@@ -954,6 +999,37 @@ void Executor::set_tracing(bool on) {
 double Executor::trace_now_ms() const { return now_ms() - impl_->trace_origin; }
 
 double Executor::clock_ms() { return now_ms(); }
+
+void Executor::set_batchnorm_sync(Communicator* comm, Stream* comm_stream) {
+  Impl& m = *impl_;
+  if (comm && !comm_stream) throw Error("set_batchnorm_sync: a communicator needs its stream");
+  m.bn_comm = comm;
+  m.bn_comm_stream = comm_stream;
+  if (!comm || m.bn_scratch.data()) return;
+  int widest = 1;
+  for (const Node& node : graph_.nodes)
+    if (node.spec.type == LayerType::Convolutional && node.spec.batch_normalize) widest = std::max(widest, node.out.c);
+  m.bn_scratch = DeviceMemory(device_, 4 * static_cast<size_t>(widest) * sizeof(float));
+  m.bn_events.clear();
+  m.bn_events.emplace_back(device_);
+  m.bn_events.emplace_back(device_);
+}
+
+// Sums `count` floats over the replicas, in the compute stream's order: the comm stream takes
+// them after the work that wrote them, and the compute stream goes on once they are reduced
+// (CPU: the ops run on this thread, so it waits, with the communicator's deadline).
+void Executor::sync_batchnorm_sums(float* data, int count) {
+  Impl& m = *impl_;
+  stream_->record(m.bn_events[0]);
+  m.bn_comm_stream->wait(m.bn_events[0]);
+  m.bn_comm->all_reduce_sum(data, static_cast<size_t>(count), *m.bn_comm_stream);
+  if (m.cuda) {
+    m.bn_comm_stream->record(m.bn_events[1]);
+    stream_->wait(m.bn_events[1]);
+  } else {
+    m.bn_comm->wait(*m.bn_comm_stream);
+  }
+}
 
 PhaseTimes Executor::take_phase_times() {
   PhaseTimes out = impl_->phases;

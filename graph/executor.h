@@ -19,6 +19,10 @@
 #include "runtime/device.h"
 #include "runtime/stream.h"
 
+namespace yolo {
+class Communicator;
+}
+
 namespace yolo::graph {
 
 // Loss of one or more micro-batches, summed over their images (divide by images for a mean).
@@ -107,6 +111,10 @@ class Executor {
   void set_gradients_ready(std::function<void(size_t ready)> callback) { gradients_ready_ = std::move(callback); }
   // Test hook: called before each layer's backward with the layer index (empty: none).
   void set_before_backward(std::function<void(int layer)> hook) { before_backward_ = std::move(hook); }
+  // --sync-bn: training BatchNorm statistics over every replica's micro-batch, all-reduced by
+  // `comm` on `comm_stream` (the replica's communication stream, so that these and the gradient
+  // all-reduces are issued in one order on every rank). Null: per-replica statistics.
+  void set_batchnorm_sync(Communicator* comm, Stream* comm_stream);
   float* gradients();  // the flat gradient buffer (device memory), parameter_count() floats
   float* parameters();  // the flat parameter buffer (device memory)
 
@@ -126,6 +134,7 @@ class Executor {
   void bind_views();
   void forward(bool training, const float* images, const YoloTruth* truths, const int* truth_counts, const int* labels);
   void backward(bool accumulate);
+  void sync_batchnorm_sums(float* data, int count);
 
   Graph graph_;
   Device device_;

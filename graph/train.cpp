@@ -501,10 +501,13 @@ TrainResult run_replica(const Graph& graph, Executor& executor, Source& source, 
   dp.overlap = options.overlap;
   dp.check_every = options.check_every;
   dp.traces = traces;
+  if (options.sync_bn) executor.set_batchnorm_sync(comm, &comm_stream);
   if (comm->rank() == 0)
-    std::printf("train_yolo: data parallel over %d replicas: %zu gradient buckets (--bucket-mb %g), %s\n", comm->size(),
-                dp.buckets.size(), options.bucket_mb,
-                dp.overlap ? "all-reduce overlapped with backward" : "all-reduce after backward (--no-overlap)");
+    std::printf("train_yolo: data parallel over %d replicas: %zu gradient buckets (--bucket-mb %g), %s; BatchNorm "
+                "statistics %s\n",
+                comm->size(), dp.buckets.size(), options.bucket_mb,
+                dp.overlap ? "all-reduce overlapped with backward" : "all-reduce after backward (--no-overlap)",
+                options.sync_bn ? "over all replicas (--sync-bn)" : "per replica (rank 0's are saved)");
   return run_loop(graph, executor, source, options, setup.batch, setup.subdivisions, start.iteration, start.seen, &dp);
 }
 
@@ -622,6 +625,7 @@ TrainResult train_detector_replica(const ModelSpec& spec, const data::Dataset& d
   lo.augment_params.jitter = jitter;
   lo.multiscale = multiscale;
   lo.threads = options.threads;
+  lo.strict = options.strict;
   lo.seed = options.seed;
   lo.batches_per_iteration = setup.subdivisions;
   lo.rank = rank;

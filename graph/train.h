@@ -26,6 +26,7 @@ struct TrainOptions {
   int batch = 0;                // global images per step (0: the cfg's batch)
   int subdivisions = 0;         // micro-batches per step (0: the cfg's)
   int threads = 0;              // loader threads (0: cores - 1)
+  bool strict = false;          // an unreadable image stops training (else a grey image and a warning)
   uint64_t seed = 1;
   std::string out_dir = "runs/train";
   std::string weights;          // start from these .weights
@@ -39,6 +40,7 @@ struct TrainOptions {
   // compared every check_every steps; a rank waiting longer than comm_timeout gives up.
   double bucket_mb = 4;
   bool overlap = true;
+  bool sync_bn = false;         // BatchNorm statistics over every replica's micro-batch (else per replica)
   int check_every = 100;
   double comm_timeout = 300;
   // One rank of a job started by a launcher (runtime/launch.h): this process's rank and the

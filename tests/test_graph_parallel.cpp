@@ -4,6 +4,8 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <filesystem>
 #include <cmath>
 #include <fstream>
 #include <iterator>
@@ -18,6 +20,8 @@
 #include "graph/train.h"
 #include "graph/weights.h"
 #include "runtime/communicator.h"
+#include "runtime/launch.h"
+#include "tests/child_process.h"
 #include "tests/graph_fixtures.h"
 #include "tests/test_support.h"
 
@@ -25,6 +29,7 @@ using namespace yolo;
 using namespace yolo::graph;
 using yolo::testing::TempDir;
 using yolo::testing::kTinyDetectorCfg;
+using yolo::testing::ChildProcess;
 
 
 TEST_CASE("replicas: different local gradients, identical parameters after each all-reduced step") {
@@ -244,5 +249,172 @@ TEST_CASE("MLP: N replicas with batch B/N give the weights of 1 replica with bat
       worst = std::max(worst, std::fabs(static_cast<double>(many[i]) - one[i]) / (std::fabs(one[i]) + 1e-2 * norm));
     MESSAGE("world " << world << ": worst relative difference " << worst);
     CHECK(worst <= 1e-5);
+  }
+}
+
+TEST_CASE("--sync-bn: N replicas with batch B/N train the BatchNorm detector as 1 replica with batch B") {
+  TempDir dir;
+  data::Dataset dataset = yolo::testing::small_shapes_dataset(dir / "shapes");
+  ModelSpec spec = parse_model(parse_cfg_text(kTinyDetectorCfg, "tiny.cfg"));
+  TrainOptions o;
+  o.threads = 1;
+  o.progress_in_place = false;
+  o.check_every = 1;
+  o.subdivisions = 1;
+  o.batch = 6;
+  o.max_batches = 4;
+  o.bucket_mb = 0;
+  auto train = [&](int world, bool sync) {
+    o.sync_bn = sync;
+    o.out_dir = dir / ("w" + std::to_string(world) + (sync ? "sync" : ""));
+    TrainResult r = train_detector(spec, dataset, std::vector<Device>(world, Device::cpu()), o);
+    REQUIRE(r.iterations == 4);
+    Checkpoint ckpt = read_checkpoint(r.checkpoint_path);
+    return std::make_pair(ckpt.tensors.at(0).second, ckpt.tensors.at(2).second);  // params, BN statistics
+  };
+  auto [one, one_stats] = train(1, false);
+  double norm = 0;
+  for (float v : one) norm = std::max(norm, static_cast<double>(std::fabs(v)));
+  auto worst = [&](const std::vector<float>& a, const std::vector<float>& b, double scale) {
+    REQUIRE(a.size() == b.size());
+    double w = 0;
+    for (size_t i = 0; i < a.size(); ++i)
+      w = std::max(w, std::fabs(static_cast<double>(a[i]) - b[i]) / (std::fabs(b[i]) + 1e-2 * scale));
+    return w;
+  };
+  for (int world : {2, 3}) {
+    CAPTURE(world);
+    auto [synced, synced_stats] = train(world, true);
+    auto [local, local_stats] = train(world, false);
+    double with_sync = worst(synced, one, norm), without = worst(local, one, norm);
+    double stats_with_sync = worst(synced_stats, one_stats, 1), stats_without = worst(local_stats, one_stats, 1);
+    MESSAGE("world " << world << ": parameters differ from 1 replica by " << with_sync << " with --sync-bn, "
+                     << without << " without; running statistics " << stats_with_sync << " / " << stats_without);
+    CHECK(with_sync <= 5e-4);  // measured 5e-5 (2 replicas), 3e-6 (3): sums in another order
+    CHECK(stats_with_sync <= 1e-5);
+    CHECK(without > 100 * with_sync);  // per-replica statistics really are different
+    CHECK(stats_without > 100 * stats_with_sync);
+  }
+}
+
+// ---- ranks as processes (a launched job over the file:// rendezvous and sockets) -----------
+
+namespace {
+
+std::string env_or(const char* name, const char* fallback) {
+  const char* v = std::getenv(name);
+  return v ? v : fallback;
+}
+
+TrainOptions process_rank_options(const std::string& out_dir) {
+  TrainOptions o;
+  o.threads = 1;
+  o.progress_in_place = false;
+  o.check_every = 1;
+  o.subdivisions = 1;
+  o.batch = 6;
+  o.max_batches = 3;
+  o.bucket_mb = 0;
+  o.out_dir = out_dir;
+  return o;
+}
+
+}  // namespace
+
+// One rank of the tiny detector's training, configured by the environment the test sets.
+TEST_ROLE(train_rank) {
+  LaunchInfo launch = detect_launch([](const char* name) { return std::getenv(name); });
+  if (env_or("YOLO_TEST_QUIT_EARLY", "0") == "1") {
+    std::fprintf(stderr, "rank %d: quitting before the rendezvous\n", launch.rank);
+    return 3;
+  }
+  try {
+    TrainOptions o = process_rank_options(env_or("YOLO_TEST_OUT", ""));
+    o.process_rank = launch.rank;
+    o.process_world = launch.world;
+    o.rendezvous = env_or("YOLO_TEST_RDV", "");
+    o.comm_timeout = std::stod(env_or("YOLO_TEST_TIMEOUT", "30"));
+    o.strict = env_or("YOLO_TEST_STRICT", "0") == "1";
+    ModelSpec spec = parse_model(parse_cfg_text(kTinyDetectorCfg, "tiny.cfg"));
+    data::Dataset dataset = data::open_dataset(env_or("YOLO_TEST_DATA", ""));
+    train_detector(spec, dataset, {Device::cpu()}, o);
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 3;
+  }
+}
+
+TEST_CASE("ranks as processes: 2 processes train as the in-process cpu:2 does, bit for bit; failures name the rank") {
+  TempDir dir;
+  data::Dataset dataset = yolo::testing::small_shapes_dataset(dir / "shapes");
+  ModelSpec spec = parse_model(parse_cfg_text(kTinyDetectorCfg, "tiny.cfg"));
+  train_detector(spec, dataset, std::vector<Device>(2, Device::cpu()), process_rank_options(dir / "threads"));
+  auto read_log = [](const std::string& path) {
+    std::ifstream in(path);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  auto rank_env = [&](int rank, const std::string& data, const std::string& rdv) {
+    return std::vector<std::string>{"RANK=" + std::to_string(rank), "WORLD_SIZE=2", "LOCAL_RANK=" + std::to_string(rank),
+                                    "YOLO_RENDEZVOUS_HOST=127.0.0.1", "YOLO_TEST_DATA=" + data,
+                                    "YOLO_TEST_OUT=" + (dir / "mp"), "YOLO_TEST_RDV=" + rdv, "YOLO_TEST_TIMEOUT=20"};
+  };
+  const std::string data_file = dir / "shapes/shapes.data";
+
+  SUBCASE("both ranks train; rank 0's weights equal the threads' bit for bit") {
+    std::string rdv = "file://" + (dir / "job1.rdv");
+    ChildProcess rank1("train_rank", rank_env(1, data_file, rdv), dir / "rank1.log");
+    ChildProcess rank0("train_rank", rank_env(0, data_file, rdv), dir / "rank0.log");
+    int code0 = rank0.wait(120), code1 = rank1.wait(30);
+    INFO("rank 0 log:\n" << read_log(dir / "rank0.log") << "\nrank 1 log:\n" << read_log(dir / "rank1.log"));
+    REQUIRE(code0 == 0);
+    REQUIRE(code1 == 0);
+    CHECK(read_log(dir / "mp/last.weights") == read_log(dir / "threads/last.weights"));
+    CHECK_FALSE(std::filesystem::exists(dir / "job1.rdv"));  // rank 0 removed the meeting point
+  }
+
+  SUBCASE("a rank that fails mid-training (an unreadable image, --strict) stops the other, naming it") {
+    // Rank 1 reads its own copy of the dataset, whose images are all garbage.
+    std::filesystem::copy(dir / "shapes", dir / "bad", std::filesystem::copy_options::recursive);
+    for (const auto& entry : std::filesystem::recursive_directory_iterator(dir / "bad"))
+      if (entry.path().extension() == ".png") yolo::testing::write_text_file(entry.path().string(), "not a png");
+    std::string rdv = "file://" + (dir / "job2.rdv");
+    std::vector<std::string> env1 = rank_env(1, dir / "bad/shapes.data", rdv);
+    env1.push_back("YOLO_TEST_STRICT=1");
+    ChildProcess rank1("train_rank", env1, dir / "rank1.log");
+    ChildProcess rank0("train_rank", rank_env(0, data_file, rdv), dir / "rank0.log");
+    auto start = std::chrono::steady_clock::now();
+    int code0 = rank0.wait(120), code1 = rank1.wait(30);
+    double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    std::string log0 = read_log(dir / "rank0.log"), log1 = read_log(dir / "rank1.log");
+    INFO("rank 0 log:\n" << log0 << "\nrank 1 log:\n" << log1);
+    MESSAGE("rank 0: " << log0.substr(log0.rfind("error:")) << "rank 1: " << log1.substr(log1.rfind("error:")));
+    CHECK(code1 == 3);
+    CHECK(code0 == 3);
+    CHECK(log1.find("not a png") == std::string::npos);  // the file's content is not echoed...
+    CHECK(log1.find("(--strict)") != std::string::npos);  // ...its failure is reported, under --strict
+    CHECK(log0.find("rank 1") != std::string::npos);       // rank 0 names the rank that failed
+    CHECK(seconds < 20);                                   // and does not wait out its timeout
+    CHECK_FALSE(std::filesystem::exists(dir / "mp/last.weights.tmp"));
+  }
+
+  SUBCASE("a rank that dies before the rendezvous: the other gives up within its timeout, naming it") {
+    std::string rdv = "file://" + (dir / "job3.rdv");
+    std::vector<std::string> env1 = rank_env(1, data_file, rdv), env0 = rank_env(0, data_file, rdv);
+    env1.push_back("YOLO_TEST_QUIT_EARLY=1");
+    env0.back() = "YOLO_TEST_TIMEOUT=3";
+    ChildProcess rank1("train_rank", env1, dir / "rank1.log");
+    ChildProcess rank0("train_rank", env0, dir / "rank0.log");
+    auto start = std::chrono::steady_clock::now();
+    int code0 = rank0.wait(60);
+    double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    std::string log0 = read_log(dir / "rank0.log");
+    INFO("rank 0 log:\n" << log0);
+    MESSAGE("rank 0: " << log0.substr(log0.rfind("error:")) << " after " << seconds << " s");
+    CHECK(rank1.wait(10) == 3);
+    CHECK(code0 == 3);
+    CHECK(log0.find("1") != std::string::npos);
+    CHECK(log0.find("did not join") != std::string::npos);
+    CHECK(seconds < 30);
   }
 }

@@ -53,6 +53,7 @@ const char* kUsage =
     "  --valid-every N    mAP@0.5 on the validation split every N epochs; keeps best.weights\n"
     "  --bucket-mb M      data parallel: gradient all-reduce buckets of M MB (4; 0 = one layer each)\n"
     "  --no-overlap       data parallel: all-reduce after backward instead of during it\n"
+    "  --sync-bn          data parallel: BatchNorm statistics over all replicas (for small per-GPU batches)\n"
     "  --check-every N    data parallel: compare the replicas' parameter hashes every N steps (100)\n"
     "  --comm-timeout S   data parallel: give up a collective after S seconds (300)\n"
     "  --rendezvous R     launched jobs (mpirun, srun, torchrun): where the ranks meet, tcp://HOST:PORT\n"
@@ -84,7 +85,7 @@ struct Options {
   int valid_every = 0;
   double bucket_mb = 4, comm_timeout = 300;
   std::string rendezvous;
-  bool overlap = true;
+  bool overlap = true, sync_bn = false;
   int check_every = 100;
   bool list_devices = false;
   std::string devices = "auto";
@@ -181,6 +182,8 @@ Options parse(int argc, char** argv) {
       options.bucket_mb = to_float(arg, value(), 0, 4096);
     } else if (arg == "--no-overlap") {
       options.overlap = false;
+    } else if (arg == "--sync-bn") {
+      options.sync_bn = true;
     } else if (arg == "--check-every") {
       options.check_every = to_int(arg, value(), 0, 1000000000);
     } else if (arg == "--comm-timeout") {
@@ -480,6 +483,7 @@ int train(const Options& options, const yolo::GpuDiscovery& found) {
   to.batch = options.batch;
   to.subdivisions = options.subdivisions;
   to.threads = options.threads;
+  to.strict = options.open.strict;
   to.seed = options.seed;
   to.weights = options.weights;
   to.load_layers = options.load_layers;
@@ -489,6 +493,7 @@ int train(const Options& options, const yolo::GpuDiscovery& found) {
   to.valid_every = options.valid_every;
   to.bucket_mb = options.bucket_mb;
   to.overlap = options.overlap;
+  to.sync_bn = options.sync_bn;
   to.check_every = options.check_every;
   to.comm_timeout = options.comm_timeout;
   to.process_rank = launch.rank;
