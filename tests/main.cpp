@@ -1,12 +1,15 @@
 // The test runner: doctest, plus a listener that counts test cases as passed, failed or
 // skipped (a case calls SKIP_TEST(reason) when what it needs is absent) and prints one line
-// `tests: N passed, M failed, K skipped` for tools/run_tests.sh to add up.
+// `tests: N passed, M failed, K skipped` for tools/run_tests.sh to add up. Started with
+// YOLO_TEST_ROLE set, it is a multi-process test's child instead (tests/child_process.h).
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 
+#include "tests/child_process.h"
 #include "tests/test_support.h"
 
 namespace {
@@ -50,6 +53,8 @@ void mark_skipped(const char* test_name, const std::string& reason) {
 }  // namespace yolo::testing
 
 int main(int argc, char** argv) {
+  // A child process of a multi-process test (tests/child_process.h).
+  if (const char* role = std::getenv("YOLO_TEST_ROLE")) return yolo::testing::run_role(role);
   doctest::Context context(argc, argv);
   int status = context.run();
   if (context.shouldExit()) return status;
