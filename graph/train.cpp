@@ -523,18 +523,29 @@ TrainResult run_as_process_rank(const std::vector<Device>& devices, const TrainO
     throw Error("--devices: this process is rank " + std::to_string(rank) + " of " + std::to_string(world) +
                 " and trains on one device, not " + std::to_string(devices.size()) +
                 " (one process per GPU; the default picks gpu:LOCAL_RANK)");
-  if (options.rendezvous.empty())
-    throw Error("rank " + std::to_string(rank) + " of " + std::to_string(world) +
-                ": the ranks need a meeting point: set MASTER_ADDR and MASTER_PORT, or pass "
-                "--rendezvous tcp://HOST:PORT or --rendezvous file:///shared/path");
   const Device device = devices[0];
-  Rendezvous meeting = Rendezvous::join(options.rendezvous, rank, world, options.comm_timeout);
   std::unique_ptr<Communicator> comm;
-  if (device.is_cuda()) {
-    std::vector<uint8_t> id = meeting.broadcast_bytes(rank == 0 ? nccl_unique_id() : std::vector<uint8_t>{});
-    comm = nccl_communicator(device, rank, world, id, options.comm_timeout);
+  std::unique_ptr<InProcessGroup> alone;
+  if (world == 1) {
+    // Nobody to meet: the communicator of a job of one (NCCL still runs its collectives).
+    if (device.is_cuda()) {
+      comm = nccl_communicator(device, 0, 1, nccl_unique_id(), options.comm_timeout);
+    } else {
+      alone = std::make_unique<InProcessGroup>(1, options.comm_timeout);
+      comm = alone->communicator(0);
+    }
   } else {
-    comm = socket_communicator(std::move(meeting), options.comm_timeout);
+    if (options.rendezvous.empty())
+      throw Error("rank " + std::to_string(rank) + " of " + std::to_string(world) +
+                  ": the ranks need a meeting point: set MASTER_ADDR and MASTER_PORT, or pass "
+                  "--rendezvous tcp://HOST:PORT or --rendezvous file:///shared/path");
+    Rendezvous meeting = Rendezvous::join(options.rendezvous, rank, world, options.comm_timeout);
+    if (device.is_cuda()) {
+      std::vector<uint8_t> id = meeting.broadcast_bytes(rank == 0 ? nccl_unique_id() : std::vector<uint8_t>{});
+      comm = nccl_communicator(device, rank, world, id, options.comm_timeout);
+    } else {
+      comm = socket_communicator(std::move(meeting), options.comm_timeout);
+    }
   }
   try {
     return replica(device, comm.get(), nullptr);
@@ -549,7 +560,7 @@ TrainResult run_as_process_rank(const std::vector<Device>& devices, const TrainO
 // A rank that fails aborts the others' communicators; the first failure is reported.
 TrainResult run_replicas(const std::vector<Device>& devices, const TrainOptions& options, const ReplicaFn& replica) {
   if (devices.empty()) throw Error("no device to train on");
-  if (options.process_world > 1) return run_as_process_rank(devices, options, replica);
+  if (options.launched) return run_as_process_rank(devices, options, replica);
   if (devices.size() == 1) return replica(devices[0], nullptr, nullptr);
   const bool cuda = devices[0].is_cuda();
   for (const Device& d : devices)

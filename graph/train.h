@@ -44,7 +44,9 @@ struct TrainOptions {
   int check_every = 100;
   double comm_timeout = 300;
   // One rank of a job started by a launcher (runtime/launch.h): this process's rank and the
-  // job's size, and where the ranks meet (tcp://HOST:PORT or file:///PATH).
+  // job's size, and where the ranks meet (tcp://HOST:PORT or file:///PATH). A launched job of
+  // one process still goes through its communicator (to measure what it costs).
+  bool launched = false;
   int process_rank = 0, process_world = 1;
   std::string rendezvous;
   bool progress_in_place = true;  // '\r' progress on a terminal
@@ -72,7 +74,7 @@ struct TrainResult {
 };
 
 // Detector training on a dataset's train split; several devices: data parallel (CPU replicas
-// or GPUs as threads of this process; or, with process_world > 1, this process as one rank of
+// or GPUs as threads of this process; or, when launched, this process as one rank of
 // a launched job; the global batch split evenly).
 TrainResult train_detector(const ModelSpec& spec, const data::Dataset& dataset, const std::vector<Device>& devices,
                            const TrainOptions& options);

@@ -330,6 +330,7 @@ TEST_ROLE(train_rank) {
   }
   try {
     TrainOptions o = process_rank_options(env_or("YOLO_TEST_OUT", ""));
+    o.launched = true;
     o.process_rank = launch.rank;
     o.process_world = launch.world;
     o.rendezvous = env_or("YOLO_TEST_RDV", "");

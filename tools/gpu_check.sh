@@ -72,6 +72,29 @@ if [[ -x ./train_yolo ]]; then
   rm -f "$OUT"/demo/*.weights "$OUT"/demo/*.ckpt "$OUT"/yolov3/*.weights "$OUT"/yolov3/*.ckpt  # too big to fetch
 fi
 
+# Data parallel through NCCL (issue 7): the demo as a launched job of one rank (NCCL's
+# all-reduces on the path) against the plain run; two ranks sharing GPU 0 where NCCL allows it
+# (2.30+, NCCL_MULTI_RANK_GPU_ENABLE=1; the NCCL tests in build/tests need the same variable);
+# and that job losing rank 1 (rank 0 must stop within --comm-timeout, naming it).
+if [[ -x ./train_yolo ]]; then
+  run_step "demo, no communicator" dp_plain.log 120 ./train_yolo --max-batches 100 --out "$OUT/dp_plain"
+  summary[-1]+=" | $(grep -m1 'the last' "$OUT/dp_plain.log" | sed 's/.*steps: //')"
+  run_step "demo, NCCL world 1" dp_nccl1.log 120 env RANK=0 WORLD_SIZE=1 LOCAL_RANK=0 ./train_yolo --max-batches 100 \
+    --out "$OUT/dp_nccl1"
+  summary[-1]+=" | $(grep -m1 'the last' "$OUT/dp_nccl1.log" | sed 's/.*steps: //')"
+  export NCCL_MULTI_RANK_GPU_ENABLE=1
+  run_step "NCCL tests, 2 ranks on gpu:0" tests_nccl.log 120 build/tests -sf='*test_nccl*'
+  run_step "demo, 2 NCCL ranks on gpu:0" dp_nccl2.log 180 tools/launch_local.sh -n 2 -p "$OUT/dp_nccl2" -- \
+    ./train_yolo --devices gpu:0 --max-batches 100 --out "$OUT/dp_nccl2" --trace "$OUT/dp_nccl2_step.json"
+  summary[-1]+=" | $(grep -m1 'the last' "$OUT/dp_nccl2.rank0.log" | sed 's/.*steps: //')"
+  run_step "2 NCCL ranks, rank 1 killed" dp_kill.log 120 tools/launch_local.sh -n 2 -p "$OUT/dp_kill" \
+    --kill-rank 1 --kill-after 20 -- ./train_yolo --devices gpu:0 --max-batches 100000 --comm-timeout 30 \
+    --out "$OUT/dp_kill"
+  [[ $? -ne 0 ]] && grep -q 'rank 1' "$OUT/dp_kill.rank0.log" && summary[-1]+=" | rank 0 stopped naming rank 1 (expected)"
+  unset NCCL_MULTI_RANK_GPU_ENABLE
+  rm -f "$OUT"/dp_*/*.weights "$OUT"/dp_*/*.ckpt
+fi
+
 echo
 cat "$OUT/gpu.txt"
 echo

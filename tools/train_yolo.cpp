@@ -470,7 +470,7 @@ int train(const Options& options, const yolo::GpuDiscovery& found) {
   // A launched job (mpirun, srun, torchrun): this process is one rank, on one device.
   const yolo::LaunchInfo launch = yolo::detect_launch([](const char* name) { return std::getenv(name); });
   const bool leader = launch.rank == 0;
-  yolo::DeviceChoice choice = launch.world > 1 ? rank_device(options, launch, found)
+  yolo::DeviceChoice choice = !launch.launcher.empty() ? rank_device(options, launch, found)
                                                : yolo::choose_devices(options.devices, found);
   std::printf("train_yolo: %s\n", choice.reason.c_str());
   yolo::Device device = choice.devices.front();
@@ -496,6 +496,7 @@ int train(const Options& options, const yolo::GpuDiscovery& found) {
   to.sync_bn = options.sync_bn;
   to.check_every = options.check_every;
   to.comm_timeout = options.comm_timeout;
+  to.launched = !launch.launcher.empty();
   to.process_rank = launch.rank;
   to.process_world = launch.world;
   to.rendezvous = options.rendezvous.empty() ? yolo::default_rendezvous(launch) : options.rendezvous;
