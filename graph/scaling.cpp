@@ -195,23 +195,42 @@ Profile read_trace_profile(const std::string& path, const Graph& graph, int batc
   return profile_from_trace(data::read_json_file(path), path, graph, batch, optimizer_ms);
 }
 
-std::vector<Bucket> cut_buckets(const Profile& profile, double bucket_mb) {
+std::vector<std::pair<size_t, size_t>> group_layers(const std::vector<int64_t>& layer_bytes, double bucket_mb) {
   if (!(bucket_mb >= 0) || !std::isfinite(bucket_mb))
     throw Error("bucket size " + number_text(bucket_mb) + " MB: it must be >= 0 (0 = one layer each)");
-  double cap = bucket_mb * kMiB;
-  std::vector<Bucket> buckets;
+  const double cap = bucket_mb * kMiB;
+  std::vector<std::pair<size_t, size_t>> groups;
+  double bytes = 0;  // of the open group
+  for (size_t i = 0; i < layer_bytes.size(); ++i) {
+    if (groups.empty() || bucket_mb == 0 || bytes + static_cast<double>(layer_bytes[i]) > cap) {
+      groups.emplace_back(i, i);
+      bytes = 0;
+    }
+    bytes += static_cast<double>(layer_bytes[i]);
+    groups.back().second = i + 1;
+  }
+  return groups;
+}
+
+double default_bucket_mb(int64_t gradient_bytes) { return std::min(4.0, static_cast<double>(gradient_bytes) / 4 / kMiB); }
+
+std::vector<Bucket> cut_buckets(const Profile& profile, double bucket_mb) {
+  std::vector<int64_t> bytes;
+  std::vector<double> ready;  // each gradient layer's backward end
   double clock = 0;
-  bool open = false;  // the last bucket may still take layers
   for (const LayerCost& layer : profile.backward) {
     clock += layer.backward_ms;
     if (layer.grad_bytes <= 0) continue;
-    if (open && static_cast<double>(buckets.back().bytes + layer.grad_bytes) > cap) open = false;
-    if (!open) buckets.push_back(Bucket{});
-    Bucket& bucket = buckets.back();
-    bucket.bytes += layer.grad_bytes;
-    bucket.ready_ms = clock;
-    ++bucket.layers;
-    open = bucket_mb > 0;
+    bytes.push_back(layer.grad_bytes);
+    ready.push_back(clock);
+  }
+  std::vector<Bucket> buckets;
+  for (auto [first, end] : group_layers(bytes, bucket_mb)) {
+    Bucket b;
+    for (size_t i = first; i < end; ++i) b.bytes += bytes[i];
+    b.ready_ms = ready[end - 1];
+    b.layers = static_cast<int>(end - first);
+    buckets.push_back(b);
   }
   return buckets;
 }

@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "data/json.h"
@@ -75,9 +76,18 @@ struct Bucket {
   double ready_ms = 0;  // from the start of backward: its last layer's backward has finished
   int layers = 0;
 };
-// Cuts the gradients, in backward order, into buckets of at most bucket_mb MiB (2^20 bytes, as
-// PyTorch's bucket_cap_mb); a layer larger than that is a bucket alone; 0 = one layer each.
-// Layers without gradients join no bucket (their time still delays the next ones).
+// The bucket rule, shared by the trainer and this model: consecutive layers (their gradient
+// bytes in backward order, all > 0) grouped into buckets of at most bucket_mb MiB (2^20 bytes,
+// as PyTorch's bucket_cap_mb); a layer larger than that is a bucket alone; 0 = one layer each.
+// Returns each bucket's [first, last + 1) layer index. Throws for a negative or non-finite size.
+std::vector<std::pair<size_t, size_t>> group_layers(const std::vector<int64_t>& layer_bytes, double bucket_mb);
+
+// The trainer's default bucket size: 4 MiB, or a quarter of all gradients when that is smaller
+// (a model whose gradients fit one bucket could not overlap anything).
+double default_bucket_mb(int64_t gradient_bytes);
+
+// Cuts the profile's gradients into buckets by group_layers. Layers without gradients join no
+// bucket (their time still delays the next ones).
 std::vector<Bucket> cut_buckets(const Profile& profile, double bucket_mb);
 
 enum class Binding { Compute, Communication, Loader };

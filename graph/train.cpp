@@ -23,6 +23,7 @@
 #include "data/transform.h"
 #include "graph/evaluate.h"
 #include "graph/executor.h"
+#include "graph/scaling.h"
 #include "graph/weights.h"
 #include "runtime/check.h"
 #include "runtime/communicator.h"
@@ -466,19 +467,21 @@ Start prepare_start(const Graph& graph, Executor& executor, const TrainOptions& 
 namespace {
 
 // Buckets of the flat gradient buffer (backward order: layers reversed, each layer's weights,
-// biases, scales; see executor.h): whole layers, closed once at least bucket_mb is collected
-// (0: one layer each).
+// biases, scales; see executor.h) as [begin, end) float ranges: whole layers, grouped by the
+// rule the scaling model uses (group_layers).
 std::vector<std::pair<size_t, size_t>> bucket_plan(const Graph& graph, double bucket_mb) {
+  std::vector<int64_t> bytes;
+  for (int i = static_cast<int>(graph.nodes.size()) - 1; i >= 0; --i)
+    if (int64_t n = graph.nodes[i].trainable(); n > 0) bytes.push_back(n * static_cast<int64_t>(sizeof(float)));
   std::vector<std::pair<size_t, size_t>> buckets;
-  size_t begin = 0, end = 0;
-  for (int i = static_cast<int>(graph.nodes.size()) - 1; i >= 0; --i) {
-    end += static_cast<size_t>(graph.nodes[i].trainable());
-    if (end > begin && (end - begin) * sizeof(float) >= bucket_mb * 1048576.0) {
-      buckets.emplace_back(begin, end);
-      begin = end;
-    }
+  size_t offset = 0;
+  std::vector<size_t> starts;  // each layer's first float
+  for (int64_t b : bytes) {
+    starts.push_back(offset);
+    offset += static_cast<size_t>(b) / sizeof(float);
   }
-  if (end > begin) buckets.emplace_back(begin, end);
+  starts.push_back(offset);
+  for (auto [first, end] : group_layers(bytes, bucket_mb)) buckets.emplace_back(starts[first], starts[end]);
   return buckets;
 }
 
@@ -497,15 +500,17 @@ TrainResult run_replica(const Graph& graph, Executor& executor, Source& source, 
   comm_stream.wait(*dp.gradients_done);
   comm->broadcast(executor.parameters(), executor.parameter_count(), 0, comm_stream);
   comm->wait(comm_stream);
-  dp.buckets = bucket_plan(graph, options.bucket_mb);
+  const double bucket_mb = options.bucket_mb >= 0 ? options.bucket_mb
+                                                 : default_bucket_mb(static_cast<int64_t>(executor.parameter_count() * sizeof(float)));
+  dp.buckets = bucket_plan(graph, bucket_mb);
   dp.overlap = options.overlap;
   dp.check_every = options.check_every;
   dp.traces = traces;
   if (options.sync_bn) executor.set_batchnorm_sync(comm, &comm_stream);
   if (comm->rank() == 0)
-    std::printf("train_yolo: data parallel over %d replicas: %zu gradient buckets (--bucket-mb %g), %s; BatchNorm "
+    std::printf("train_yolo: data parallel over %d replicas: %zu gradient buckets (--bucket-mb %.3g), %s; BatchNorm "
                 "statistics %s\n",
-                comm->size(), dp.buckets.size(), options.bucket_mb,
+                comm->size(), dp.buckets.size(), bucket_mb,
                 dp.overlap ? "all-reduce overlapped with backward" : "all-reduce after backward (--no-overlap)",
                 options.sync_bn ? "over all replicas (--sync-bn)" : "per replica (rank 0's are saved)");
   return run_loop(graph, executor, source, options, setup.batch, setup.subdivisions, start.iteration, start.seen, &dp);

@@ -35,10 +35,11 @@ struct TrainOptions {
   std::string trace_file;       // Chrome trace of one step's layers
   int checkpoint_every = 0;     // also write the checkpoint every N steps (0: only at the end)
   int valid_every = 0;          // detector: mAP@0.5 on the validation split every N epochs; best.weights kept
-  // Data parallel (several devices): gradient buckets of at least bucket_mb (0: one layer each),
+  // Data parallel (several devices): gradient buckets of at most bucket_mb MiB (0: one layer each;
+  // negative: default_bucket_mb of graph/scaling.h),
   // all-reduced while backward goes on (overlap) or all after it; replicas' parameter hashes
   // compared every check_every steps; a rank waiting longer than comm_timeout gives up.
-  double bucket_mb = 4;
+  double bucket_mb = -1;
   bool overlap = true;
   bool sync_bn = false;         // BatchNorm statistics over every replica's micro-batch (else per replica)
   int check_every = 100;

@@ -110,6 +110,25 @@ TEST_CASE("buckets: 0 = one layer each, a cap in MiB groups consecutive layers, 
   CHECK_THROWS_WITH_AS(cut_buckets(p, -1), doctest::Contains("bucket size -1 MB"), Error);
 }
 
+TEST_CASE("the trainer's buckets follow the same rule, and the default gives a small net several") {
+  CHECK(group_layers({5, 5, 5}, 0) == std::vector<std::pair<size_t, size_t>>{{0, 1}, {1, 2}, {2, 3}});
+  const int64_t mib = static_cast<int64_t>(kMiB);
+  CHECK(group_layers({mib, 2 * mib, mib, 3 * mib}, 3) == std::vector<std::pair<size_t, size_t>>{{0, 2}, {2, 3}, {3, 4}});
+  CHECK(group_layers({}, 4).empty());
+  CHECK(default_bucket_mb(236 * mib) == 4);
+  CHECK(default_bucket_mb(2 * mib) == 0.5);  // a quarter: the demo net's 1.5 MiB get several buckets
+  // The demo net, as the trainer cuts it by default: more than one bucket, so backward can hide one.
+  Graph demo = build_graph(read_model("models/demo.cfg"));
+  std::vector<int64_t> bytes;
+  int64_t total = 0;
+  for (int i = static_cast<int>(demo.nodes.size()) - 1; i >= 0; --i)
+    if (int64_t n = demo.nodes[i].trainable(); n > 0) {
+      bytes.push_back(n * 4);
+      total += n * 4;
+    }
+  CHECK(group_layers(bytes, default_bucket_mb(total)).size() >= 3);
+}
+
 TEST_CASE("step times of a hand profile on two GPUs, with and without overlap") {
   Profile p = hand_profile();
   ScalingSetup setup{mib_per_ms_link(), 0};

@@ -51,7 +51,8 @@ const char* kUsage =
     "  --seed S           initial weights, shuffling and augmentation (1)\n"
     "  --trace FILE       Chrome-trace JSON of one step's layers (forward/backward)\n"
     "  --valid-every N    mAP@0.5 on the validation split every N epochs; keeps best.weights\n"
-    "  --bucket-mb M      data parallel: gradient all-reduce buckets of M MB (4; 0 = one layer each)\n"
+    "  --bucket-mb M      data parallel: gradient all-reduce buckets of at most M MiB (4, or a quarter of the\n"
+    "                     gradients when smaller; 0 = one layer each)\n"
     "  --no-overlap       data parallel: all-reduce after backward instead of during it\n"
     "  --sync-bn          data parallel: BatchNorm statistics over all replicas (for small per-GPU batches)\n"
     "  --check-every N    data parallel: compare the replicas' parameter hashes every N steps (100)\n"
@@ -83,7 +84,7 @@ struct Options {
   float threshold = 0.25f, nms = 0.45f;
   bool json = false;
   int valid_every = 0;
-  double bucket_mb = 4, comm_timeout = 300;
+  double bucket_mb = -1, comm_timeout = 300;
   std::string rendezvous;
   bool overlap = true, sync_bn = false;
   int check_every = 100;
