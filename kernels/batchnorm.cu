@@ -241,6 +241,76 @@ void check_workspace(const char* op, const ConstAct& x, const void* workspace, s
     throw Error(std::string(op) + ": workspace is null or not float-aligned");
 }
 
+// The reference forward's last steps for channel ch, from its batch mean and biased variance in
+// double over m pixels: y (with the statistics rounded to T), the saved statistics and the running
+// ones. The statistics come from x before this writes y: y may alias x.
+template <typename T>
+void finish_channel_reference(Activation act, int ch, double mean, double var, double m, NhwcView<const T> x,
+                              const T* gamma, const T* beta, NhwcView<T> y, T* saved_mean, T* saved_var,
+                              T* running_mean, T* running_var) {
+  T mean_t = T(mean), var_t = T(var);
+  T inv_std = T(1) / std::sqrt(var_t + T(kBatchNormEpsilon));
+  for (int b = 0; b < x.n; ++b)
+    for (int i = 0; i < x.h; ++i)
+      for (int j = 0; j < x.w; ++j)
+        y.data[y.at(b, i, j, ch)] =
+            activate(act, gamma[ch] * (x.data[x.at(b, i, j, ch)] - mean_t) * inv_std + beta[ch]);
+  saved_mean[ch] = mean_t;
+  saved_var[ch] = var_t;
+  if (running_mean) {
+    T unbiased = m > 1 ? T(var * m / (m - 1)) : var_t;
+    running_mean[ch] = T(1 - kBatchNormMomentum) * running_mean[ch] + T(kBatchNormMomentum) * mean_t;
+    running_var[ch] = T(1 - kBatchNormMomentum) * running_var[ch] + T(kBatchNormMomentum) * unbiased;
+  }
+}
+
+// The reference backward's gradient at batchnorm's output: grad_y through the activation (whose
+// derivative comes from its output y).
+template <typename T>
+double reference_g(Activation act, const NhwcView<const T>& y, const NhwcView<const T>& grad_y, int b, int i, int j,
+                   int ch) {
+  double g = double(grad_y.data[grad_y.at(b, i, j, ch)]);
+  if (act != Activation::Linear) g *= double(activation_gradient_from_output(act, y.data[y.at(b, i, j, ch)]));
+  return g;
+}
+
+// The reference backward's sums over x's pixels for channel ch: of g (grad_beta) and of g * xhat
+// (grad_gamma).
+struct ChannelGradSums {
+  double g, g_xhat;
+};
+template <typename T>
+ChannelGradSums backward_channel_sums_reference(Activation act, NhwcView<const T> y, NhwcView<const T> grad_y,
+                                                NhwcView<const T> x, const T* saved_mean, const T* saved_var, int ch) {
+  double inv_std = 1.0 / std::sqrt(double(saved_var[ch]) + double(kBatchNormEpsilon)), mean = double(saved_mean[ch]);
+  ChannelGradSums s{0, 0};
+  for (int b = 0; b < x.n; ++b)
+    for (int i = 0; i < x.h; ++i)
+      for (int j = 0; j < x.w; ++j) {
+        double g = reference_g(act, y, grad_y, b, i, j, ch);
+        s.g += g;
+        s.g_xhat += g * (double(x.data[x.at(b, i, j, ch)]) - mean) * inv_std;
+      }
+  return s;
+}
+
+// The reference backward's grad_x for channel ch from those sums over m pixels. Each grad_x
+// element is written after its grad_y element is read (they may alias).
+template <typename T>
+void backward_channel_apply_reference(Activation act, NhwcView<const T> y, NhwcView<const T> grad_y,
+                                      NhwcView<const T> x, const T* gamma, const T* saved_mean, const T* saved_var,
+                                      int ch, double m, ChannelGradSums sums, NhwcView<T> grad_x) {
+  double inv_std = 1.0 / std::sqrt(double(saved_var[ch]) + double(kBatchNormEpsilon)), mean = double(saved_mean[ch]);
+  double scale = double(gamma[ch]) * inv_std / m;
+  for (int b = 0; b < x.n; ++b)
+    for (int i = 0; i < x.h; ++i)
+      for (int j = 0; j < x.w; ++j) {
+        double g = reference_g(act, y, grad_y, b, i, j, ch);
+        double xhat = (double(x.data[x.at(b, i, j, ch)]) - mean) * inv_std;
+        grad_x.data[grad_x.at(b, i, j, ch)] = T(scale * (m * g - sums.g - xhat * sums.g_xhat));
+      }
+}
+
 // ---- CPU ------------------------------------------------------------------------------------
 // Fixed pixel chunks (a function of the shape, not of the thread count), double accumulators
 // per chunk, chunks combined in order.
@@ -946,21 +1016,8 @@ void batchnorm_activation_forward_training_reference(Activation act, NhwcView<co
           double d = double(x.data[x.at(b, i, j, ch)]) - mean;
           squares += d * d;
         }
-    double var = squares / m;
-    T mean_t = T(mean), var_t = T(var);
-    T inv_std = T(1) / std::sqrt(var_t + T(kBatchNormEpsilon));
-    // Statistics are written before y: y may alias x, and x's channel ch is not read again.
-    for (int b = 0; b < x.n; ++b)
-      for (int i = 0; i < x.h; ++i)
-        for (int j = 0; j < x.w; ++j)
-          y.data[y.at(b, i, j, ch)] = activate(act, gamma[ch] * (x.data[x.at(b, i, j, ch)] - mean_t) * inv_std + beta[ch]);
-    saved_mean[ch] = mean_t;
-    saved_var[ch] = var_t;
-    if (running_mean) {
-      T unbiased = m > 1 ? T(var * m / (m - 1)) : var_t;
-      running_mean[ch] = T(1 - kBatchNormMomentum) * running_mean[ch] + T(kBatchNormMomentum) * mean_t;
-      running_var[ch] = T(1 - kBatchNormMomentum) * running_var[ch] + T(kBatchNormMomentum) * unbiased;
-    }
+    finish_channel_reference(act, ch, mean, squares / m, m, x, gamma, beta, y, saved_mean, saved_var, running_mean,
+                             running_var);
   }
 }
 
@@ -986,32 +1043,12 @@ void batchnorm_activation_backward_reference(Activation act, NhwcView<const T> y
                                              const T* saved_var, NhwcView<T> grad_x, T* grad_gamma, T* grad_beta) {
   check_backward("batchnorm_activation_backward_reference", act, y, grad_y, x, gamma, saved_mean, saved_var, grad_x,
                  grad_gamma, grad_beta);
-  const double m = double(x.pixels());
-  auto g_at = [&](int b, int i, int j, int ch) {
-    double g = double(grad_y.data[grad_y.at(b, i, j, ch)]);
-    if (act != Activation::Linear) g *= double(activation_gradient_from_output(act, y.data[y.at(b, i, j, ch)]));
-    return g;
-  };
   for (int ch = 0; ch < x.c; ++ch) {
-    double inv_std = 1.0 / std::sqrt(double(saved_var[ch]) + double(kBatchNormEpsilon)), mean = double(saved_mean[ch]);
-    double sum_g = 0, sum_g_xhat = 0;
-    for (int b = 0; b < x.n; ++b)
-      for (int i = 0; i < x.h; ++i)
-        for (int j = 0; j < x.w; ++j) {
-          double g = g_at(b, i, j, ch);
-          sum_g += g;
-          sum_g_xhat += g * (double(x.data[x.at(b, i, j, ch)]) - mean) * inv_std;
-        }
-    // grad_x is written last: it may alias grad_y, whose channel ch is not read again.
-    double scale = double(gamma[ch]) * inv_std / m;
-    for (int b = 0; b < x.n; ++b)
-      for (int i = 0; i < x.h; ++i)
-        for (int j = 0; j < x.w; ++j) {
-          double xhat = (double(x.data[x.at(b, i, j, ch)]) - mean) * inv_std;
-          grad_x.data[grad_x.at(b, i, j, ch)] = T(scale * (m * g_at(b, i, j, ch) - sum_g - xhat * sum_g_xhat));
-        }
-    grad_beta[ch] = T(sum_g);
-    grad_gamma[ch] = T(sum_g_xhat);
+    ChannelGradSums sums = backward_channel_sums_reference(act, y, grad_y, x, saved_mean, saved_var, ch);
+    backward_channel_apply_reference(act, y, grad_y, x, gamma, saved_mean, saved_var, ch, double(x.pixels()), sums,
+                                     grad_x);
+    grad_beta[ch] = T(sums.g);
+    grad_gamma[ch] = T(sums.g_xhat);
   }
 }
 
@@ -1127,24 +1164,9 @@ void batchnorm_activation_forward_from_sums_reference(Activation act, NhwcView<c
   check_forward_from_sums("batchnorm_activation_forward_from_sums_reference", x, gamma, beta, y, sums, squares,
                           total_pixels, saved_mean, saved_var, running_mean, running_var);
   const double m = total_pixels;
-  for (int ch = 0; ch < x.c; ++ch) {
-    double var = double(squares[ch]) / m;
-    T mean_t = T(double(sums[ch]) / m), var_t = T(var);
-    T inv_std = T(1) / std::sqrt(var_t + T(kBatchNormEpsilon));
-    for (int b = 0; b < x.n; ++b)
-      for (int i = 0; i < x.h; ++i)
-        for (int j = 0; j < x.w; ++j) {
-          const T v = x.data[x.at(b, i, j, ch)];
-          y.data[y.at(b, i, j, ch)] = activate(act, gamma[ch] * (v - mean_t) * inv_std + beta[ch]);
-        }
-    saved_mean[ch] = mean_t;
-    saved_var[ch] = var_t;
-    if (running_mean) {
-      T unbiased = m > 1 ? T(var * m / (m - 1)) : var_t;
-      running_mean[ch] = T(1 - kBatchNormMomentum) * running_mean[ch] + T(kBatchNormMomentum) * mean_t;
-      running_var[ch] = T(1 - kBatchNormMomentum) * running_var[ch] + T(kBatchNormMomentum) * unbiased;
-    }
-  }
+  for (int ch = 0; ch < x.c; ++ch)
+    finish_channel_reference(act, ch, double(sums[ch]) / m, double(squares[ch]) / m, m, x, gamma, beta, y, saved_mean,
+                             saved_var, running_mean, running_var);
 }
 
 template <typename T>
@@ -1154,18 +1176,9 @@ void batchnorm_activation_backward_sums_reference(Activation act, NhwcView<const
   check_backward_sums("batchnorm_activation_backward_sums_reference", act, y, grad_y, x, saved_mean, saved_var,
                       grad_gamma, grad_beta, sums2);
   for (int ch = 0; ch < x.c; ++ch) {
-    double inv_std = 1.0 / std::sqrt(double(saved_var[ch]) + double(kBatchNormEpsilon)), mean = double(saved_mean[ch]);
-    double sum_g = 0, sum_g_xhat = 0;
-    for (int b = 0; b < x.n; ++b)
-      for (int i = 0; i < x.h; ++i)
-        for (int j = 0; j < x.w; ++j) {
-          double g = double(grad_y.data[grad_y.at(b, i, j, ch)]);
-          if (act != Activation::Linear) g *= double(activation_gradient_from_output(act, y.data[y.at(b, i, j, ch)]));
-          sum_g += g;
-          sum_g_xhat += g * (double(x.data[x.at(b, i, j, ch)]) - mean) * inv_std;
-        }
-    grad_beta[ch] = sums2[ch] = T(sum_g);
-    grad_gamma[ch] = sums2[x.c + ch] = T(sum_g_xhat);
+    ChannelGradSums sums = backward_channel_sums_reference(act, y, grad_y, x, saved_mean, saved_var, ch);
+    grad_beta[ch] = sums2[ch] = T(sums.g);
+    grad_gamma[ch] = sums2[x.c + ch] = T(sums.g_xhat);
   }
 }
 
@@ -1176,20 +1189,9 @@ void batchnorm_activation_backward_apply_reference(Activation act, NhwcView<cons
                                                    NhwcView<T> grad_x) {
   check_backward_apply("batchnorm_activation_backward_apply_reference", act, y, grad_y, x, gamma, saved_mean,
                        saved_var, sums2, total_pixels, grad_x);
-  const double m = total_pixels;
-  for (int ch = 0; ch < x.c; ++ch) {
-    double inv_std = 1.0 / std::sqrt(double(saved_var[ch]) + double(kBatchNormEpsilon)), mean = double(saved_mean[ch]);
-    double scale = double(gamma[ch]) * inv_std / m, sum_g = double(sums2[ch]), sum_g_xhat = double(sums2[x.c + ch]);
-    // Each grad_x element is written after its grad_y element is read (they may alias).
-    for (int b = 0; b < x.n; ++b)
-      for (int i = 0; i < x.h; ++i)
-        for (int j = 0; j < x.w; ++j) {
-          double g = double(grad_y.data[grad_y.at(b, i, j, ch)]);
-          if (act != Activation::Linear) g *= double(activation_gradient_from_output(act, y.data[y.at(b, i, j, ch)]));
-          double xhat = (double(x.data[x.at(b, i, j, ch)]) - mean) * inv_std;
-          grad_x.data[grad_x.at(b, i, j, ch)] = T(scale * (m * g - sum_g - xhat * sum_g_xhat));
-        }
-  }
+  for (int ch = 0; ch < x.c; ++ch)
+    backward_channel_apply_reference(act, y, grad_y, x, gamma, saved_mean, saved_var, ch, total_pixels,
+                                     ChannelGradSums{double(sums2[ch]), double(sums2[x.c + ch])}, grad_x);
 }
 
 void batchnorm_sums_cpu(ConstAct x, float* sums, void* /*workspace*/, size_t /*workspace_bytes*/) {

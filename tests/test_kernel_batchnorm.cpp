@@ -10,6 +10,7 @@
 
 #include "kernels/batchnorm.h"
 #include "runtime/check.h"
+#include "tests/batchnorm_fixtures.h"
 #include "tests/kernel_harness.h"
 #include "tests/op_check.h"
 #include "tests/test_support.h"
@@ -19,8 +20,6 @@ using namespace yolo::testing;
 
 namespace {
 
-constexpr Activation kAllKinds[] = {Activation::Linear, Activation::Leaky, Activation::Relu, Activation::Logistic};
-
 template <typename T>
 NhwcView<T> dense(T* data, const Slice& l) {
   return nhwc(data, l.n, l.h, l.w, l.c);
@@ -28,46 +27,6 @@ NhwcView<T> dense(T* data, const Slice& l) {
 template <typename T>
 NhwcView<const T> cdense(const T* data, const Slice& l) {
   return nhwc(data, l.n, l.h, l.w, l.c);
-}
-
-// Inputs with per-channel offsets and spreads (means far from 0 test the stable statistics).
-std::vector<float> channel_data(Rng& rng, const Slice& l) {
-  std::vector<float> offset(size_t(l.stride)), spread(size_t(l.stride));
-  for (int ch = 0; ch < l.stride; ++ch) offset[size_t(ch)] = rng.uniform(-3.0f, 3.0f), spread[size_t(ch)] = rng.uniform(0.2f, 2.0f);
-  std::vector<float> x(l.size());
-  for (size_t i = 0; i < x.size(); ++i) x[i] = offset[i % size_t(l.stride)] + spread[i % size_t(l.stride)] * rng.uniform(-1.0f, 1.0f);
-  return x;
-}
-
-struct Params {
-  std::vector<float> gamma, beta, running_mean, running_var;
-};
-Params random_params(Rng& rng, int c) {
-  Params p;
-  p.gamma = rng.floats(size_t(c), 0.5f, 1.5f);
-  for (float& g : p.gamma)
-    if (rng.integer(0, 3) == 0) g = -g;
-  p.beta = rng.floats(size_t(c), -0.5f, 0.5f);
-  p.running_mean = rng.floats(size_t(c), -1.0f, 1.0f);
-  p.running_var = rng.floats(size_t(c), 0.5f, 1.5f);
-  return p;
-}
-
-// The reference training forward in double on a contiguous copy.
-struct ForwardRef {
-  std::vector<double> y, mean, var, running_mean, running_var;
-};
-ForwardRef reference_training(Activation act, const std::vector<double>& x, const Slice& l, const Params& p) {
-  ForwardRef r;
-  size_t c = size_t(l.c);
-  r.y.resize(x.size());
-  r.mean.resize(c), r.var.resize(c);
-  r.running_mean = to_double(p.running_mean), r.running_var = to_double(p.running_var);
-  std::vector<double> gamma = to_double(p.gamma), beta = to_double(p.beta);
-  batchnorm_activation_forward_training_reference<double>(act, cdense(x.data(), l), gamma.data(), beta.data(),
-                                                          dense(r.y.data(), l), r.mean.data(), r.var.data(),
-                                                          r.running_mean.data(), r.running_var.data());
-  return r;
 }
 
 // The cases each implementation runs: odd sizes and slices (scalar path), a 16-byte-aligned slice
@@ -194,23 +153,14 @@ void check_backward(const Impl& impl) {
     std::vector<float> x = channel_data(rng, l), grad_y = rng.floats(l.size());
     Params p = random_params(rng, l.c);
     // The forward's outputs, as float, as the backward gets them: y in x's layout, saved stats.
-    ForwardRef fwd = reference_training(act, gather<double>(x, l), l, p);
-    std::vector<float> y = x, mean(fwd.mean.begin(), fwd.mean.end()), var(fwd.var.begin(), fwd.var.end());
-    scatter(y, l, fwd.y);
-
-    std::vector<double> xd = gather<double>(x, l), yd = gather<double>(y, l), gyd = gather<double>(grad_y, l),
-                        gamma = to_double(p.gamma), meand = to_double(mean), vard = to_double(var),
-                        grad_x_ref(l.elements()), grad_gamma_ref(c), grad_beta_ref(c);
-    batchnorm_activation_backward_reference<double>(act, cdense(yd.data(), l), cdense(gyd.data(), l),
-                                                    cdense(xd.data(), l), gamma.data(), meand.data(), vard.data(),
-                                                    dense(grad_x_ref.data(), l), grad_gamma_ref.data(),
-                                                    grad_beta_ref.data());
+    SavedForward fwd = saved_forward(act, x, l, p);
+    BackwardRef ref = reference_backward(act, l, x, grad_y, fwd, p.gamma, 0, l.n);
 
     size_t workspace_bytes = batchnorm_workspace_bytes(l.n, l.h, l.w, l.c);
     DeviceArray<unsigned char> workspace(impl.device, workspace_bytes);
-    DeviceArray<float> d_x(impl.device, x), d_y(impl.device, y), d_grad_y(impl.device, grad_y),
-        d_grad_x(impl.device, l.size()), d_gamma(impl.device, p.gamma), d_mean(impl.device, mean),
-        d_var(impl.device, var), d_grad_gamma(impl.device, c), d_grad_beta(impl.device, c);
+    DeviceArray<float> d_x(impl.device, x), d_y(impl.device, fwd.y), d_grad_y(impl.device, grad_y),
+        d_grad_x(impl.device, l.size()), d_gamma(impl.device, p.gamma), d_mean(impl.device, fwd.mean),
+        d_var(impl.device, fwd.var), d_grad_gamma(impl.device, c), d_grad_beta(impl.device, c);
     // Linear goes through the plain batchnorm API, which has no y.
     auto run = [&](ConstAct gy, Act gx) {
       d_grad_gamma.poison(), d_grad_beta.poison();
@@ -233,10 +183,10 @@ void check_backward(const Impl& impl) {
     run(l.on<const float>(d_grad_y.data()), l.on(d_grad_x.data()));
     std::vector<float> grad_x = d_grad_x.download(), grad_gamma = d_grad_gamma.download(),
                        grad_beta = d_grad_beta.download();
-    CHECK_CLOSE(gather<float>(grad_x, l), grad_x_ref, 1e-5, 1e-4);
+    CHECK_CLOSE(gather<float>(grad_x, l), ref.grad_x, 1e-5, 1e-4);
     CHECK(written_outside(grad_x, l) == 0);
-    CHECK_CLOSE(grad_gamma, grad_gamma_ref, 1e-4, 1e-4);
-    CHECK_CLOSE(grad_beta, grad_beta_ref, 1e-4, 1e-4);
+    CHECK_CLOSE(grad_gamma, ref.grad_gamma, 1e-4, 1e-4);
+    CHECK_CLOSE(grad_beta, ref.grad_beta, 1e-4, 1e-4);
 
     if (impl.cuda) {
       d_grad_x.poison();
@@ -248,7 +198,7 @@ void check_backward(const Impl& impl) {
     if (act == Activation::Leaky || act == Activation::Linear) {  // in place: grad_x over grad_y
       DeviceArray<float> d_inplace(impl.device, grad_y);
       run(l.on<const float>(d_inplace.data()), l.on(d_inplace.data()));
-      CHECK_CLOSE(gather<float>(d_inplace.download(), l), grad_x_ref, 1e-5, 1e-4);
+      CHECK_CLOSE(gather<float>(d_inplace.download(), l), ref.grad_x, 1e-5, 1e-4);
     }
   });
 }

@@ -11,6 +11,7 @@
 
 #include "kernels/batchnorm.h"
 #include "runtime/check.h"
+#include "tests/batchnorm_fixtures.h"
 #include "tests/kernel_harness.h"
 #include "tests/op_check.h"
 #include "tests/test_support.h"
@@ -19,8 +20,6 @@ using namespace yolo;
 using namespace yolo::testing;
 
 namespace {
-
-constexpr Activation kAllKinds[] = {Activation::Linear, Activation::Leaky, Activation::Relu, Activation::Logistic};
 
 Device device_for(Impl impl) {
   std::string why;
@@ -77,17 +76,6 @@ void backward_apply(Impl impl, Activation act, ConstAct y, ConstAct grad_y, Cons
 
 // ---- data ----
 
-// Inputs with per-channel offsets (offset_lo..offset_hi) and spreads.
-std::vector<float> channel_data(Rng& rng, const Slice& l, float offset_lo = -3.0f, float offset_hi = 3.0f) {
-  std::vector<float> offset(size_t(l.stride)), spread(size_t(l.stride));
-  for (int ch = 0; ch < l.stride; ++ch)
-    offset[size_t(ch)] = rng.uniform(offset_lo, offset_hi), spread[size_t(ch)] = rng.uniform(0.2f, 2.0f);
-  std::vector<float> x(l.size());
-  for (size_t i = 0; i < x.size(); ++i)
-    x[i] = offset[i % size_t(l.stride)] + spread[i % size_t(l.stride)] * rng.uniform(-1.0f, 1.0f);
-  return x;
-}
-
 // channel_data whose every channel has a batch standard deviation of at least 0.05. In a nearly
 // constant channel (likely enough with 2 pixels) gamma/std amplifies the float rounding of the
 // mean, which the float sums passed between the phases carry, beyond the tolerances: an
@@ -108,37 +96,6 @@ std::vector<float> conditioned_data(Rng& rng, const Slice& l) {
   }
   FAIL("no well-spread batch in 100 draws for " << l);
   return {};
-}
-
-struct Params {
-  std::vector<float> gamma, beta, running_mean, running_var;
-};
-Params random_params(Rng& rng, int c) {
-  Params p;
-  p.gamma = rng.floats(size_t(c), 0.5f, 1.5f);
-  for (float& g : p.gamma)
-    if (rng.integer(0, 3) == 0) g = -g;
-  p.beta = rng.floats(size_t(c), -0.5f, 0.5f);
-  p.running_mean = rng.floats(size_t(c), -1.0f, 1.0f);
-  p.running_var = rng.floats(size_t(c), 0.5f, 1.5f);
-  return p;
-}
-
-// The existing reference training forward in double on the whole batch (contiguous copy).
-struct ForwardRef {
-  std::vector<double> y, mean, var, running_mean, running_var;
-};
-ForwardRef reference_training(Activation act, const std::vector<double>& x, const Slice& l, const Params& p) {
-  ForwardRef r;
-  const size_t c = size_t(l.c);
-  r.y.resize(x.size());
-  r.mean.resize(c), r.var.resize(c);
-  r.running_mean = to_double(p.running_mean), r.running_var = to_double(p.running_var);
-  std::vector<double> gamma = to_double(p.gamma), beta = to_double(p.beta);
-  batchnorm_activation_forward_training_reference<double>(
-      act, nhwc<const double>(x.data(), l.n, l.h, l.w, l.c), gamma.data(), beta.data(),
-      nhwc(r.y.data(), l.n, l.h, l.w, l.c), r.mean.data(), r.var.data(), r.running_mean.data(), r.running_var.data());
-  return r;
 }
 
 // ---- replicas: a batch split by images ----
@@ -182,9 +139,6 @@ struct Replica {
     return nhwc(base + l.offset + size_t(first) * size_t(l.h) * size_t(l.w) * size_t(l.stride), images, l.h, l.w, l.c,
                 l.stride);
   }
-  // Its elements [begin, end) of a contiguous (gathered) batch.
-  size_t begin(const Slice& l) const { return size_t(first) * size_t(l.h) * size_t(l.w) * size_t(l.c); }
-  size_t end(const Slice& l) const { return begin(l) + size_t(images) * size_t(l.h) * size_t(l.w) * size_t(l.c); }
 };
 
 std::vector<Replica> make_replicas(Device device, const Case& cs) {
@@ -305,54 +259,38 @@ TEST_CASE("batchnorm sync: replicas' forward phases match the whole-batch refere
 TEST_CASE("batchnorm sync: replicas' backward phases match the whole-batch reference backward") {
   for_each_impl_case_kind([](Rng& rng, Impl impl, const Case& cs, Activation act) {
     const Slice& l = cs.l;
-    const size_t c = size_t(l.c);
     const Device device = device_for(impl);
     std::vector<float> x = conditioned_data(rng, l), grad_y = rng.floats(l.size());
     Params p = random_params(rng, l.c);
     // The whole batch's forward outputs, as float, as the backward gets them.
-    ForwardRef fwd = reference_training(act, gather<double>(x, l), l, p);
-    std::vector<float> y = x, mean(fwd.mean.begin(), fwd.mean.end()), var(fwd.var.begin(), fwd.var.end());
-    scatter(y, l, fwd.y);
-
-    std::vector<double> xd = gather<double>(x, l), yd = gather<double>(y, l), gyd = gather<double>(grad_y, l),
-                        gamma = to_double(p.gamma), meand = to_double(mean), vard = to_double(var),
-                        grad_x_ref(l.elements()), grad_gamma_ref(c), grad_beta_ref(c);
-    auto reference_backward = [&](size_t begin, int images, double* grad_x, double* grad_gamma, double* grad_beta) {
-      auto view = [&](const std::vector<double>& v) {
-        return nhwc<const double>(v.data() + begin, images, l.h, l.w, l.c);
-      };
-      batchnorm_activation_backward_reference<double>(act, view(yd), view(gyd), view(xd), gamma.data(), meand.data(),
-                                                      vard.data(), nhwc(grad_x, images, l.h, l.w, l.c), grad_gamma,
-                                                      grad_beta);
-    };
-    reference_backward(0, l.n, grad_x_ref.data(), grad_gamma_ref.data(), grad_beta_ref.data());
+    SavedForward fwd = saved_forward(act, x, l, p);
+    BackwardRef ref = reference_backward(act, l, x, grad_y, fwd, p.gamma, 0, l.n);
 
     std::vector<Replica> replicas = make_replicas(device, cs);
-    DeviceArray<float> d_x(device, x), d_y(device, y), d_grad_y(device, grad_y), d_grad_x(device, l.size()),
-        d_gamma(device, p.gamma), d_mean(device, mean), d_var(device, var);
+    DeviceArray<float> d_x(device, x), d_y(device, fwd.y), d_grad_y(device, grad_y), d_grad_x(device, l.size()),
+        d_gamma(device, p.gamma), d_mean(device, fwd.mean), d_var(device, fwd.var);
     d_grad_x.poison();
     sync_backward(impl, act, l, replicas, d_y.data(), d_grad_y.data(), d_x.data(), d_grad_x.data(), d_gamma, d_mean,
                   d_var);
     std::vector<float> grad_x = d_grad_x.download();
-    CHECK_CLOSE(gather<float>(grad_x, l), grad_x_ref, 1e-5, 1e-4);
+    CHECK_CLOSE(gather<float>(grad_x, l), ref.grad_x, 1e-5, 1e-4);
     CHECK(written_outside(grad_x, l) == 0);
     // Each replica's grad_gamma/grad_beta: what the fused backward gives on that replica alone;
     // summed over the replicas: the whole batch's.
     for (Replica& r : replicas) {
       CAPTURE(r.first);
-      std::vector<double> part_grad_x(r.end(l) - r.begin(l)), part_gamma(c), part_beta(c);
-      reference_backward(r.begin(l), r.images, part_grad_x.data(), part_gamma.data(), part_beta.data());
-      CHECK_CLOSE(r.grad_gamma.download(), part_gamma, 1e-4, 1e-4);
-      CHECK_CLOSE(r.grad_beta.download(), part_beta, 1e-4, 1e-4);
+      BackwardRef part = reference_backward(act, l, x, grad_y, fwd, p.gamma, r.first, r.images);
+      CHECK_CLOSE(r.grad_gamma.download(), part.grad_gamma, 1e-4, 1e-4);
+      CHECK_CLOSE(r.grad_beta.download(), part.grad_beta, 1e-4, 1e-4);
     }
-    CHECK_CLOSE(sum_over(replicas, &Replica::grad_gamma), grad_gamma_ref, 1e-4, 1e-4);
-    CHECK_CLOSE(sum_over(replicas, &Replica::grad_beta), grad_beta_ref, 1e-4, 1e-4);
+    CHECK_CLOSE(sum_over(replicas, &Replica::grad_gamma), ref.grad_gamma, 1e-4, 1e-4);
+    CHECK_CLOSE(sum_over(replicas, &Replica::grad_beta), ref.grad_beta, 1e-4, 1e-4);
 
     if (act == Activation::Leaky || act == Activation::Linear) {  // in place: grad_x over grad_y
       DeviceArray<float> d_inplace(device, grad_y);
       sync_backward(impl, act, l, replicas, d_y.data(), d_inplace.data(), d_x.data(), d_inplace.data(), d_gamma, d_mean,
                     d_var);
-      CHECK_CLOSE(gather<float>(d_inplace.download(), l), grad_x_ref, 1e-5, 1e-4);
+      CHECK_CLOSE(gather<float>(d_inplace.download(), l), ref.grad_x, 1e-5, 1e-4);
     }
   });
 }
