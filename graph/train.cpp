@@ -62,7 +62,7 @@ std::string StepSplit::text() const {
   double other = wall_ms - data_ms - forward_ms - backward_ms - comm_ms - optimizer_ms;
   char buf[320];
   std::snprintf(buf, sizeof buf,
-                "%.1f img/s; a step %.1f ms = data wait %.1f + forward %.1f + backward %.1f + exposed comm %.1f + "
+                "%.4g img/s; a step %.1f ms = data wait %.1f + forward %.1f + backward %.1f + exposed comm %.1f + "
                 "optimizer %.1f + other %.1f",
                 images / std::max(wall_ms / 1000, 1e-9), wall_ms / n, data_ms / n, forward_ms / n, backward_ms / n,
                 comm_ms / n, optimizer_ms / n, std::max(other, 0.0) / n);
@@ -364,14 +364,14 @@ TrainResult run_loop(const Graph& graph, Executor& executor, Source& source, con
       if (graph.detection) {
         std::snprintf(line, sizeof line,
                       "iter %lld/%lld  epoch %.2f  loss %.3f (box %.3f obj %.3f noobj %.3f cls %.3f)  IoU %.2f  "
-                      "recall %.2f  lr %.2e  %.1f img/s  ETA %s",
+                      "recall %.2f  lr %.2e  %.4g img/s  ETA %s",
                       static_cast<long long>(iteration + 1), static_cast<long long>(max_batches), epoch, mean,
                       loss.box / loss.images, loss.obj / loss.images, loss.noobj / loss.images,
                       loss.cls / loss.images, loss.assigned ? loss.iou_sum / loss.assigned : 0.0,
                       loss.assigned ? static_cast<double>(loss.recall50) / loss.assigned : 0.0, lr, rate,
                       duration_text(eta).c_str());
       } else {
-        std::snprintf(line, sizeof line, "iter %lld/%lld  epoch %.2f  loss %.4f  accuracy %.3f  lr %.2e  %.1f img/s  ETA %s",
+        std::snprintf(line, sizeof line, "iter %lld/%lld  epoch %.2f  loss %.4f  accuracy %.3f  lr %.2e  %.4g img/s  ETA %s",
                       static_cast<long long>(iteration + 1), static_cast<long long>(max_batches), epoch, mean,
                       static_cast<double>(loss.correct) / std::max<int64_t>(loss.images, 1), lr, rate,
                       duration_text(eta).c_str());

@@ -316,7 +316,7 @@ yolo::Device first_device(const Options& options, const yolo::GpuDiscovery& foun
 }
 
 void print_result(const yolo::graph::TrainResult& result) {
-  std::printf("train_yolo: %lld steps, loss %.3f -> %.3f per image, %.1f images/s\n",
+  std::printf("train_yolo: %lld steps, loss %.3f -> %.3f per image, %.4g images/s\n",
               static_cast<long long>(result.iterations), result.first_loss, result.last_loss, result.images_per_second);
   std::printf("train_yolo: weights saved to %s (darknet format); checkpoint %s (--resume)\n",
               result.weights_path.c_str(), result.checkpoint_path.c_str());
