@@ -32,6 +32,21 @@ using yolo::testing::kTinyDetectorCfg;
 using yolo::testing::ChildProcess;
 
 
+// The tiny detector's data-parallel runs: batch 6, one micro-batch, one bucket per layer (the
+// most all-reduces), the parameter hashes compared every step.
+TrainOptions tiny_dp_options(const std::string& out_dir, int64_t steps = 3) {
+  TrainOptions o;
+  o.threads = 1;
+  o.progress_in_place = false;
+  o.check_every = 1;
+  o.subdivisions = 1;
+  o.batch = 6;
+  o.max_batches = steps;
+  o.bucket_mb = 0;
+  o.out_dir = out_dir;
+  return o;
+}
+
 TEST_CASE("replicas: different local gradients, identical parameters after each all-reduced step") {
   Graph graph = build_graph(parse_model(parse_cfg_text(kTinyDetectorCfg, "tiny.cfg")));
   for (int world : {2, 3}) {
@@ -123,14 +138,7 @@ TEST_CASE("train_detector on cpu:2 and cpu:3: hash-checked every step, overlappe
   TempDir dir;
   data::Dataset dataset = yolo::testing::small_shapes_dataset(dir / "shapes");
   ModelSpec spec = parse_model(parse_cfg_text(kTinyDetectorCfg, "tiny.cfg"));
-  TrainOptions o;
-  o.threads = 1;
-  o.progress_in_place = false;
-  o.check_every = 1;
-  o.subdivisions = 1;
-  o.max_batches = 4;
-  o.bucket_mb = 0;  // one bucket per layer: the most all-reduces
-  o.batch = 6;
+  TrainOptions o = tiny_dp_options("", 4);
   for (int world : {2, 3}) {
     o.out_dir = dir / ("dp" + std::to_string(world));
     o.trace_file = world == 2 ? dir / "dp2.json" : "";
@@ -256,14 +264,7 @@ TEST_CASE("--sync-bn: N replicas with batch B/N train the BatchNorm detector as 
   TempDir dir;
   data::Dataset dataset = yolo::testing::small_shapes_dataset(dir / "shapes");
   ModelSpec spec = parse_model(parse_cfg_text(kTinyDetectorCfg, "tiny.cfg"));
-  TrainOptions o;
-  o.threads = 1;
-  o.progress_in_place = false;
-  o.check_every = 1;
-  o.subdivisions = 1;
-  o.batch = 6;
-  o.max_batches = 4;
-  o.bucket_mb = 0;
+  TrainOptions o = tiny_dp_options("", 4);
   auto train = [&](int world, bool sync) {
     o.sync_bn = sync;
     o.out_dir = dir / ("w" + std::to_string(world) + (sync ? "sync" : ""));
@@ -306,19 +307,6 @@ std::string env_or(const char* name, const char* fallback) {
   return v ? v : fallback;
 }
 
-TrainOptions process_rank_options(const std::string& out_dir) {
-  TrainOptions o;
-  o.threads = 1;
-  o.progress_in_place = false;
-  o.check_every = 1;
-  o.subdivisions = 1;
-  o.batch = 6;
-  o.max_batches = 3;
-  o.bucket_mb = 0;
-  o.out_dir = out_dir;
-  return o;
-}
-
 }  // namespace
 
 // One rank of the tiny detector's training, configured by the environment the test sets.
@@ -329,7 +317,7 @@ TEST_ROLE(train_rank) {
     return 3;
   }
   try {
-    TrainOptions o = process_rank_options(env_or("YOLO_TEST_OUT", ""));
+    TrainOptions o = tiny_dp_options(env_or("YOLO_TEST_OUT", ""));
     o.launched = true;
     o.process_rank = launch.rank;
     o.process_world = launch.world;
@@ -350,7 +338,7 @@ TEST_CASE("ranks as processes: 2 processes train as the in-process cpu:2 does, b
   TempDir dir;
   data::Dataset dataset = yolo::testing::small_shapes_dataset(dir / "shapes");
   ModelSpec spec = parse_model(parse_cfg_text(kTinyDetectorCfg, "tiny.cfg"));
-  train_detector(spec, dataset, std::vector<Device>(2, Device::cpu()), process_rank_options(dir / "threads"));
+  train_detector(spec, dataset, std::vector<Device>(2, Device::cpu()), tiny_dp_options(dir / "threads"));
   auto read_log = [](const std::string& path) {
     std::ifstream in(path);
     return std::string(std::istreambuf_iterator<char>(in), {});
