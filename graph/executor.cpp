@@ -268,7 +268,8 @@ struct Executor::Impl {
   std::vector<Event> bn_events;  // compute -> comm, comm -> compute
   // Forward/backward time of the micro-batches since take_phase_times (CUDA: timed by events).
   PhaseTimes phases;
-  std::vector<Event> phase_events;
+  std::vector<Event> phase_events;  // CUDA: 3 per micro-batch since take_phase_times, read there
+  size_t phase_marks = 0;           // micro-batches with events recorded
 
   // A synchronous copy between host and device memory, in order after the stream's work
   // (cudaMemcpyDefault: unified addressing tells the direction).
@@ -828,18 +829,21 @@ void Executor::train_micro_batch(const float* images, const YoloTruth* truths, c
 #if YOLO_CUDA
   if (m.cuda) CHECKED(cudaMemsetAsync(m.bad_label, 0, sizeof(int), m.stream));
 #endif
-  if (m.cuda && m.phase_events.empty())
-    for (int k = 0; k < 3; ++k) m.phase_events.emplace_back(device_);
+  // Phase times: CUDA events read later, in take_phase_times (no host wait here: with --sync-bn
+  // the compute stream depends on other ranks, and host waits on it must have a deadline).
+  Event* marks = nullptr;
+  if (m.cuda) {
+    while (m.phase_events.size() < 3 * (m.phase_marks + 1)) m.phase_events.emplace_back(device_);
+    marks = &m.phase_events[3 * m.phase_marks++];
+  }
   double t0 = now_ms();
-  if (m.cuda) stream_->record(m.phase_events[0]);
+  if (marks) stream_->record(marks[0]);
   forward(true, images, truths, truth_counts, labels);
   double t1 = now_ms();
-  if (m.cuda) stream_->record(m.phase_events[1]);
+  if (marks) stream_->record(marks[1]);
   backward(accumulate);
-  if (m.cuda) {
-    stream_->record(m.phase_events[2]);
-    m.phases.forward_ms += m.phase_events[1].elapsed_ms_since(m.phase_events[0]);
-    m.phases.backward_ms += m.phase_events[2].elapsed_ms_since(m.phase_events[1]);
+  if (marks) {
+    stream_->record(marks[2]);
   } else {
     m.phases.forward_ms += t1 - t0;
     m.phases.backward_ms += now_ms() - t1;
@@ -1032,8 +1036,15 @@ void Executor::sync_batchnorm_sums(float* data, int count) {
 }
 
 PhaseTimes Executor::take_phase_times() {
-  PhaseTimes out = impl_->phases;
-  impl_->phases = PhaseTimes{};
+  Impl& m = *impl_;
+  for (size_t k = 0; k < m.phase_marks; ++k) {
+    const Event* marks = &m.phase_events[3 * k];
+    m.phases.forward_ms += marks[1].elapsed_ms_since(marks[0]);
+    m.phases.backward_ms += marks[2].elapsed_ms_since(marks[1]);
+  }
+  m.phase_marks = 0;
+  PhaseTimes out = m.phases;
+  m.phases = PhaseTimes{};
   return out;
 }
 

@@ -126,7 +126,8 @@ class Executor {
   // The host clock trace_now_ms() counts from (milliseconds, steady).
   static double clock_ms();
   std::vector<TraceEvent> take_trace();
-  // Forward and backward time of the micro-batches trained since the last call.
+  // Forward and backward time of the micro-batches trained since the last call (CUDA: waits
+  // for their events; call it once the step's collectives are known to be done).
   PhaseTimes take_phase_times();
 
  private:

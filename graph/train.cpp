@@ -113,6 +113,17 @@ struct TraceBook {
   std::vector<RankTrace> ranks;
 };
 
+// What the replicas (threads) of one process share: their traces, and which rank failed first
+// (set before it aborts the communicators, so the ranks that fail because of it never win).
+struct ReplicaGroup {
+  TraceBook traces;
+  std::atomic<int> first_failure{-1};
+  void failed(int rank) {
+    int none = -1;
+    first_failure.compare_exchange_strong(none, rank);
+  }
+};
+
 // Chrome-trace lanes (tid) by event category.
 int trace_lane(const char* cat) {
   if (std::strcmp(cat, "comm") == 0) return 1;
@@ -191,12 +202,34 @@ uint64_t parameter_hash(Executor& executor) {
   return fnv1a64(params.data(), params.size() * sizeof(float));
 }
 
+// The all-reduce spans of a traced step: appended by host functions on the comm stream (shared:
+// a failing step may unwind while some are still queued).
+struct CommTrace {
+  std::mutex mutex;
+  std::vector<TraceEvent> events;
+};
+
 // All-reduces [begin, end) of the gradients on the comm stream once the compute stream has
-// produced them (CUDA: an event; the CPU ops have finished when this is called).
-void all_reduce_gradients(Executor& executor, DataParallel& dp, size_t begin, size_t end) {
+// produced them (CUDA: an event; the CPU ops have finished when this is called). With `trace`,
+// the span is timed by host functions on the comm stream, after the wait, around the collective.
+void all_reduce_gradients(Executor& executor, DataParallel& dp, size_t begin, size_t end,
+                          const std::shared_ptr<CommTrace>& trace, const std::string& name) {
   executor.compute_stream().record(*dp.gradients_done);
   dp.stream->wait(*dp.gradients_done);
+  if (!trace) {
+    dp.comm->all_reduce_sum(executor.gradients() + begin, end - begin, *dp.stream);
+    return;
+  }
+  char label[96];
+  std::snprintf(label, sizeof label, "%s (%.1f MB)", name.c_str(), (end - begin) * sizeof(float) / 1048576.0);
+  auto span = std::make_shared<TraceEvent>(TraceEvent{label, "comm", 0, 0});
+  dp.stream->enqueue([&executor, span] { span->start_ms = executor.trace_now_ms(); });
   dp.comm->all_reduce_sum(executor.gradients() + begin, end - begin, *dp.stream);
+  dp.stream->enqueue([&executor, span, trace] {
+    span->end_ms = executor.trace_now_ms();
+    std::lock_guard lock(trace->mutex);
+    trace->events.push_back(*span);
+  });
 }
 
 // The trace file of rank `rank` in a multi-process run: rank 0 the given name, the others
@@ -246,7 +279,7 @@ TrainResult run_loop(const Graph& graph, Executor& executor, Source& source, con
   for (int64_t iteration = start_iteration; iteration < max_batches; ++iteration) {
     bool trace_this = !options.trace_file.empty() && iteration == start_iteration + std::min<int64_t>(1, max_batches - start_iteration - 1);
     size_t next_bucket = 0;
-    std::vector<TraceEvent> comm_events;  // filled on the comm stream, read after it finished
+    auto comm_trace = trace_this && dp ? std::make_shared<CommTrace>() : nullptr;
     std::vector<TraceEvent> host_events;  // host clock (Executor::clock_ms), converted after the step
     auto host_span = [&](const char* name, double start_ms) {
       if (trace_this) host_events.push_back(TraceEvent{name, "host", start_ms, Executor::clock_ms()});
@@ -261,22 +294,9 @@ TrainResult run_loop(const Graph& graph, Executor& executor, Source& source, con
       if (dp && dp->overlap && s == subdivisions - 1)
         executor.set_gradients_ready([&](size_t ready) {
           while (next_bucket < dp->buckets.size() && dp->buckets[next_bucket].second <= ready) {
-            auto [begin, end] = dp->buckets[next_bucket++];
-            // --trace: the all-reduce's span on the comm lane, timed on the comm stream itself.
-            auto span = std::make_shared<TraceEvent>();
-            if (trace_this) {
-              char name[64];
-              std::snprintf(name, sizeof name, "allreduce bucket %zu (%.1f MB)", next_bucket - 1,
-                            (end - begin) * sizeof(float) / 1048576.0);
-              *span = TraceEvent{name, "comm", 0, 0};
-              dp->stream->enqueue([&executor, span] { span->start_ms = executor.trace_now_ms(); });
-            }
-            all_reduce_gradients(executor, *dp, begin, end);
-            if (trace_this)
-              dp->stream->enqueue([&executor, &comm_events, span] {
-                span->end_ms = executor.trace_now_ms();
-                comm_events.push_back(*span);
-              });
+            auto [begin, end] = dp->buckets[next_bucket];
+            all_reduce_gradients(executor, *dp, begin, end, comm_trace, "allreduce bucket " + std::to_string(next_bucket));
+            ++next_bucket;
           }
         });
       else
@@ -289,16 +309,21 @@ TrainResult run_loop(const Graph& graph, Executor& executor, Source& source, con
       executor.train_micro_batch(mb.images, mb.truths, mb.truth_counts, mb.labels, s > 0);
       host_span("forward + backward (host)", t);
     }
-    PhaseTimes phases = executor.take_phase_times();
-    split.forward_ms = phases.forward_ms;
-    split.backward_ms = phases.backward_ms;
     if (dp) {
       double t = Executor::clock_ms();
-      if (!dp->overlap) all_reduce_gradients(executor, *dp, 0, executor.parameter_count());
+      if (!dp->overlap)
+        all_reduce_gradients(executor, *dp, 0, executor.parameter_count(), comm_trace, "allreduce all");
+      else if (next_bucket != dp->buckets.size())
+        throw Error("internal error: " + std::to_string(next_bucket) + " of " + std::to_string(dp->buckets.size()) +
+                    " gradient buckets were all-reduced in backward");
       dp->comm->wait(*dp->stream);  // what backward did not hide
+      dp->stream->synchronize();    // done by now; rethrows an error of its host functions
       split.comm_ms += Executor::clock_ms() - t;
       host_span("wait for all-reduce", t);
     }
+    PhaseTimes phases = executor.take_phase_times();
+    split.forward_ms = phases.forward_ms;
+    split.backward_ms = phases.backward_ms;
     double t_update = Executor::clock_ms();
     float lr = learning_rate_at(net, iteration);
     bool updated = executor.apply_update(lr, net.momentum, net.decay, 1.0f / static_cast<float>(batch));
@@ -322,7 +347,7 @@ TrainResult run_loop(const Graph& graph, Executor& executor, Source& source, con
     result.split += split;
     if (trace_this) {
       RankTrace trace{rank, executor.device().name(), executor.take_trace()};
-      trace.events.insert(trace.events.end(), comm_events.begin(), comm_events.end());
+      if (comm_trace) trace.events.insert(trace.events.end(), comm_trace->events.begin(), comm_trace->events.end());
       // Host times onto the executor's trace clock.
       double origin = Executor::clock_ms() - executor.trace_now_ms();
       if (source.take_copy_events) {
@@ -380,20 +405,25 @@ TrainResult run_loop(const Graph& graph, Executor& executor, Source& source, con
       std::fflush(stdout);
     }
     int64_t epoch_now = source.state().epoch;
-    if (epoch_now != last_epoch_reported && leader) {
-      std::string summary = source.epoch_summary(last_epoch_reported);
-      if (!summary.empty()) std::printf("%strain_yolo: %s\n", tty ? "\n" : "", summary.c_str());
-      std::printf("%strain_yolo: epoch %lld: %s\n", summary.empty() && tty ? "\n" : "",
-                  static_cast<long long>(last_epoch_reported), epoch_split.text().c_str());
+    if (epoch_now != last_epoch_reported) {
+      if (leader) {
+        std::string summary = source.epoch_summary(last_epoch_reported);
+        if (!summary.empty()) std::printf("%strain_yolo: %s\n", tty ? "\n" : "", summary.c_str());
+        std::printf("%strain_yolo: epoch %lld: %s\n", summary.empty() && tty ? "\n" : "",
+                    static_cast<long long>(last_epoch_reported), epoch_split.text().c_str());
+      }
       epoch_split = StepSplit{};
       last_epoch_reported = epoch_now;
+      // Every rank validates (on its own replica; rank 0 reports and keeps best.weights): the
+      // others would otherwise wait for rank 0 in the next all-reduce, possibly past --comm-timeout.
       if (source.validate && options.valid_every > 0 && epoch_now % options.valid_every == 0) {
         double map50 = source.validate();
         bool best = map50 > result.best_map50;
-        std::printf("train_yolo: epoch %lld: validation mAP@0.5 = %.4f%s\n", static_cast<long long>(epoch_now), map50,
-                    best ? " (best so far: best.weights)" : "");
-        if (best) {
-          result.best_map50 = map50;
+        if (best) result.best_map50 = map50;
+        if (leader)
+          std::printf("train_yolo: epoch %lld: validation mAP@0.5 = %.4f%s\n", static_cast<long long>(epoch_now),
+                      map50, best ? " (best so far: best.weights)" : "");
+        if (best && leader) {
           WeightsHeader header;
           header.seen = seen;
           write_darknet_weights(options.out_dir + "/best.weights", executor.download_parameters(), header);
@@ -488,7 +518,7 @@ std::vector<std::pair<size_t, size_t>> bucket_plan(const Graph& graph, double bu
 // Runs the loop on this replica; with a communicator, data parallel: identical starting
 // parameters (rank 0's), then bucketed all-reduces.
 TrainResult run_replica(const Graph& graph, Executor& executor, Source& source, const TrainOptions& options,
-                        const Setup& setup, const Start& start, Communicator* comm, TraceBook* traces) {
+                        const Setup& setup, const Start& start, Communicator* comm, ReplicaGroup* group) {
   if (!comm) return run_loop(graph, executor, source, options, setup.batch, setup.subdivisions, start.iteration, start.seen);
   Stream comm_stream(executor.device(), StreamPriority::High, "comm");
   DataParallel dp;
@@ -505,19 +535,34 @@ TrainResult run_replica(const Graph& graph, Executor& executor, Source& source, 
   dp.buckets = bucket_plan(graph, bucket_mb);
   dp.overlap = options.overlap;
   dp.check_every = options.check_every;
-  dp.traces = traces;
+  dp.traces = group ? &group->traces : nullptr;
   if (options.sync_bn) executor.set_batchnorm_sync(comm, &comm_stream);
+  // The executor's hooks point into this frame: cleared however it is left.
+  struct Unhook {
+    Executor& executor;
+    ~Unhook() {
+      executor.set_gradients_ready({});
+      executor.set_batchnorm_sync(nullptr, nullptr);
+    }
+  } unhook{executor};
   if (comm->rank() == 0)
     std::printf("train_yolo: data parallel over %d replicas: %zu gradient buckets (--bucket-mb %.3g), %s; BatchNorm "
                 "statistics %s\n",
                 comm->size(), dp.buckets.size(), bucket_mb,
                 dp.overlap ? "all-reduce overlapped with backward" : "all-reduce after backward (--no-overlap)",
                 options.sync_bn ? "over all replicas (--sync-bn)" : "per replica (rank 0's are saved)");
-  return run_loop(graph, executor, source, options, setup.batch, setup.subdivisions, start.iteration, start.seen, &dp);
+  try {
+    return run_loop(graph, executor, source, options, setup.batch, setup.subdivisions, start.iteration, start.seen, &dp);
+  } catch (const std::exception& e) {
+    // Stop the other ranks now, before unwinding waits for this replica's streams.
+    if (group) group->failed(comm->rank());
+    comm->abort(e.what());
+    throw;
+  }
 }
 
 // One replica's training, on `device`, as rank comm->rank() (comm: null with one device).
-using ReplicaFn = std::function<TrainResult(Device device, Communicator* comm, TraceBook* traces)>;
+using ReplicaFn = std::function<TrainResult(Device device, Communicator* comm, ReplicaGroup* group)>;
 
 // This process is one rank of a job started by a launcher (mpirun, srun, torchrun): it meets
 // the others at the rendezvous, then trains on its one device.
@@ -576,35 +621,35 @@ TrainResult run_replicas(const std::vector<Device>& devices, const TrainOptions&
   auto nccl_local = std::make_shared<NcclLocalGroup>();
   if (cuda) nccl_id = nccl_unique_id();
   else group = std::make_unique<InProcessGroup>(world, options.comm_timeout);
-  TraceBook traces;
+  ReplicaGroup shared;
   std::vector<TrainResult> results(world);
   std::vector<std::string> errors(world);
-  std::atomic<int> first_failure{-1};
   std::vector<std::thread> threads;
   for (int r = 0; r < world; ++r)
     threads.emplace_back([&, r] {
       std::unique_ptr<Communicator> comm;
       try {
         comm = cuda ? nccl_communicator(devices[r], r, world, nccl_id, options.comm_timeout, nccl_local) : group->communicator(r);
-        results[r] = replica(devices[r], comm.get(), &traces);
+        results[r] = replica(devices[r], comm.get(), &shared);
       } catch (const std::exception& e) {
-        int none = -1;
-        first_failure.compare_exchange_strong(none, r);
+        shared.failed(r);
         errors[r] = e.what();
         if (comm) comm->abort(e.what());
+        else nccl_local->failed_rank = r;  // its communicator never formed: the others stop waiting
       }
     });
   for (std::thread& t : threads) t.join();
-  if (int r = first_failure.load(); r >= 0) throw Error("rank " + std::to_string(r) + ": " + errors[r]);
-  if (!traces.ranks.empty()) {
-    std::sort(traces.ranks.begin(), traces.ranks.end(), [](const RankTrace& a, const RankTrace& b) { return a.rank < b.rank; });
-    write_trace(options.trace_file, traces.ranks);
+  if (int r = shared.first_failure.load(); r >= 0) throw Error("rank " + std::to_string(r) + ": " + errors[r]);
+  std::vector<RankTrace>& traces = shared.traces.ranks;
+  if (!traces.empty()) {
+    std::sort(traces.begin(), traces.end(), [](const RankTrace& a, const RankTrace& b) { return a.rank < b.rank; });
+    write_trace(options.trace_file, traces);
   }
   return results[0];
 }
 
 TrainResult train_detector_replica(const ModelSpec& spec, const data::Dataset& dataset, Device device,
-                                   const TrainOptions& options, Communicator* comm, TraceBook* traces) {
+                                   const TrainOptions& options, Communicator* comm, ReplicaGroup* group) {
   const int rank = comm ? comm->rank() : 0, world = comm ? comm->size() : 1;
   const bool leader = rank == 0;
   Graph graph = build_graph(spec);
@@ -699,15 +744,15 @@ TrainResult train_detector_replica(const ModelSpec& spec, const data::Dataset& d
                 spec.path.c_str(), world, device.name().c_str(), setup.batch, world, setup.subdivisions, setup.micro,
                 graph.net.width, graph.net.height, dataset.train.samples.size(),
                 static_cast<long long>(loader.steps_per_epoch() / setup.subdivisions));
-  return run_replica(graph, executor, source, options, setup, start, comm, traces);
+  return run_replica(graph, executor, source, options, setup, start, comm, group);
 }
 
 }  // namespace
 
 TrainResult train_detector(const ModelSpec& spec, const data::Dataset& dataset, const std::vector<Device>& devices,
                            const TrainOptions& options) {
-  return run_replicas(devices, options, [&](Device device, Communicator* comm, TraceBook* traces) {
-    return train_detector_replica(spec, dataset, device, options, comm, traces);
+  return run_replicas(devices, options, [&](Device device, Communicator* comm, ReplicaGroup* group) {
+    return train_detector_replica(spec, dataset, device, options, comm, group);
   });
 }
 
@@ -722,7 +767,7 @@ namespace {
 // order[(k * world + rank) * n ...]: together the replicas see what one replica with the
 // whole batch would (the same images, the same order within the step).
 TrainResult train_classifier_replica(const ModelSpec& spec, const data::MnistSet& mnist, Device device,
-                                     const TrainOptions& options, Communicator* comm, TraceBook* traces) {
+                                     const TrainOptions& options, Communicator* comm, ReplicaGroup* group) {
   const int rank = comm ? comm->rank() : 0, world = comm ? comm->size() : 1;
   Graph graph = build_graph(spec);
   if (graph.detection) throw Error(spec.path + ": a detector cannot train on MNIST");
@@ -785,15 +830,15 @@ TrainResult train_classifier_replica(const ModelSpec& spec, const data::MnistSet
                 "(%s)\n",
                 spec.path.c_str(), world, device.name().c_str(), setup.batch, world, setup.subdivisions, setup.micro,
                 mnist.count, mnist.source.c_str());
-  return run_replica(graph, executor, source, options, setup, start, comm, traces);
+  return run_replica(graph, executor, source, options, setup, start, comm, group);
 }
 
 }  // namespace
 
 TrainResult train_classifier(const ModelSpec& spec, const data::MnistSet& mnist, const std::vector<Device>& devices,
                              const TrainOptions& options) {
-  return run_replicas(devices, options, [&](Device device, Communicator* comm, TraceBook* traces) {
-    return train_classifier_replica(spec, mnist, device, options, comm, traces);
+  return run_replicas(devices, options, [&](Device device, Communicator* comm, ReplicaGroup* group) {
+    return train_classifier_replica(spec, mnist, device, options, comm, group);
   });
 }
 

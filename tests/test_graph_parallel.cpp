@@ -191,6 +191,14 @@ TEST_CASE("train_detector on cpu:2 and cpu:3: hash-checked every step, overlappe
     return std::string(std::istreambuf_iterator<char>(in), {});
   };
   CHECK(bytes(dir / "naive/last.weights") == bytes(dir / "dp2/last.weights"));
+  // Validation every epoch: every rank evaluates (rank 0 reports), none waits for another.
+  o.out_dir = dir / "valid";
+  o.overlap = true;
+  o.valid_every = 1;
+  TrainResult validated = train_detector(spec, dataset, std::vector<Device>(2, Device::cpu()), o);
+  CHECK(validated.best_map50 >= 0);
+  CHECK(std::filesystem::exists(dir / "valid/best.weights"));
+  o.valid_every = 0;
   // A batch that does not split evenly over the replicas is refused with the numbers.
   o.batch = 5;
   CHECK_THROWS_WITH_AS(train_detector(spec, dataset, std::vector<Device>(2, Device::cpu()), o),
