@@ -211,9 +211,10 @@ struct CommTrace {
 
 // All-reduces [begin, end) of the gradients on the comm stream once the compute stream has
 // produced them (CUDA: an event; the CPU ops have finished when this is called). With `trace`,
-// the span is timed by host functions on the comm stream, after the wait, around the collective.
+// the span is timed by host functions on the comm stream, after the wait, around the collective
+// (named by its bucket; -1: all gradients at once).
 void all_reduce_gradients(Executor& executor, DataParallel& dp, size_t begin, size_t end,
-                          const std::shared_ptr<CommTrace>& trace, const std::string& name) {
+                          const std::shared_ptr<CommTrace>& trace, int bucket) {
   executor.compute_stream().record(*dp.gradients_done);
   dp.stream->wait(*dp.gradients_done);
   if (!trace) {
@@ -221,7 +222,9 @@ void all_reduce_gradients(Executor& executor, DataParallel& dp, size_t begin, si
     return;
   }
   char label[96];
-  std::snprintf(label, sizeof label, "%s (%.1f MB)", name.c_str(), (end - begin) * sizeof(float) / 1048576.0);
+  double mb = (end - begin) * sizeof(float) / 1048576.0;
+  if (bucket >= 0) std::snprintf(label, sizeof label, "allreduce bucket %d (%.1f MB)", bucket, mb);
+  else std::snprintf(label, sizeof label, "allreduce all (%.1f MB)", mb);
   auto span = std::make_shared<TraceEvent>(TraceEvent{label, "comm", 0, 0});
   dp.stream->enqueue([&executor, span] { span->start_ms = executor.trace_now_ms(); });
   dp.comm->all_reduce_sum(executor.gradients() + begin, end - begin, *dp.stream);
@@ -295,7 +298,7 @@ TrainResult run_loop(const Graph& graph, Executor& executor, Source& source, con
         executor.set_gradients_ready([&](size_t ready) {
           while (next_bucket < dp->buckets.size() && dp->buckets[next_bucket].second <= ready) {
             auto [begin, end] = dp->buckets[next_bucket];
-            all_reduce_gradients(executor, *dp, begin, end, comm_trace, "allreduce bucket " + std::to_string(next_bucket));
+            all_reduce_gradients(executor, *dp, begin, end, comm_trace, static_cast<int>(next_bucket));
             ++next_bucket;
           }
         });
@@ -312,7 +315,7 @@ TrainResult run_loop(const Graph& graph, Executor& executor, Source& source, con
     if (dp) {
       double t = Executor::clock_ms();
       if (!dp->overlap)
-        all_reduce_gradients(executor, *dp, 0, executor.parameter_count(), comm_trace, "allreduce all");
+        all_reduce_gradients(executor, *dp, 0, executor.parameter_count(), comm_trace, -1);
       else if (next_bucket != dp->buckets.size())
         throw Error("internal error: " + std::to_string(next_bucket) + " of " + std::to_string(dp->buckets.size()) +
                     " gradient buckets were all-reduced in backward");
