@@ -65,6 +65,7 @@ else
   KERNEL_CU   := $(wildcard $(ONLY:%=kernels/%.cu))
   TEST_KERNEL := tests/test_kernel_emulation.cpp $(wildcard $(ONLY:%=tests/test_kernel_%.cpp))
   BENCH_CU    := tools/bench_copy.cu $(wildcard $(ONLY:%=tools/bench_%.cu))
+  KERNEL_CPP  := $(filter-out kernels/ops.cpp,$(KERNEL_CPP))  # the one dispatch point needs every family
 endif
 # DATA="image transform" limits the input-pipeline units built (data/NAME.cpp and
 # tests/test_data_NAME.cpp) the same way.
@@ -96,7 +97,8 @@ EMU_LIB     := $(call obj,emu,$(RUNTIME_SRC) $(EMU_SRC) $(DATA_SRC) $(GRAPH_SRC)
 EMU_TEST    := $(call obj,emu,$(TEST_CPP) $(TEST_KERNEL) $(TEST_CU))
 
 TOOLS       := $(BUILD)/bench_kernels $(BUILD)/bench_loader $(BUILD)/scaling_model
-BINARIES    := train_yolo $(BUILD)/tests $(BUILD)/tests_emu $(TOOLS)
+# train_yolo_emu: the real CLI over emulated GPUs (--devices emu:0,1), for debugging the GPU path.
+BINARIES    := train_yolo $(BUILD)/tests $(BUILD)/tests_emu $(BUILD)/train_yolo_emu $(TOOLS)
 
 .PHONY: all test deps clean FORCE
 all: $(BINARIES)
@@ -153,6 +155,9 @@ $(BUILD)/tests: $(NATIVE_TEST) $(NATIVE_LIB)
 	$(CXX) $^ -o $@ $(LDLIBS_NATIVE)
 
 $(BUILD)/tests_emu: $(EMU_TEST) $(EMU_LIB)
+	$(CXX) $(SANITIZE) $^ -o $@ -pthread -ldl
+
+$(BUILD)/train_yolo_emu: $(call obj,emu,tools/train_yolo.cpp) $(EMU_LIB)
 	$(CXX) $(SANITIZE) $^ -o $@ -pthread -ldl
 
 $(BUILD)/bench_kernels: $(call obj,native,tools/bench_kernels.cpp tools/ceilings.cu $(BENCH_CU)) $(NATIVE_LIB)

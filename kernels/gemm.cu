@@ -204,7 +204,7 @@ int multiprocessor_count() {
   }
   return count;
 #else
-  return 4;  // emulation: a small "GPU", so small test problems still use several blocks
+  return emu::current_multiprocessors();  // the emulated GPU's, or 4 when none is current
 #endif
 }
 

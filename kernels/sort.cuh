@@ -40,10 +40,12 @@ inline uint64_t* segmented_sort_keys(uint64_t* keys, uint64_t* alternate, int nu
   CHECKED(cub::DeviceSegmentedSort::SortKeys(temp, temp_bytes, buffers, num_items, num_segments, begin, end, stream));
   return buffers.Current();
 #else
-  // Emulated launches run synchronously on host memory: the segments are final here.
-  (void)alternate, (void)num_items, (void)temp, (void)temp_bytes, (void)stream;
-  for (int s = 0; s < num_segments; ++s)
-    if (end[s] > begin[s]) std::sort(keys + begin[s], keys + end[s]);
+  // In the stream's order, like the kernels before it that wrote the segments.
+  (void)alternate, (void)num_items, (void)temp, (void)temp_bytes;
+  emu::run_on_stream(stream, "segmented_sort_keys", [=] {
+    for (int s = 0; s < num_segments; ++s)
+      if (end[s] > begin[s]) std::sort(keys + begin[s], keys + end[s]);
+  });
   return keys;
 #endif
 }

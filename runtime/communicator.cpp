@@ -7,43 +7,52 @@
 #include <cstring>
 
 #include "runtime/check.h"
+#include "runtime/in_process_group.h"
 
 namespace yolo {
 
-struct InProcessGroup::Shared {
-  int size = 0;
-  double timeout = 300;
-  std::mutex mutex;
-  std::condition_variable changed;
-  int arrived = 0;
-  uint64_t generation = 0;
-  std::string aborted;              // why, once some rank aborted
-  std::vector<float*> buffers;      // posted by each rank for the current collective
-  std::vector<uint64_t> values;     // all_gather
-  std::vector<float> scratch;       // the reduced values
-
-  // All ranks meet; throws if the group is (or becomes) aborted or the wait times out.
-  void barrier(int rank) {
-    std::unique_lock lock(mutex);
-    if (!aborted.empty()) throw Error(aborted);
-    uint64_t my_generation = generation;
-    if (++arrived == size) {
-      arrived = 0;
-      ++generation;
-      changed.notify_all();
-      return;
-    }
-    bool done = changed.wait_for(lock, std::chrono::duration<double>(timeout),
-                                 [&] { return generation != my_generation || !aborted.empty(); });
-    if (!aborted.empty()) throw Error(aborted);
-    if (!done) {
-      aborted = "rank " + std::to_string(rank) + " waited " + std::to_string(static_cast<int>(timeout)) +
-                " s in a collective that the other ranks never joined (--comm-timeout)";
-      changed.notify_all();
-      throw Error(aborted);
-    }
+void InProcessGroup::Shared::barrier(int rank) {
+  std::unique_lock lock(mutex);
+  if (!aborted.empty()) throw Error(aborted);
+  uint64_t my_generation = generation;
+  if (++arrived == size) {
+    arrived = 0;
+    ++generation;
+    changed.notify_all();
+    return;
   }
-};
+  bool done = changed.wait_for(lock, std::chrono::duration<double>(timeout),
+                               [&] { return generation != my_generation || !aborted.empty(); });
+  if (!aborted.empty()) throw Error(aborted);
+  if (!done) {
+    lock.unlock();
+    throw Error(time_out(rank));
+  }
+}
+
+std::vector<uint64_t> InProcessGroup::Shared::all_gather(int rank, uint64_t value) {
+  values[rank] = value;
+  barrier(rank);
+  std::vector<uint64_t> out = values;
+  barrier(rank);
+  return out;
+}
+
+std::string InProcessGroup::Shared::abort(int rank, const std::string& why) {
+  std::lock_guard lock(mutex);
+  if (aborted.empty()) aborted = "rank " + std::to_string(rank) + " failed: " + why;
+  changed.notify_all();
+  return aborted;
+}
+
+std::string InProcessGroup::Shared::time_out(int rank) {
+  std::string message = "rank " + std::to_string(rank) + " waited " + std::to_string(static_cast<int>(timeout)) +
+                        " s in a collective that the other ranks never joined (--comm-timeout)";
+  std::lock_guard lock(mutex);
+  if (aborted.empty()) aborted = message;
+  changed.notify_all();
+  return message;
+}
 
 namespace {
 
@@ -67,21 +76,9 @@ class InProcessCommunicator : public Communicator {
     });
   }
 
-  std::vector<uint64_t> all_gather(uint64_t value) override {
-    auto& s = *shared_;
-    s.values[rank_] = value;
-    s.barrier(rank_);
-    std::vector<uint64_t> out = s.values;
-    s.barrier(rank_);
-    return out;
-  }
+  std::vector<uint64_t> all_gather(uint64_t value) override { return shared_->all_gather(rank_, value); }
 
-  void abort(const std::string& why) override {
-    auto& s = *shared_;
-    std::lock_guard lock(s.mutex);
-    if (s.aborted.empty()) s.aborted = "rank " + std::to_string(rank_) + " failed: " + why;
-    s.changed.notify_all();
-  }
+  void abort(const std::string& why) override { shared_->abort(rank_, why); }
 
  private:
   // Reduce-scatter then all-gather through the shared scratch: rank r sums slice r of every
@@ -92,12 +89,8 @@ class InProcessCommunicator : public Communicator {
     s.buffers[rank_] = data;
     if (rank_ == 0 && s.scratch.size() < count) s.scratch.resize(count);
     s.barrier(rank_);
-    size_t begin = count * rank_ / n, end = count * (rank_ + 1) / n;
-    for (size_t i = begin; i < end; ++i) {
-      float sum = s.buffers[0][i];
-      for (int k = 1; k < n; ++k) sum += s.buffers[k][i];
-      s.scratch[i] = sum;
-    }
+    std::vector<const float*> parts(s.buffers.begin(), s.buffers.end());
+    sum_in_rank_order(parts, count * rank_ / n, count * (rank_ + 1) / n, s.scratch.data());
     s.barrier(rank_);
     std::memcpy(data, s.scratch.data(), count * sizeof(float));
     s.barrier(rank_);  // nobody reuses the scratch before everyone has copied

@@ -3,7 +3,8 @@
 // concurrent reduction in which every rank sums its own slice of the buffer, always adding
 // the ranks in order 0..N-1 so every replica gets the same bits. NCCL serves GPUs
 // (runtime/nccl_communicator.h); sockets serve CPU ranks in separate processes
-// (runtime/socket_communicator.h).
+// (runtime/socket_communicator.h); emulated GPUs have their own, over the in-process group
+// (runtime/emu_communicator.h).
 // Collectives are enqueued on a stream (the replica's communication stream) and run in its
 // order; a rank that fails aborts the group, and every rank waiting in a collective then
 // throws instead of hanging.
@@ -47,8 +48,9 @@ class InProcessGroup {
   std::unique_ptr<Communicator> communicator(int rank);
   int size() const { return size_; }
 
-  // Internals used by the communicators.
+  // Internals used by the communicators (in_process_group.h).
   struct Shared;
+  const std::shared_ptr<Shared>& shared() const { return shared_; }
 
  private:
   int size_;

@@ -7,10 +7,19 @@
 
 #include "runtime/check.h"
 #include "runtime/nccl_loader.h"
+#if YOLO_EMULATED_KERNELS
+#include "runtime/emu/device.h"
+#endif
 
 namespace yolo {
 
-std::string Device::name() const { return is_cuda() ? "gpu:" + std::to_string(index) : "cpu"; }
+std::string Device::name() const {
+  switch (kind) {
+    case DeviceKind::Cuda: return "gpu:" + std::to_string(index);
+    case DeviceKind::Emu: return "emu:" + std::to_string(index);
+    default: return "cpu";
+  }
+}
 
 int cpu_threads() {
   unsigned n = std::thread::hardware_concurrency();
@@ -56,7 +65,7 @@ GpuDiscovery discover() {
 
 [[noreturn]] void bad_devices(const std::string& spec, const std::string& why) {
   throw Error("--devices " + spec + ": " + why +
-              " (use auto, cpu, cpu:N, gpu or gpu:I,J,...; see --list-devices)");
+              " (use auto, cpu, cpu:N, gpu, gpu:I,J,... or emu:I,J,...; see --list-devices)");
 }
 
 int parse_index(const std::string& spec, std::string_view text) {
@@ -65,6 +74,64 @@ int parse_index(const std::string& spec, std::string_view text) {
   if (err != std::errc() || end != text.data() + text.size() || value < 0)
     bad_devices(spec, "'" + std::string(text) + "' is not a non-negative integer");
   return value;
+}
+
+#if YOLO_EMULATED_KERNELS
+// A size such as 512M, 2G or 1048576 (bytes; K, M, G are powers of 1024).
+size_t parse_size(const std::string& spec, const std::string& text) {
+  size_t value = 0;
+  auto [end, err] = std::from_chars(text.data(), text.data() + text.size(), value);
+  std::string rest(end, text.data() + text.size());
+  size_t scale = rest.empty() ? 1 : rest == "K" ? size_t(1) << 10 : rest == "M" ? size_t(1) << 20 : rest == "G" ? size_t(1) << 30 : 0;
+  if (err != std::errc() || scale == 0 || value == 0 || value > (size_t(1) << 50) / scale)
+    bad_devices(spec, "'" + text + "' is not a memory size (bytes, or a number with K, M or G)");
+  return value * scale;
+}
+#endif
+
+// emu:I[@prop]...,J...: emulated GPUs with their properties (device.h).
+DeviceChoice choose_emulated(const std::string& spec, const std::string& list) {
+#if YOLO_EMULATED_KERNELS
+  DeviceChoice choice;
+  std::stringstream items(list.empty() ? std::string("0") : list);
+  for (std::string item; std::getline(items, item, ',');) {
+    std::stringstream parts(item);
+    std::string index_text;
+    std::getline(parts, index_text, '@');
+    int index = parse_index(spec, index_text);
+    if (index >= emu::kMaxDevices)
+      bad_devices(spec, "emu:" + index_text + " does not exist (emulated GPUs are emu:0.." +
+                            std::to_string(emu::kMaxDevices - 1) + ")");
+    for (const Device& d : choice.devices)
+      if (d.index == index) bad_devices(spec, "emu:" + index_text + " is listed twice");
+    emu::DeviceProps props = emu::preset_for(90);
+    for (std::string prop; std::getline(parts, prop, '@');) {
+      if (prop.size() == 4 && prop.rfind("sm", 0) == 0) {
+        int cc = parse_index(spec, prop.substr(2));
+        try {
+          props = emu::preset_for(cc);
+        } catch (const Error& e) {
+          bad_devices(spec, e.what());
+        }
+      } else if (prop.rfind("sms=", 0) == 0) {
+        props.multiprocessors = parse_index(spec, prop.substr(4));
+        if (props.multiprocessors < 1 || props.multiprocessors > 1024) bad_devices(spec, "sms must be 1..1024");
+      } else if (prop.rfind("mem=", 0) == 0) {
+        props.memory_bytes = parse_size(spec, prop.substr(4));
+      } else {
+        bad_devices(spec, "unknown emulated GPU property '" + prop + "' (smXY, sms=N, mem=SIZE)");
+      }
+    }
+    emu::configure_device(index, props);
+    choice.devices.push_back(Device::emu(index));
+  }
+  choice.reason = "using " + std::to_string(choice.devices.size()) +
+                  " emulated GPU(s) as requested: the CUDA kernels run on the CPU (slow; for tests and debugging)";
+  return choice;
+#else
+  (void)list;
+  bad_devices(spec, "emulated GPUs exist only in builds whose kernels are emulated (build/train_yolo_emu)");
+#endif
 }
 
 }  // namespace
@@ -95,6 +162,7 @@ DeviceChoice choose_devices(const std::string& spec, const GpuDiscovery& found) 
     choice.reason = "using the CPU backend as requested (" + std::to_string(replicas) + " replica(s))";
     return choice;
   }
+  if (kind == "emu") return choose_emulated(spec, list);
   if (kind != "gpu") bad_devices(spec, "unknown device kind '" + kind + "'");
   if (found.gpus.empty()) bad_devices(spec, "no GPU is available: " + found.why_no_gpu);
   if (list.empty()) return choose_devices("auto", found);
@@ -140,6 +208,11 @@ std::string describe_devices(const GpuDiscovery& found) {
   else
     out << "NCCL: not loaded: " << nccl.why_not << "\n  -> multi-GPU data parallel is unavailable; one GPU or the CPU still work\n";
   out << "CPU: " << cpu_threads() << " hardware threads\n";
+#if YOLO_EMULATED_KERNELS
+  out << "Emulated GPUs: emu:0..emu:" << emu::kMaxDevices - 1
+      << " (--devices emu:0,1; an H200-like sm_90 by default, emu:0@sm75@mem=2G for others): the CUDA kernels "
+         "on the CPU, for tests and debugging, not for training\n";
+#endif
   return out.str();
 }
 

@@ -3,10 +3,16 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "runtime/check.h"
 #include "runtime/stream.h"
+#include "runtime/stream_queue.h"
+#if YOLO_EMULATED_KERNELS
+#include "runtime/emu/device.h"
+#endif
 
 namespace yolo {
 
@@ -29,6 +35,14 @@ void* host_alloc(size_t bytes, const char* what) {
 }  // namespace
 
 DeviceMemory::DeviceMemory(Device device, size_t bytes) : device_(device), bytes_(bytes) {
+  if (device.is_emu()) {
+#if YOLO_EMULATED_KERNELS
+    data_ = emu::allocate_device(device.index, bytes);
+    return;
+#else
+    set_current_device(device);  // throws: no emulated GPUs in this build
+#endif
+  }
   if (!device.is_cuda()) {
     data_ = host_alloc(bytes, "CPU device memory");
     return;
@@ -54,6 +68,10 @@ void DeviceMemory::release() {
   if (device_.is_cuda()) {
 #if YOLO_CUDA
     cudaFree(data_);  // never throws from a destructor; errors surface on the next checked call
+#endif
+  } else if (device_.is_emu()) {
+#if YOLO_EMULATED_KERNELS
+    emu::free_device(data_);
 #endif
   } else {
     std::free(data_);
@@ -81,6 +99,10 @@ PinnedHostBuffer::PinnedHostBuffer(size_t bytes) : bytes_(bytes) {
     pinned_ = true;
     return;
   }
+#elif YOLO_EMULATED_KERNELS
+  data_ = emu::allocate_pinned(bytes);
+  pinned_ = true;
+  return;
 #endif
   data_ = host_alloc(bytes, "a host buffer");
 }
@@ -89,6 +111,8 @@ void PinnedHostBuffer::release() {
   if (!data_) return;
 #if YOLO_CUDA
   if (pinned_) cudaFreeHost(data_);
+#elif YOLO_EMULATED_KERNELS
+  if (pinned_) emu::free_pinned(data_);
 #endif
   if (!pinned_) std::free(data_);
   data_ = nullptr;
@@ -107,6 +131,34 @@ PinnedHostBuffer& PinnedHostBuffer::operator=(PinnedHostBuffer&& o) noexcept {
   return *this;
 }
 
+#if YOLO_EMULATED_KERNELS
+namespace {
+
+// A copy queued on an emulated GPU's stream, as cudaMemcpyAsync behaves (memory.h).
+void emulated_copy(void* dst, const void* src, size_t bytes, Stream& stream) {
+  using emu::MemoryKind;
+  const MemoryKind to = emu::memory_kind(dst), from = emu::memory_kind(src);
+  StreamQueue& queue = *stream.queue();
+  if (from == MemoryKind::Pageable && to == MemoryKind::Device) {
+    auto staged = std::make_shared<std::vector<unsigned char>>(static_cast<const unsigned char*>(src),
+                                                              static_cast<const unsigned char*>(src) + bytes);
+    queue.push([dst, staged] {
+      emu::DeviceAccess access;
+      std::memcpy(dst, staged->data(), staged->size());
+    });
+    return;
+  }
+  uint64_t item = queue.push([dst, src, bytes] {
+    emu::DeviceAccess access;
+    std::memcpy(dst, src, bytes);
+  });
+  // To pageable memory, or between host buffers: done when the call returns.
+  if (to == MemoryKind::Pageable || (to != MemoryKind::Device && from != MemoryKind::Device)) queue.wait_for(item);
+}
+
+}  // namespace
+#endif
+
 void copy_bytes(void* dst, const void* src, size_t bytes, Stream* stream) {
   if (bytes == 0) return;
   if (stream && stream->device().is_cuda()) {
@@ -116,6 +168,21 @@ void copy_bytes(void* dst, const void* src, size_t bytes, Stream* stream) {
 #endif
     return;
   }
+#if YOLO_EMULATED_KERNELS
+  if (stream && stream->device().is_emu()) {
+    emulated_copy(dst, src, bytes, *stream);
+    return;
+  }
+  if (emu::memory_kind(dst) == emu::MemoryKind::Device || emu::memory_kind(src) == emu::MemoryKind::Device) {
+    auto copy = [=] {
+      emu::DeviceAccess access;
+      std::memcpy(dst, src, bytes);
+    };
+    if (stream) stream->enqueue(copy);
+    else copy();
+    return;
+  }
+#endif
   if (stream) {
     stream->enqueue([=] { std::memcpy(dst, src, bytes); });
     return;
@@ -137,7 +204,45 @@ void fill_bytes(void* dst, int value, size_t bytes, Device device) {
 #endif
     return;
   }
+#if YOLO_EMULATED_KERNELS
+  if (device.is_emu()) {
+    emu::DeviceAccess access;
+    std::memset(dst, value, bytes);
+    return;
+  }
+#endif
   std::memset(dst, value, bytes);
+}
+
+void fill_bytes(void* dst, int value, size_t bytes, Stream& stream) {
+  if (bytes == 0) return;
+  if (stream.device().is_cuda()) {
+#if YOLO_CUDA
+    CHECKED(cudaMemsetAsync(dst, value, bytes, stream.native()));
+#endif
+    return;
+  }
+  Device device = stream.device();
+  stream.enqueue([=] { fill_bytes(dst, value, bytes, device); });
+}
+
+std::optional<MemoryInfo> device_memory_info(Device device) {
+  MemoryInfo info;
+  if (device.is_cuda()) {
+#if YOLO_CUDA
+    set_current_device(device);
+    CHECKED(cudaMemGetInfo(&info.free_bytes, &info.total_bytes));
+#endif
+    return info;
+  }
+#if YOLO_EMULATED_KERNELS
+  if (device.is_emu()) {
+    info.total_bytes = emu::device_props(device.index).memory_bytes;
+    info.free_bytes = info.total_bytes - emu::device_bytes_in_use(device.index);
+    return info;
+  }
+#endif
+  return std::nullopt;
 }
 
 }  // namespace yolo

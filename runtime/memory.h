@@ -1,8 +1,9 @@
-// Memory that owns itself (RAII, move-only): device memory (cudaMalloc, or aligned host memory
-// for the CPU backend), pinned host buffers for fast, asynchronous copies, and copies between
-// any two of them.
+// Memory that owns itself (RAII, move-only): device memory (cudaMalloc, an emulated GPU's
+// protected memory, or aligned host memory for the CPU backend), pinned host buffers for fast,
+// asynchronous copies, and copies and fills between and of any of them.
 #pragma once
 #include <cstddef>
+#include <optional>
 #include <utility>
 
 #include "runtime/device.h"
@@ -30,8 +31,9 @@ class DeviceMemory {
   size_t bytes_ = 0;
 };
 
-// Page-locked host memory when a CUDA device can pin it, ordinary aligned memory otherwise
-// (pinned() tells which); either way safe to use as a copy source or target.
+// Page-locked host memory when a CUDA device can pin it (in builds with emulated kernels:
+// registered as pinned), ordinary aligned memory otherwise (pinned() tells which); either way
+// safe to use as a copy source or target.
 class PinnedHostBuffer {
  public:
   PinnedHostBuffer() = default;
@@ -51,12 +53,25 @@ class PinnedHostBuffer {
   bool pinned_ = false;
 };
 
-// Copies bytes between host and device memory of any kind. With a stream the copy is queued
-// on it (asynchronous for CUDA streams with pinned host memory); without, it completes before
-// returning.
+// Copies bytes between host and device memory of any kind, as cudaMemcpy(Async) does.
+// With a stream the copy is queued on it, after the stream's earlier work. For GPU and emulated
+// GPU streams: asynchronous between device memory and pinned host memory (the host buffer must
+// stay untouched until the stream is synchronised); from pageable host memory the source is
+// staged before the call returns (the caller may reuse it at once); to pageable host memory the
+// call returns once the copy is done. CPU streams: always asynchronous. Without a stream the copy
+// is done when the call returns, and it is NOT ordered after any stream's work (our streams are
+// non-blocking, as on a GPU): synchronise the stream that wrote the data first.
 void copy_bytes(void* dst, const void* src, size_t bytes, Stream* stream = nullptr);
 
-// Fills device or host memory with a byte value (for poisoning buffers in tests).
+// Fills device or host memory with a byte value now (for poisoning buffers in tests), or queued
+// on a stream after its earlier work (cudaMemsetAsync).
 void fill_bytes(void* dst, int value, size_t bytes, Device device);
+void fill_bytes(void* dst, int value, size_t bytes, Stream& stream);
+
+// Free and total memory of a GPU or an emulated GPU; nullopt for the CPU (no fixed budget).
+struct MemoryInfo {
+  size_t free_bytes = 0, total_bytes = 0;
+};
+std::optional<MemoryInfo> device_memory_info(Device device);
 
 }  // namespace yolo

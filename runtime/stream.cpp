@@ -1,18 +1,26 @@
-// yolo::Stream and yolo::Event: dispatch to the CPU queue or the CUDA runtime (stream.h).
+// yolo::Stream and yolo::Event: dispatch to a stream queue (CPU, emulated GPUs) or the CUDA
+// runtime (stream.h).
 #include "runtime/stream.h"
 
-#include "runtime/check.h"
-#include "runtime/cpu_queue.h"
-
+#include <mutex>
 #include <utility>
+
+#include "runtime/check.h"
+#include "runtime/stream_queue.h"
+#if YOLO_EMULATED_KERNELS
+#include "runtime/emu/device.h"
+#endif
 
 namespace yolo {
 
 void set_current_device(Device device) {
 #if YOLO_CUDA
   if (device.is_cuda()) CHECKED(cudaSetDevice(device.index));
+  if (device.is_emu()) throw Error(device.name() + ": emulated GPUs exist only in builds whose kernels are emulated "
+                                   "(build/train_yolo_emu, build/tests_emu)");
 #else
   if (device.is_cuda()) throw Error("a CUDA device was requested from a CPU-only build");
+  if (device.is_emu()) emu::set_current_device(device.index);
 #endif
 }
 
@@ -20,7 +28,8 @@ void set_current_device(Device device) {
 
 Event::Event(Device device) : device_(device) {
   if (!device.is_cuda()) {
-    cpu_ = std::make_shared<CpuState>();
+    set_current_device(device);  // an emulated GPU must exist in this build
+    host_ = make_host_event();
     return;
   }
   set_current_device(device);
@@ -36,7 +45,7 @@ Event::~Event() {
 }
 
 Event::Event(Event&& other) noexcept
-    : device_(other.device_), cpu_(std::move(other.cpu_)) {
+    : device_(other.device_), host_(std::move(other.host_)) {
 #if YOLO_CUDA
   cuda_ = std::exchange(other.cuda_, nullptr);
 #endif
@@ -58,18 +67,15 @@ namespace {
 
 bool Event::valid() const {
 #if YOLO_CUDA
-  return cpu_ || cuda_;
+  return host_ || cuda_;
 #else
-  return cpu_ != nullptr;
+  return host_ != nullptr;
 #endif
 }
 
 bool Event::query() const {
   if (!valid()) moved_from("event");
-  if (cpu_) {
-    std::lock_guard lock(cpu_->mutex);
-    return cpu_->is_complete(cpu_->recorded);
-  }
+  if (host_) return host_event_done(host_, host_event_issued(*host_));
 #if YOLO_CUDA
   cudaError_t status = cudaEventQuery(cuda_);
   if (status == cudaErrorNotReady) return false;
@@ -80,13 +86,8 @@ bool Event::query() const {
 
 void Event::synchronize() const {
   if (!valid()) moved_from("event");
-  if (cpu_) {
-    uint64_t target;
-    {
-      std::lock_guard lock(cpu_->mutex);
-      target = cpu_->recorded;
-    }
-    cpu_->wait_for(target);
+  if (host_) {
+    host_event_wait(host_, host_event_issued(*host_));
     return;
   }
 #if YOLO_CUDA
@@ -97,17 +98,15 @@ void Event::synchronize() const {
 float Event::elapsed_ms_since(const Event& start) const {
   if (!valid() || !start.valid()) moved_from("event");
   if (start.device_ != device_) throw Error("elapsed_ms_since: events on different devices");
-  if (cpu_) {
+  if (host_) {
     synchronize();
     start.synchronize();
-    auto latest = [](const CpuState& state) {  // one lock at a time: no lock-order deadlock
-      std::lock_guard lock(const_cast<std::mutex&>(state.mutex));
-      if (state.recorded == 0) throw Error("elapsed_ms_since: an event was never recorded");
-      return state.latest_time();
+    auto latest = [](const std::shared_ptr<HostEvent>& state) {
+      uint64_t generation = host_event_issued(*state);
+      if (generation == 0) throw Error("elapsed_ms_since: an event was never recorded");
+      return host_event_time(state, generation);
     };
-    auto end_time = latest(*cpu_);
-    auto start_time = latest(*start.cpu_);
-    return std::chrono::duration<float, std::milli>(end_time - start_time).count();
+    return std::chrono::duration<float, std::milli>(latest(host_) - latest(start.host_)).count();
   }
   float ms = 0;
 #if YOLO_CUDA
@@ -134,8 +133,10 @@ struct Stream::HostError {
 Stream::Stream(Device device, StreamPriority priority, std::string name)
     : device_(device), name_(std::move(name)) {
   if (!device.is_cuda()) {
-    // CPU priority is not modelled: each stream has its own thread, so none waits for another.
-    cpu_ = std::make_unique<CpuQueue>(name_);
+    // Each queue has its own thread, so none waits for another; priority matters to the
+    // adversarial mode of emulated GPUs (stream_queue.h).
+    set_current_device(device);  // an emulated GPU must exist in this build
+    queue_ = std::make_unique<StreamQueue>(name_, device.is_emu() ? device.index : -1, priority == StreamPriority::High);
     return;
   }
   set_current_device(device);
@@ -151,8 +152,8 @@ Stream::Stream(Device device, StreamPriority priority, std::string name)
 }
 
 Stream::~Stream() {
-  if (cpu_) {
-    cpu_.reset();  // joins after running what was queued
+  if (queue_) {
+    queue_.reset();  // joins after running what was queued
     return;
   }
 #if YOLO_CUDA
@@ -164,7 +165,7 @@ Stream::~Stream() {
 }
 
 Stream::Stream(Stream&& other) noexcept
-    : device_(other.device_), name_(std::move(other.name_)), cpu_(std::move(other.cpu_)) {
+    : device_(other.device_), name_(std::move(other.name_)), queue_(std::move(other.queue_)) {
 #if YOLO_CUDA
   cuda_ = std::exchange(other.cuda_, nullptr);
   host_error_ = std::move(other.host_error_);
@@ -181,9 +182,9 @@ Stream& Stream::operator=(Stream&& other) noexcept {
 
 bool Stream::valid() const {
 #if YOLO_CUDA
-  return cpu_ || cuda_;
+  return queue_ || cuda_;
 #else
-  return cpu_ != nullptr;
+  return queue_ != nullptr;
 #endif
 }
 
@@ -193,13 +194,8 @@ void Stream::record(Event& event) {
   if (event.device_ != device_)
     throw Error("stream '" + name_ + "' on " + device_.name() + " cannot record an event of " +
                 event.device_.name());
-  if (cpu_) {
-    uint64_t generation;
-    {
-      std::lock_guard lock(event.cpu_->mutex);
-      generation = ++event.cpu_->recorded;
-    }
-    cpu_->push([state = event.cpu_, generation] { state->complete(generation); });
+  if (queue_) {
+    queue_->record(event.host_);
     return;
   }
 #if YOLO_CUDA
@@ -212,15 +208,9 @@ void Stream::wait(const Event& event) {
   if (!event.valid()) moved_from("event");
   if (event.device_.kind != device_.kind)
     throw Error("stream '" + name_ + "' on " + device_.name() + " cannot wait on an event of " +
-                event.device_.name() + " (mixing CPU and CUDA streams is not supported)");
-  if (cpu_) {
-    uint64_t generation;
-    {
-      std::lock_guard lock(event.cpu_->mutex);
-      generation = event.cpu_->recorded;
-    }
-    if (generation == 0) return;  // never recorded: nothing to wait for, as in CUDA
-    cpu_->push([state = event.cpu_, generation] { state->wait_for(generation); });
+                event.device_.name() + " (mixing CPU, emulated and CUDA streams is not supported)");
+  if (queue_) {
+    queue_->wait(event.host_, host_event_issued(*event.host_));
     return;
   }
 #if YOLO_CUDA
@@ -230,8 +220,8 @@ void Stream::wait(const Event& event) {
 
 void Stream::enqueue(std::function<void()> work) {
   if (!valid()) moved_from("stream");
-  if (cpu_) {
-    cpu_->push(std::move(work));
+  if (queue_) {
+    queue_->push(std::move(work));
     return;
   }
 #if YOLO_CUDA
@@ -257,8 +247,8 @@ void Stream::enqueue(std::function<void()> work) {
 
 void Stream::synchronize() {
   if (!valid()) moved_from("stream");
-  if (cpu_) {
-    cpu_->drain();
+  if (queue_) {
+    queue_->drain();
     return;
   }
 #if YOLO_CUDA
@@ -272,8 +262,12 @@ void Stream::synchronize() {
 #endif
 }
 
+cudaStream_t Stream::native() const {
 #if YOLO_CUDA
-cudaStream_t Stream::native() const { return cuda_; }
+  return cuda_;
+#else
+  return reinterpret_cast<cudaStream_t>(queue_.get());
 #endif
+}
 
 }  // namespace yolo

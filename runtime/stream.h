@@ -1,8 +1,9 @@
-// Streams and events with one interface for both backends.
+// Streams and events with one interface for every device kind.
 //   CUDA: a cudaStream_t / cudaEvent_t on the stream's device.
-//   CPU:  an in-order work queue run by its own thread; an event marks a point in a queue and
-//         another stream can wait on it, so overlap logic (compute vs communication) is real
-//         and testable without a GPU.
+//   CPU and emulated GPUs: an in-order work queue run by its own thread (runtime/stream_queue.h);
+//         an event marks a point in a queue and another stream can wait on it, so overlap logic
+//         (compute vs communication) is real and testable without a GPU. Emulated GPUs' queues
+//         also run their kernels (launched on native()) and take part in the adversarial mode.
 // Semantics follow CUDA: wait() waits for the most recent record() made before the call; waiting
 // on an event never recorded does nothing; work on one stream runs in enqueue order.
 #pragma once
@@ -14,11 +15,17 @@
 
 #if YOLO_CUDA
 #include <cuda_runtime_api.h>
+#else
+struct CUstream_st;
+using cudaStream_t = CUstream_st*;  // in builds with emulated kernels: a StreamQueue (stream_queue.h)
 #endif
 
 namespace yolo {
 
 enum class StreamPriority { Normal, High };  // High: communication, so all-reduces start first
+
+struct HostEvent;
+class StreamQueue;
 
 class Event {
  public:
@@ -37,11 +44,10 @@ class Event {
   cudaEvent_t native() const;
 #endif
 
-  struct CpuState;
  private:
   friend class Stream;
   Device device_;
-  std::shared_ptr<CpuState> cpu_;
+  std::shared_ptr<HostEvent> host_;  // CPU and emulated GPUs
 #if YOLO_CUDA
   cudaEvent_t cuda_ = nullptr;
 #endif
@@ -56,22 +62,23 @@ class Stream {
 
   void record(Event& event);
   void wait(const Event& event);
-  // Host work in stream order. CPU: runs on the stream's thread. CUDA: cudaLaunchHostFunc
-  // (the function must not call CUDA). Exceptions are kept and rethrown by synchronize().
+  // Host work in stream order. CPU and emulated GPUs: runs on the stream's thread. CUDA:
+  // cudaLaunchHostFunc (the function must not call CUDA, nor touch device memory: emulated
+  // GPUs enforce that). Exceptions are kept and rethrown by synchronize().
   void enqueue(std::function<void()> work);
   void synchronize();
   Device device() const { return device_; }
   const std::string& name() const { return name_; }
   bool valid() const;  // false once moved from; any use then throws yolo::Error
-#if YOLO_CUDA
+  // The stream kernels are launched on: a CUDA stream; in builds with emulated kernels, the
+  // queue of a CPU or emulated stream; nullptr otherwise.
   cudaStream_t native() const;
-#endif
+  StreamQueue* queue() const { return queue_.get(); }  // CPU and emulated GPUs, else null
 
-  class CpuQueue;
  private:
   Device device_;
   std::string name_;
-  std::unique_ptr<CpuQueue> cpu_;
+  std::unique_ptr<StreamQueue> queue_;
 #if YOLO_CUDA
   cudaStream_t cuda_ = nullptr;
   struct HostError;
@@ -79,7 +86,7 @@ class Stream {
 #endif
 };
 
-// Makes `device` current for the calling thread (CUDA); no-op for the CPU.
+// Makes `device` current for the calling thread (CUDA, emulated GPUs); no-op for the CPU.
 void set_current_device(Device device);
 
 }  // namespace yolo

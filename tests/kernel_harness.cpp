@@ -1,6 +1,10 @@
 // The kernel-test device choice (see kernel_harness.h).
 #include "tests/kernel_harness.h"
 
+#if YOLO_EMULATED_KERNELS
+#include "runtime/emu/device.h"
+#endif
+
 namespace yolo::testing {
 
 // Builds without CUDA compile every .cu against the emulation (runtime/emu).
@@ -16,7 +20,12 @@ std::optional<Device> kernel_device(std::string* why_not) {
   return Device::cuda(0);
 #else
   (void)why_not;
-  return Device::cpu();  // emulated kernels read and write host memory
+  // An emulated GPU: device memory the host cannot touch outside kernels and copies, so a
+  // launcher that reads device memory on the host fails here as it would on a GPU. None is
+  // current on the calling thread: kernels plan their tiles for a small 4-SM GPU, so small test
+  // problems still use several blocks.
+  emu::set_current_device(-1);
+  return Device::emu(0);
 #endif
 }
 

@@ -8,16 +8,18 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <tuple>
 #include <type_traits>
 #include <utility>
 
+#include "runtime/emu/device.h"
 #include "runtime/emu/scheduler.h"
 
 using dim3 = yolo::emu::dim3;
 using uint3 = yolo::emu::uint3;
 struct CUstream_st;
-using cudaStream_t = CUstream_st*;  // streams are ignored: emulated launches run synchronously
+using cudaStream_t = CUstream_st*;  // a stream's queue (runtime/stream_queue.h); null: run at once
 
 // ---- qualifiers --------------------------------------------------------------------------
 #define __global__
@@ -200,13 +202,18 @@ inline T __ldg(const T* p) { return *p; }
 
 // ---- launch -------------------------------------------------------------------------------
 namespace yolo::emu {
-// Binds the arguments as a real launch would (converted to the parameter types, copied once),
-// then runs the grid; each thread calls the kernel with its own copies of the parameters.
+// Binds the arguments as a real launch would (converted to the parameter types, copied once) and
+// checks the configuration at once (CUDA reports those errors at the launch), then runs the grid
+// in the stream's order (run_on_stream); each thread calls the kernel with its own copies of the
+// parameters. An error inside the kernel surfaces at the next synchronisation of its stream.
 template <typename... Params, typename... Args>
 void launch(const LaunchSite& site, void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared_bytes,
-            cudaStream_t /*stream*/, Args&&... args) {
+            cudaStream_t stream, Args&&... args) {
   static_assert(sizeof...(Params) == sizeof...(Args), "kernel argument count mismatch");
-  std::tuple<std::decay_t<Params>...> bound(std::forward<Args>(args)...);
-  run_grid(site, grid, block, shared_bytes, [&] { std::apply(kernel, bound); });
+  validate_launch(site, grid, block, shared_bytes);
+  auto bound = std::make_shared<std::tuple<std::decay_t<Params>...>>(std::forward<Args>(args)...);
+  run_on_stream(stream, site.kernel, [site, kernel, grid, block, shared_bytes, bound] {
+    run_grid(site, grid, block, shared_bytes, [&] { std::apply(kernel, *bound); });
+  });
 }
 }  // namespace yolo::emu

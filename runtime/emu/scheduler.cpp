@@ -12,7 +12,9 @@
 #include <vector>
 
 #include "runtime/check.h"
+#include "runtime/emu/device.h"
 #include "runtime/emu/fiber.h"
+#include "runtime/stream_queue.h"
 
 // The built-in variables kernels read; set by the scheduler before each thread resumes.
 yolo::emu::uint3 threadIdx, blockIdx;
@@ -66,7 +68,9 @@ std::string dims(uint3 d) {
   return "(" + std::to_string(d.x) + "," + std::to_string(d.y) + "," + std::to_string(d.z) + ")";
 }
 
-void validate(const LaunchSite& site, dim3 grid, dim3 block, size_t shared) {
+}  // namespace
+
+void validate_launch(const LaunchSite& site, dim3 grid, dim3 block, size_t shared) {
   // Limits of every GPU we target (compute capability 7.5 and newer).
   uint64_t threads = uint64_t(block.x) * block.y * block.z;
   if (grid.x == 0 || grid.y == 0 || grid.z == 0 || threads == 0)
@@ -80,6 +84,8 @@ void validate(const LaunchSite& site, dim3 grid, dim3 block, size_t shared) {
     launch_error(site, "dynamic shared memory of " + std::to_string(shared) +
                            " bytes exceeds the 48 KiB available without an opt-in");
 }
+
+namespace {
 
 uint32_t lanes_existing(const BlockRun& b, unsigned warp) {
   unsigned first = warp * 32, count = unsigned(b.threads.size()) - first;
@@ -230,7 +236,7 @@ void suspend_at(State state, uint32_t mask) {
 
 void run_grid(const LaunchSite& site, dim3 grid, dim3 block, size_t dynamic_shared_bytes,
               const std::function<void()>& body) {
-  validate(site, grid, block, dynamic_shared_bytes);
+  validate_launch(site, grid, block, dynamic_shared_bytes);
   std::lock_guard lock(g_launch_mutex);
   BlockRun b;
   b.site = &site;
@@ -255,6 +261,21 @@ void run_grid(const LaunchSite& site, dim3 grid, dim3 block, size_t dynamic_shar
         blockIdx = {x, y, z};
         run_block(b, body);
       }
+}
+
+void run_on_stream(CUstream_st* stream, const char* what, std::function<void()> work) {
+  if (!stream) {
+    DeviceAccess access;
+    work();
+    return;
+  }
+  StreamQueue* queue = reinterpret_cast<StreamQueue*>(stream);
+  const int device = queue->emulated_device();
+  queue->push([device, what, work = std::move(work)] {
+    count_kernel_launch(device, what);
+    DeviceAccess access;
+    work();
+  });
 }
 
 void block_barrier() { suspend_at(State::AtBlockBarrier, 0); }

@@ -1,5 +1,5 @@
-// The emulated launch: runs a grid's blocks one after another on the calling host thread, each
-// block's threads as fibers (fiber.h). A thread runs until it reaches a barrier
+// The emulated launch: runs a grid's blocks one after another on the host thread that runs the
+// launch (the stream's, or the caller's for a null stream), each block's threads as fibers (fiber.h). A thread runs until it reaches a barrier
 // (__syncthreads: every thread of the block that has not exited; a warp operation: the live
 // lanes of its mask), so barriers are real and threads that return early drop out of them,
 // as on the GPU. One emulated launch runs at a time in the process, which lets __shared__
@@ -8,6 +8,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+
+struct CUstream_st;
 
 namespace yolo::emu {
 
@@ -27,11 +29,20 @@ struct LaunchSite {
   int line;
 };
 
+// Throws yolo::Error for a configuration no GPU we target can launch.
+void validate_launch(const LaunchSite& site, dim3 grid, dim3 block, size_t dynamic_shared_bytes);
+
 // Runs `body` (the kernel call with its arguments bound) for every thread of the grid. Throws
 // yolo::Error for an invalid configuration, a barrier no thread set can complete, or an
 // exception thrown by a thread.
 void run_grid(const LaunchSite& site, dim3 grid, dim3 block, size_t dynamic_shared_bytes,
               const std::function<void()>& body);
+
+// Runs `work` (an emulated kernel, or device-side work such as the emulated sort) in the order
+// of `stream`: queued on the stream's queue (a StreamQueue), or at once for a null stream. It runs
+// with device memory accessible (device.h, DeviceAccess); on an emulated GPU's stream it counts
+// as a launch for injected failures. The device work of one process runs one item at a time.
+void run_on_stream(CUstream_st* stream, const char* what, std::function<void()> work);
 
 // Used by the device-side API (emu.h); valid only inside an emulated kernel.
 void block_barrier();                             // __syncthreads

@@ -1,0 +1,354 @@
+// Emulated GPUs: properties, protected device memory, pinned host memory, injected failures
+// (see device.h).
+#include "runtime/emu/device.h"
+
+#include <signal.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <vector>
+
+#include "runtime/check.h"
+
+#if defined(__SANITIZE_ADDRESS__)
+#define EMU_DEVICE_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define EMU_DEVICE_ASAN 1
+#endif
+#endif
+#if EMU_DEVICE_ASAN
+#include <sanitizer/asan_interface.h>
+#endif
+
+namespace yolo::emu {
+
+namespace {
+
+constexpr size_t kGiB = size_t(1) << 30, kMiB = size_t(1) << 20;
+
+void check_index(int index) {
+  if (index < 0 || index >= kMaxDevices)
+    throw Error("emu:" + std::to_string(index) + " does not exist (emulated GPUs are emu:0.." +
+                std::to_string(kMaxDevices - 1) + ")");
+}
+
+std::string gib(size_t bytes) {
+  char text[32];
+  if (bytes >= kGiB) std::snprintf(text, sizeof text, "%.2f GiB", double(bytes) / double(kGiB));
+  else std::snprintf(text, sizeof text, "%.1f MiB", double(bytes) / double(kMiB));
+  return text;
+}
+
+// Everything below is guarded by one mutex; the fault handler reads only the slot table.
+std::mutex g_mutex;
+DeviceProps g_props[kMaxDevices];
+bool g_configured[kMaxDevices] = {};
+size_t g_in_use[kMaxDevices] = {};
+int64_t g_fail_countdown[kMaxDevices] = {};
+
+struct Region {
+  char* begin = nullptr;
+  size_t bytes = 0;   // asked for
+  size_t mapped = 0;  // whole pages (device memory)
+  MemoryKind kind = MemoryKind::Pageable;
+  int device = -1;
+};
+std::vector<Region> g_regions;
+int g_open = 0;  // live DeviceAccess objects
+
+// Device regions for the SIGSEGV handler, readable without a lock.
+struct Slot {
+  std::atomic<uintptr_t> begin{0};
+  std::atomic<size_t> bytes{0};
+  std::atomic<int> device{-1};
+};
+constexpr size_t kSlots = 4096;
+Slot g_slots[kSlots];
+
+thread_local int t_current_device = -1;
+
+size_t page_size() {
+  static const size_t page = size_t(sysconf(_SC_PAGESIZE));
+  return page;
+}
+
+void protect(const Region& r, int prot) {
+  if (mprotect(r.begin, r.mapped, prot) != 0)
+    throw Error("emulation: mprotect of emulated device memory failed: " + std::string(std::strerror(errno)));
+}
+
+void protect_all(int prot) {
+  for (const Region& r : g_regions)
+    if (r.kind == MemoryKind::Device) protect(r, prot);
+}
+
+// ---- the fault handler: a host access to device memory --------------------------------------
+
+struct sigaction g_previous;
+std::once_flag g_handler_installed;
+std::mutex g_handler_mutex;
+std::atomic<int> g_faults_seen{0};
+
+// Async-signal-safe text building.
+struct Text {
+  char buffer[512];
+  size_t used = 0;
+  void add(const char* s) {
+    while (*s && used + 1 < sizeof buffer) buffer[used++] = *s++;
+  }
+  void add_number(unsigned long long v, unsigned base) {
+    char digits[32];
+    int n = 0;
+    do {
+      digits[n++] = "0123456789abcdef"[v % base];
+      v /= base;
+    } while (v && n < 32);
+    if (base == 16) add("0x");
+    while (n > 0 && used + 1 < sizeof buffer) buffer[used++] = digits[--n];
+  }
+};
+
+void on_segv(int sig, siginfo_t* info, void* context) {
+  // Entered again (a handler below this one re-raised the signal): end the process plainly.
+  if (g_faults_seen.fetch_add(1) > 0) {
+    signal(SIGSEGV, SIG_DFL);
+    raise(SIGSEGV);
+    return;
+  }
+  uintptr_t address = reinterpret_cast<uintptr_t>(info->si_addr);
+  for (const Slot& slot : g_slots) {
+    uintptr_t begin = slot.begin.load(std::memory_order_acquire);
+    size_t bytes = slot.bytes.load(std::memory_order_relaxed);
+    size_t mapped = (bytes + page_size() - 1) / page_size() * page_size();
+    if (begin == 0 || address < begin || address >= begin + (mapped ? mapped : page_size())) continue;
+    Text t;
+    t.add("emulation: host code touched the device memory of emu:");
+    t.add_number(unsigned(slot.device.load(std::memory_order_relaxed)), 10);
+    t.add(" at ");
+    t.add_number(address, 16);
+    t.add(" (byte ");
+    t.add_number(address - begin, 10);
+    t.add(" of a ");
+    t.add_number(bytes, 10);
+    t.add("-byte allocation) outside a kernel, copy or collective: on a GPU this is an illegal access "
+          "(copy the data with copy_bytes on a stream and synchronise first)\n");
+    ssize_t ignored = write(STDERR_FILENO, t.buffer, t.used);
+    (void)ignored;
+    break;
+  }
+  // The usual report (AddressSanitizer's, with the stack) or the default action.
+  if (g_previous.sa_flags & SA_SIGINFO) {
+    if (g_previous.sa_sigaction) g_previous.sa_sigaction(sig, info, context);
+    return;
+  }
+  if (g_previous.sa_handler == SIG_DFL || g_previous.sa_handler == SIG_IGN) {
+    sigaction(SIGSEGV, &g_previous, nullptr);  // the access faults again, now fatally
+    return;
+  }
+  g_previous.sa_handler(sig);
+}
+
+void poison(void* p, size_t bytes) {
+#if EMU_DEVICE_ASAN
+  ASAN_POISON_MEMORY_REGION(p, bytes);
+#else
+  (void)p, (void)bytes;
+#endif
+}
+void unpoison(void* p, size_t bytes) {
+#if EMU_DEVICE_ASAN
+  ASAN_UNPOISON_MEMORY_REGION(p, bytes);
+#else
+  (void)p, (void)bytes;
+#endif
+}
+
+}  // namespace
+
+void install_fault_handler() {
+  std::lock_guard lock(g_handler_mutex);
+  struct sigaction current;
+  sigaction(SIGSEGV, nullptr, &current);
+  if ((current.sa_flags & SA_SIGINFO) && current.sa_sigaction == on_segv) return;
+  struct sigaction action;
+  std::memset(&action, 0, sizeof action);
+  action.sa_sigaction = on_segv;
+  action.sa_flags = SA_SIGINFO | SA_ONSTACK;
+  sigemptyset(&action.sa_mask);
+  g_previous = current;
+  sigaction(SIGSEGV, &action, nullptr);
+}
+
+DeviceProps preset_for(int cc) {
+  switch (cc) {
+    case 75: return {"emulated T4", 7, 5, 40, 15 * kGiB, 4 * kMiB};
+    case 80: return {"emulated A100", 8, 0, 108, 40 * kGiB, 40 * kMiB};
+    case 90: return {"emulated H200", 9, 0, 132, 140 * kGiB, 50 * kMiB};
+    default:
+      throw Error("no emulated GPU preset for sm_" + std::to_string(cc) + " (sm75 T4, sm80 A100, sm90 H200)");
+  }
+}
+
+DeviceProps device_props(int index) {
+  check_index(index);
+  std::lock_guard lock(g_mutex);
+  return g_configured[index] ? g_props[index] : preset_for(90);
+}
+
+void configure_device(int index, const DeviceProps& props) {
+  check_index(index);
+  if (props.multiprocessors < 1 || props.memory_bytes == 0)
+    throw Error("emu:" + std::to_string(index) + ": an emulated GPU needs at least 1 SM and some memory");
+  std::lock_guard lock(g_mutex);
+  g_props[index] = props;
+  g_configured[index] = true;
+}
+
+void set_current_device(int index) {
+  if (index >= 0) check_index(index);
+  t_current_device = index;
+}
+
+int current_device() { return t_current_device; }
+
+int current_multiprocessors() { return t_current_device < 0 ? 4 : device_props(t_current_device).multiprocessors; }
+
+void* allocate_device(int device, size_t bytes) {
+  check_index(device);
+  std::call_once(g_handler_installed, install_fault_handler);
+  const size_t page = page_size();
+  const size_t mapped = (bytes + page - 1) / page * page + (bytes == 0 ? page : 0);
+  {
+    std::lock_guard lock(g_mutex);
+    size_t total = g_configured[device] ? g_props[device].memory_bytes : preset_for(90).memory_bytes;
+    if (bytes > total - g_in_use[device])
+      throw Error("out of memory on emu:" + std::to_string(device) + ": asked for " + gib(bytes) + ", " +
+                  gib(total - g_in_use[device]) + " free of " + gib(total));
+    g_in_use[device] += bytes;
+  }
+  void* p = mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED) {
+    std::lock_guard lock(g_mutex);
+    g_in_use[device] -= bytes;
+    throw Error("out of host memory emulating " + gib(bytes) + " of device memory on emu:" + std::to_string(device));
+  }
+  std::memset(p, 0xFF, bytes);
+  poison(static_cast<char*>(p) + bytes, mapped - bytes);
+  std::lock_guard lock(g_mutex);
+  Region r{static_cast<char*>(p), bytes, mapped, MemoryKind::Device, device};
+  Slot* slot = nullptr;
+  for (Slot& s : g_slots)
+    if (s.begin.load(std::memory_order_relaxed) == 0) {
+      slot = &s;
+      break;
+    }
+  if (!slot) {
+    munmap(p, mapped);
+    g_in_use[device] -= bytes;
+    throw Error("emulation: more than " + std::to_string(kSlots) + " emulated device allocations are live");
+  }
+  slot->bytes.store(bytes, std::memory_order_relaxed);
+  slot->device.store(device, std::memory_order_relaxed);
+  slot->begin.store(reinterpret_cast<uintptr_t>(p), std::memory_order_release);
+  g_regions.push_back(r);
+  if (g_open == 0) protect(r, PROT_NONE);
+  return p;
+}
+
+void free_device(void* p) {
+  if (!p) return;
+  Region r;
+  {
+    std::lock_guard lock(g_mutex);
+    auto it = g_regions.begin();
+    while (it != g_regions.end() && !(it->begin == p && it->kind == MemoryKind::Device)) ++it;
+    if (it == g_regions.end()) return;  // not ours; never throws (called from destructors)
+    r = *it;
+    g_regions.erase(it);
+    g_in_use[r.device] -= r.bytes;
+    for (Slot& s : g_slots)
+      if (s.begin.load(std::memory_order_relaxed) == reinterpret_cast<uintptr_t>(p))
+        s.begin.store(0, std::memory_order_release);
+  }
+  unpoison(r.begin, r.mapped);
+  munmap(r.begin, r.mapped);
+}
+
+size_t device_bytes_in_use(int device) {
+  check_index(device);
+  std::lock_guard lock(g_mutex);
+  return g_in_use[device];
+}
+
+void* allocate_pinned(size_t bytes) {
+  void* p = nullptr;
+  if (posix_memalign(&p, 4096, bytes == 0 ? 1 : bytes) != 0)
+    throw Error("out of host memory allocating " + std::to_string(bytes) + " pinned bytes");
+  std::lock_guard lock(g_mutex);
+  g_regions.push_back(Region{static_cast<char*>(p), bytes, 0, MemoryKind::Pinned, -1});
+  return p;
+}
+
+void free_pinned(void* p) {
+  if (!p) return;
+  {
+    std::lock_guard lock(g_mutex);
+    for (auto it = g_regions.begin(); it != g_regions.end(); ++it)
+      if (it->begin == p && it->kind == MemoryKind::Pinned) {
+        g_regions.erase(it);
+        break;
+      }
+  }
+  std::free(p);
+}
+
+MemoryKind memory_kind(const void* p, int* device) {
+  const char* c = static_cast<const char*>(p);
+  std::lock_guard lock(g_mutex);
+  for (const Region& r : g_regions)
+    if (c >= r.begin && c < r.begin + (r.bytes ? r.bytes : 1)) {
+      if (device) *device = r.device;
+      return r.kind;
+    }
+  return MemoryKind::Pageable;
+}
+
+DeviceAccess::DeviceAccess() {
+  std::lock_guard lock(g_mutex);
+  if (g_open++ == 0) protect_all(PROT_READ | PROT_WRITE);
+}
+
+DeviceAccess::~DeviceAccess() {
+  std::lock_guard lock(g_mutex);
+  if (--g_open == 0) {
+    try {
+      protect_all(PROT_NONE);
+    } catch (const std::exception&) {
+      // Destructors never throw; the memory simply stays accessible.
+    }
+  }
+}
+
+void fail_kernel_launch(int device, int64_t nth) {
+  check_index(device);
+  if (nth < 0) throw Error("fail_kernel_launch: negative launch number");
+  std::lock_guard lock(g_mutex);
+  g_fail_countdown[device] = nth;
+}
+
+void count_kernel_launch(int device, const char* kernel) {
+  if (device < 0 || device >= kMaxDevices) return;
+  {
+    std::lock_guard lock(g_mutex);
+    if (g_fail_countdown[device] == 0 || --g_fail_countdown[device] > 0) return;
+  }
+  throw Error(std::string("an illegal memory access in ") + kernel + " on emu:" + std::to_string(device) +
+              " (a failure injected by a test)");
+}
+
+}  // namespace yolo::emu

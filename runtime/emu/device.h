@@ -1,0 +1,89 @@
+// Emulated GPUs (DeviceKind::Emu, "emu:N"): what makes a device of the CPU emulation behave like
+// a CUDA GPU to the code above runtime/.
+//   - Properties per device (compute capability, SMs, memory), an H200-like sm_90 by default,
+//     so the memory-fit check, tile planning and per-architecture rules can be tested.
+//   - Device memory that host code cannot touch: each allocation is its own mapping, kept
+//     inaccessible (PROT_NONE) except while a kernel, a copy or a collective runs (the access
+//     window below). A host read of a device pointer - the classic bug that only shows on a GPU -
+//     faults, and the fault handler names the device and allocation before the usual report.
+//     Fresh allocations hold 0xFF bytes (NaN floats), as uninitialised device memory may; the
+//     bytes past an allocation's end in its last page are poisoned for AddressSanitizer.
+//   - A memory budget per device (the configured size): an allocation beyond it fails as
+//     cudaMalloc does, with the numbers.
+//   - Pinned host memory (PinnedHostBuffer) is registered, so copies can tell it from pageable
+//     memory (runtime/memory.cpp: asynchronous from pinned memory, staged from pageable).
+//   - Injected failures (tests): the N-th kernel launched on a device's streams fails as an
+//     illegal memory access would, surfacing at the next synchronisation.
+// Streams and events of emulated GPUs are runtime/stream_queue.h's; kernels are run by
+// runtime/emu/scheduler.h; collectives by runtime/emu_communicator.h.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace yolo::emu {
+
+constexpr int kMaxDevices = 8;  // emu:0 .. emu:7
+
+struct DeviceProps {
+  std::string name;
+  int cc_major = 9, cc_minor = 0;
+  int multiprocessors = 132;
+  size_t memory_bytes = 0;
+  size_t l2_bytes = 0;
+};
+
+// The preset for an architecture: 75 (T4), 80 (A100 40 GB), 90 (H200, the default). Other
+// values throw yolo::Error naming them.
+DeviceProps preset_for(int compute_capability);
+// Device `index`'s properties (the H200 preset until configured). Throws for a bad index.
+DeviceProps device_props(int index);
+// Sets device `index`'s properties. Its memory budget applies to later allocations.
+void configure_device(int index, const DeviceProps& props);
+
+// The emulated device current on this thread (set_current_device), or -1.
+void set_current_device(int index);
+int current_device();
+// SMs of the current emulated device; 4 when none is current (kernel tests: a small "GPU", so
+// small problems still use several blocks).
+int current_multiprocessors();
+
+// ---- memory ----------------------------------------------------------------------------
+// Device memory of emu:`device`: `bytes` (0 allowed) filled with 0xFF. Throws yolo::Error with
+// the sizes when the device's memory is exhausted.
+void* allocate_device(int device, size_t bytes);
+void free_device(void* p);
+size_t device_bytes_in_use(int device);
+
+// Host memory registered as pinned (page-locked on a GPU machine).
+void* allocate_pinned(size_t bytes);
+void free_pinned(void* p);
+
+enum class MemoryKind { Pageable, Pinned, Device };
+// What `p` points into; for device memory also which device (when `device` is set).
+MemoryKind memory_kind(const void* p, int* device = nullptr);
+
+// The handler that names a host access to device memory, then hands the fault on to the handler
+// it found (AddressSanitizer's report, or the default action). Installed with the first device
+// allocation; a harness that installs its own SIGSEGV handler later (doctest does, per test
+// case) hides it unless this is called again.
+void install_fault_handler();
+
+// While one of these lives (on any thread), device memory is accessible to the host: kernels,
+// copies and collectives open it around their work. Nests; any thread.
+class DeviceAccess {
+ public:
+  DeviceAccess();
+  ~DeviceAccess();
+  DeviceAccess(const DeviceAccess&) = delete;
+  DeviceAccess& operator=(const DeviceAccess&) = delete;
+};
+
+// ---- injected failures (tests) ----------------------------------------------------------
+// The `nth` (1-based) kernel launched on a stream of emu:`device` from now on throws yolo::Error
+// ("an illegal memory access (injected ...)") instead of running; 0 disarms.
+void fail_kernel_launch(int device, int64_t nth);
+// Called by each stream launch on emu:`device`: throws when the armed failure is due.
+void count_kernel_launch(int device, const char* kernel);
+
+}  // namespace yolo::emu

@@ -1,0 +1,212 @@
+// The emulated GPUs' communicator (see emu_communicator.h).
+#include "runtime/emu_communicator.h"
+
+#include <algorithm>
+#include <chrono>
+#include <thread>
+
+#include "runtime/check.h"
+#include "runtime/in_process_group.h"
+#include "runtime/stream_queue.h"
+#if YOLO_EMULATED_KERNELS
+#include "runtime/emu/device.h"
+#endif
+
+namespace yolo {
+
+#if YOLO_EMULATED_KERNELS
+
+// One collective of the group, shared by its ranks' stream items: what each rank contributed
+// (read when its stream reached the collective), where each wants the result, and the
+// completion its streams wait for. Guarded by the group's mutex.
+struct EmulatedCollective {
+  const char* op = "";   // "all-reduce" or "broadcast"
+  int root = -1;         // broadcast
+  size_t count = 0;
+  std::vector<std::vector<float>> contributions;
+  std::vector<float*> outputs;
+  int arrived = 0;
+  std::shared_ptr<HostEvent> done = make_host_event();
+  uint64_t generation = issue_host_event(done);
+};
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Ends every collective in flight with the group's abort message. Takes the group's mutex.
+void fail_pending(InProcessGroup::Shared& s) {
+  std::vector<std::shared_ptr<EmulatedCollective>> pending;
+  std::string why;
+  {
+    std::lock_guard lock(s.mutex);
+    for (auto& [number, collective] : s.collectives) pending.push_back(collective);
+    s.collectives.clear();
+    why = s.aborted;
+  }
+  for (auto& c : pending) complete_host_event(c->done, c->generation, why.empty() ? "aborted" : why);
+}
+
+class EmulatedGpuCommunicator : public Communicator {
+ public:
+  EmulatedGpuCommunicator(std::shared_ptr<InProcessGroup::Shared> shared, int rank, Device device)
+      : shared_(std::move(shared)), rank_(rank), device_(device) {}
+
+  int rank() const override { return rank_; }
+  int size() const override { return shared_->size; }
+
+  void all_reduce_sum(float* data, size_t count, Stream& stream) override {
+    enqueue("all-reduce", -1, data, count, stream);
+  }
+
+  void broadcast(float* data, size_t count, int root, Stream& stream) override {
+    if (root < 0 || root >= size()) throw Error("broadcast: root " + std::to_string(root) + " outside the group");
+    enqueue("broadcast", root, data, count, stream);
+  }
+
+  std::vector<uint64_t> all_gather(uint64_t value) override { return shared_->all_gather(rank_, value); }
+
+  void abort(const std::string& why) override {
+    shared_->abort(rank_, why);
+    fail_pending(*shared_);
+  }
+
+  // Polls the stream (asking for its work in the adversarial mode) until done, an abort, or
+  // the group's timeout.
+  void wait(Stream& stream) override {
+    StreamQueue& queue = own_queue(stream);
+    const uint64_t target = queue.pushed();
+    const auto deadline = Clock::now() + std::chrono::duration<double>(shared_->timeout);
+    auto pause = std::chrono::microseconds(20);
+    for (;;) {
+      // As NCCL's state is checked before its stream (nccl_communicator.cpp): an aborted group
+      // fails the wait even where the stream has run (its collectives ended with the abort).
+      std::string aborted = aborted_message();
+      if (!aborted.empty()) {
+        fail_pending(*shared_);
+        throw Error(aborted);
+      }
+      if (queue.has_run(target)) return;
+      if (Clock::now() > deadline) {
+        std::string message = shared_->time_out(rank_);
+        fail_pending(*shared_);
+        throw Error(message);
+      }
+      std::this_thread::sleep_for(pause);
+      pause = std::min(pause * 2, std::chrono::microseconds(1000));
+    }
+  }
+
+ private:
+  std::string aborted_message() {
+    std::lock_guard lock(shared_->mutex);
+    return shared_->aborted;
+  }
+
+  StreamQueue& own_queue(Stream& stream) const {
+    if (stream.device() != device_ || !stream.queue())
+      throw Error("rank " + std::to_string(rank_) + " (" + device_.name() + "): a collective on stream '" +
+                  stream.name() + "' of " + stream.device().name() + " (it must be a stream of " + device_.name() + ")");
+    return *stream.queue();
+  }
+
+  // This rank's part of collective number `++issued_` (every rank issues them in one order):
+  // an arrive item, then a wait for the collective's completion.
+  void enqueue(const char* op, int root, float* data, size_t count, Stream& stream) {
+    StreamQueue& queue = own_queue(stream);
+    auto& s = *shared_;
+    std::shared_ptr<EmulatedCollective> c;
+    bool aborted = false;
+    {
+      std::lock_guard lock(s.mutex);
+      if (!s.aborted.empty()) throw Error("rank " + std::to_string(rank_) + ": the communicator was aborted: " + s.aborted);
+      uint64_t number = ++issued_;
+      auto [it, fresh] = s.collectives.try_emplace(number);
+      if (fresh) {
+        it->second = std::make_shared<EmulatedCollective>();
+        it->second->op = op;
+        it->second->root = root;
+        it->second->count = count;
+        it->second->contributions.resize(size_t(s.size));
+        it->second->outputs.assign(size_t(s.size), nullptr);
+      }
+      c = it->second;
+      if (c->op != std::string(op) || c->root != root || c->count != count) {
+        s.aborted = "rank " + std::to_string(rank_) + " issued a " + op + " of " + std::to_string(count) +
+                    " floats where another rank issued a " + c->op + " of " + std::to_string(c->count) +
+                    ": the ranks' collectives are out of step";
+        aborted = true;
+      }
+    }
+    if (aborted) {
+      fail_pending(s);
+      throw Error(aborted_message());
+    }
+    std::shared_ptr<InProcessGroup::Shared> shared = shared_;
+    const int rank = rank_;
+    uint64_t item = queue.push([shared, c, rank, data] { arrive(*shared, *c, rank, data); });
+    add_host_event_producer(c->done, c->generation, queue, item);
+    queue.wait(c->done, c->generation);
+  }
+
+  // Runs on the rank's stream: reads its contribution now; the last rank to arrive writes every
+  // rank's result and completes the collective.
+  static void arrive(InProcessGroup::Shared& s, EmulatedCollective& c, int rank, float* data) {
+    {
+      emu::DeviceAccess access;
+      if (c.root < 0 || c.root == rank) c.contributions[size_t(rank)].assign(data, data + c.count);
+    }
+    bool last = false;
+    {
+      std::lock_guard lock(s.mutex);
+      if (!s.aborted.empty()) throw Error(s.aborted);
+      c.outputs[size_t(rank)] = data;
+      last = ++c.arrived == s.size;
+      if (last)
+        for (auto it = s.collectives.begin(); it != s.collectives.end(); ++it)
+          if (it->second.get() == &c) {
+            s.collectives.erase(it);
+            break;
+          }
+    }
+    if (!last) return;
+    {
+      emu::DeviceAccess access;
+      std::vector<float> result;
+      if (c.root < 0) {
+        std::vector<const float*> parts;
+        for (const std::vector<float>& part : c.contributions) parts.push_back(part.data());
+        result.resize(c.count);
+        sum_in_rank_order(parts, 0, c.count, result.data());
+      } else {
+        result = c.contributions[size_t(c.root)];
+      }
+      for (float* out : c.outputs) std::copy(result.begin(), result.end(), out);
+    }
+    complete_host_event(c.done, c.generation);
+  }
+
+  std::shared_ptr<InProcessGroup::Shared> shared_;
+  int rank_;
+  Device device_;
+  uint64_t issued_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<Communicator> emulated_gpu_communicator(InProcessGroup& group, int rank, Device device) {
+  if (!device.is_emu()) throw Error("an emulated GPUs' communicator needs an emulated GPU, not " + device.name());
+  if (rank < 0 || rank >= group.size())
+    throw Error("rank " + std::to_string(rank) + " outside the group of " + std::to_string(group.size()));
+  return std::make_unique<EmulatedGpuCommunicator>(group.shared(), rank, device);
+}
+
+#else
+
+std::unique_ptr<Communicator> emulated_gpu_communicator(InProcessGroup&, int, Device device) {
+  throw Error(device.name() + ": emulated GPUs exist only in builds whose kernels are emulated (build/train_yolo_emu)");
+}
+
+#endif
+
+}  // namespace yolo

@@ -1,0 +1,22 @@
+// Mistakes planted on purpose, in the emulated build only (build/tests_emu, build/train_yolo_emu),
+// so that tests can show the emulated GPUs' adversarial mode (runtime/stream_queue.h) catches
+// the kind of bug each stands for. In every other build fault_injected() is a constant false and
+// the checks compile away.
+#pragma once
+
+namespace yolo {
+
+enum class Fault {
+  CommSkipsComputeWait,       // a bucket's all-reduce does not wait for the compute stream's event
+  LossReadWithoutSync,        // the host reads the loss statistics without synchronising the stream
+  AllReduceBeforeLastKernel,  // a bucket's all-reduce is queued before its last backward kernel
+};
+
+#if YOLO_EMU
+bool fault_injected(Fault fault);
+void inject_fault(Fault fault, bool on);
+#else
+constexpr bool fault_injected(Fault) { return false; }
+#endif
+
+}  // namespace yolo
