@@ -10,7 +10,7 @@
 #include "data/feeder.h"
 #include "data/image.h"
 #include "data/loader.h"
-#include "kernels/detect.h"
+#include "kernels/ops.h"
 #include "runtime/check.h"
 #include "runtime/memory.h"
 
@@ -47,73 +47,64 @@ std::vector<ImageDetections> detect_samples(Executor& executor, const std::vecto
   lo.threads = options.threads;
   data::Loader loader(split, lo);
   data::DeviceFeeder feeder(loader, executor.device());
-  const bool cuda = executor.device().is_cuda();
 
   std::vector<int> yolo_nodes;
   for (const Node& node : graph.nodes)
     if (node.spec.type == LayerType::Yolo) yolo_nodes.push_back(node.index);
-  // GPU: decode on the device, candidates (above the threshold only) copied back.
+  // Decoded on the device; the candidates (above the threshold only) copied back, sorted and
+  // suppressed on the device again.
   DeviceMemory device_dets, device_count, workspace, device_keep;
   size_t workspace_bytes = 0, total_capacity = 0;
   std::vector<int> capacity;  // per head
-  if (cuda) {
-    // Room for every (prediction, class) of every head: early in training nearly all pass 0.005.
-    for (int i : yolo_nodes) {
-      const Node& node = graph.nodes[i];
-      workspace_bytes = std::max(workspace_bytes,
-                                 yolo_decode_workspace_bytes(lo.batch, node.in.h, node.in.w, node.yolo));
-      size_t pairs = static_cast<size_t>(lo.batch) * node.in.h * node.in.w * node.yolo.mask_count * node.yolo.classes;
-      capacity.push_back(static_cast<int>(std::min<size_t>(pairs, INT32_MAX)));
-      total_capacity += pairs;
-    }
-    device_dets = DeviceMemory(executor.device(), total_capacity * sizeof(Detection));
-    device_count = DeviceMemory(executor.device(), sizeof(int));
-    device_keep = DeviceMemory(executor.device(), total_capacity * sizeof(int));
-    if (workspace_bytes) workspace = DeviceMemory(executor.device(), workspace_bytes);
+  // Room for every (prediction, class) of every head: early in training nearly all pass 0.005.
+  // Workspace: the CUDA decode's, sized for the current GPU (the CPU decode needs none).
+  for (int i : yolo_nodes) {
+    const Node& node = graph.nodes[i];
+    if (executor.device().runs_kernels())
+      workspace_bytes = std::max(workspace_bytes, yolo_decode_workspace_bytes(lo.batch, node.in.h, node.in.w, node.yolo));
+    size_t pairs = static_cast<size_t>(lo.batch) * node.in.h * node.in.w * node.yolo.mask_count * node.yolo.classes;
+    capacity.push_back(static_cast<int>(std::min<size_t>(pairs, INT32_MAX)));
+    total_capacity += pairs;
   }
+  device_dets = DeviceMemory(executor.device(), total_capacity * sizeof(Detection));
+  device_count = DeviceMemory(executor.device(), sizeof(int));
+  device_keep = DeviceMemory(executor.device(), total_capacity * sizeof(int));
+  if (workspace_bytes) workspace = DeviceMemory(executor.device(), workspace_bytes);
+  Stream& stream = executor.compute_stream();
+  const OpContext ops{&stream, workspace.data(), workspace_bytes};
+  auto* dets = static_cast<Detection*>(device_dets.data());
+  // Device to host, done when it returns.
+  auto read_back = [&stream](void* dst, const void* src, size_t bytes) {
+    if (bytes == 0) return;
+    copy_bytes(dst, src, bytes, &stream);
+    stream.synchronize();
+  };
   std::vector<bool> done(samples.size(), false);
   std::vector<Detection> candidates, layer_dets;
   std::vector<int> keep;
   for (int64_t step = 0; step < loader.steps_per_epoch(); ++step) {
-    const data::DeviceBatch& batch = feeder.next(executor.compute_stream());
+    const data::DeviceBatch& batch = feeder.next(stream);
     executor.infer(batch.images);
     candidates.clear();
     for (size_t head = 0; head < yolo_nodes.size(); ++head) {
       const int i = yolo_nodes[head];
       const Node& node = graph.nodes[i];
-      ConstAct input = executor.output(i);
-      layer_dets.clear();
-      if (cuda) {
-#if YOLO_CUDA
-        cudaStream_t stream = executor.compute_stream().native();
-        auto* out = static_cast<Detection*>(device_dets.data());
-        yolo_decode_cuda(input, node.yolo, options.threshold, out, capacity[head], static_cast<int*>(device_count.data()),
-                         workspace.data(), workspace_bytes, stream);
-        executor.compute_stream().synchronize();
-        int found = 0;
-        copy_bytes(&found, device_count.data(), sizeof found);
-        layer_dets.resize(static_cast<size_t>(std::min(found, capacity[head])));
-        copy_bytes(layer_dets.data(), out, layer_dets.size() * sizeof(Detection));
-#endif
-      } else {
-        yolo_decode_cpu(input, node.yolo, options.threshold, layer_dets);
-      }
+      yolo_decode(ops, executor.output(i), node.yolo, options.threshold, dets, capacity[head],
+                  static_cast<int*>(device_count.data()));
+      int found = 0;
+      read_back(&found, device_count.data(), sizeof found);
+      layer_dets.resize(static_cast<size_t>(std::min(found, capacity[head])));
+      read_back(layer_dets.data(), dets, layer_dets.size() * sizeof(Detection));
       candidates.insert(candidates.end(), layer_dets.begin(), layer_dets.end());
     }
     // All heads together, per (image, class) by descending score, then NMS.
     std::stable_sort(candidates.begin(), candidates.end(), detection_before);
     keep.assign(candidates.size(), 0);
-    if (cuda && !candidates.empty()) {
-#if YOLO_CUDA
+    if (!candidates.empty()) {
       size_t count = candidates.size();  // at most total_capacity
-      copy_bytes(device_dets.data(), candidates.data(), count * sizeof(Detection), &executor.compute_stream());
-      nms_cuda(static_cast<const Detection*>(device_dets.data()), static_cast<int>(count), options.nms,
-               static_cast<int*>(device_keep.data()), executor.compute_stream().native());
-      executor.compute_stream().synchronize();
-      copy_bytes(keep.data(), device_keep.data(), count * sizeof(int));
-#endif
-    } else if (!candidates.empty()) {
-      nms_cpu(candidates.data(), static_cast<int>(candidates.size()), options.nms, keep.data());
+      copy_bytes(dets, candidates.data(), count * sizeof(Detection), &stream);
+      nms(ops, dets, static_cast<int>(count), options.nms, static_cast<int*>(device_keep.data()));
+      read_back(keep.data(), device_keep.data(), count * sizeof(int));
     }
 
     const data::Batch& host = *batch.host;

@@ -1,5 +1,6 @@
 // The executor (see executor.h): plan, parameter layout, and the forward/backward/update
-// passes over the op library, dispatched to the CUDA launchers or the fast CPU ops.
+// passes over the op library (kernels/ops.h), every op queued on the replica's compute stream
+// whatever the device.
 #include "graph/executor.h"
 
 #include <algorithm>
@@ -15,11 +16,9 @@
 #include "kernels/ops.h"
 #include "runtime/check.h"
 #include "runtime/communicator.h"
+#include "runtime/fault.h"
 #include "runtime/memory.h"
-#if YOLO_CUDA
-#include <cuda_runtime_api.h>
-#include <nvtx3/nvToolsExt.h>
-#endif
+#include "runtime/nvtx.h"
 
 namespace yolo::graph {
 
@@ -187,12 +186,12 @@ ActivationPlan plan_activations(const Graph& graph, int n) {
 
 // The largest workspace any op of the graph needs on the current device (the CPU ops only
 // use one for BatchNorm).
-size_t workspace_bytes(const Graph& graph, int n, bool cuda) {
+size_t workspace_bytes(const Graph& graph, int n, bool kernels) {
   size_t workspace = 0;
   for (const Node& node : graph.nodes) {
     if (node.spec.type == LayerType::Convolutional && node.spec.batch_normalize)
       workspace = std::max(workspace, batchnorm_workspace_bytes(n, node.out.h, node.out.w, node.out.c));
-    if (!cuda) continue;
+    if (!kernels) continue;
     if (node.spec.type == LayerType::Convolutional) {
       Conv2dShape s{n, node.in.h, node.in.w, node.in.c, node.out.c, node.spec.size, node.spec.stride};
       workspace = std::max({workspace, conv2d_forward_workspace_bytes(s), conv2d_backward_data_workspace_bytes(s),
@@ -226,8 +225,7 @@ MemoryReport estimate_memory(const Graph& graph, int micro_batch) {
 }
 
 struct Executor::Impl {
-  bool cuda = false;
-  cudaStream_t stream = nullptr;
+  bool kernels = false;  // the device runs the CUDA kernels (a GPU or an emulated one)
   std::unique_ptr<Arena> arena;
   float* params = nullptr;
   float* grads = nullptr;
@@ -254,11 +252,10 @@ struct Executor::Impl {
   std::vector<float> host_params, host_stats;
   LossSums loss;
   // Tracing
-  std::vector<TraceEvent> trace;
-  std::vector<Event> events;  // CUDA: two per node and phase
-  // The trace's host clock origin. CUDA: set by a host function on the compute stream when the
-  // device reaches the traced micro-batch, so that host-timed events (the all-reduces, from
-  // the comm stream's host functions) line up with the layer events; hence atomic.
+  std::vector<Event> events;  // two per node and phase
+  // The trace's host clock origin: set by a host function on the compute stream when the device
+  // reaches the traced micro-batch, so that host-timed events (the all-reduces, from the comm
+  // stream's host functions) line up with the layer events; hence atomic.
   std::atomic<double> trace_origin{0};
   // --sync-bn: BatchNorm statistics over every replica, all-reduced on the comm stream (one
   // communicator, one stream: every rank issues the same collectives in the same order).
@@ -266,39 +263,21 @@ struct Executor::Impl {
   Stream* bn_comm_stream = nullptr;
   DeviceMemory bn_scratch;  // 4 x the widest BN layer's channels: sums, squares / sums2
   std::vector<Event> bn_events;  // compute -> comm, comm -> compute
-  // Forward/backward time of the micro-batches since take_phase_times (CUDA: timed by events).
-  PhaseTimes phases;
-  std::vector<Event> phase_events;  // CUDA: 3 per micro-batch since take_phase_times, read there
+  // Forward/backward time of the micro-batches since take_phase_times, timed by events.
+  std::vector<Event> phase_events;  // 3 per micro-batch since take_phase_times, read there
   size_t phase_marks = 0;           // micro-batches with events recorded
 
-  // A synchronous copy between host and device memory, in order after the stream's work
-  // (cudaMemcpyDefault: unified addressing tells the direction).
+  Stream* stream = nullptr;  // the executor's compute stream
+
+  OpContext context(Stream& on) const { return OpContext{&on, workspace, workspace_bytes}; }
+  // A copy between host and device memory in the stream's order, done when it returns.
   void copy(void* dst, const void* src, size_t bytes) {
     if (bytes == 0) return;  // empty host vectors have no data pointer
-#if YOLO_CUDA
-    if (cuda) {
-      CHECKED(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream));
-      CHECKED(cudaStreamSynchronize(stream));
-      return;
-    }
-#endif
-    std::memcpy(dst, src, bytes);
+    copy_bytes(dst, src, bytes, stream);
+    stream->synchronize();
   }
-  void zero(void* dst, size_t bytes) {
-    if (bytes == 0) return;  // empty host vectors have no data pointer
-#if YOLO_CUDA
-    if (cuda) {
-      CHECKED(cudaMemsetAsync(dst, 0, bytes, stream));
-      return;
-    }
-#endif
-    std::memset(dst, 0, bytes);
-  }
-  void synchronize() {
-#if YOLO_CUDA
-    if (cuda) CHECKED(cudaStreamSynchronize(stream));
-#endif
-  }
+  void zero(void* dst, size_t bytes) { fill_bytes(dst, 0, bytes, *stream); }
+  void synchronize() { stream->synchronize(); }
 };
 
 // ---- construction: parameters, plan, arena ----------------------------------------------------
@@ -308,12 +287,10 @@ Executor::Executor(const Graph& graph, Device device, int micro_batch, uint64_t 
     : graph_(graph), device_(device), micro_batch_(micro_batch), impl_(std::make_unique<Impl>()) {
   if (micro_batch < 1) throw Error("micro-batch must be at least 1 image per device");
   Impl& m = *impl_;
-  m.cuda = device.is_cuda();
+  m.kernels = device.runs_kernels();
   set_current_device(device);
   stream_ = std::make_unique<Stream>(device, StreamPriority::Normal, "compute");
-#if YOLO_CUDA
-  if (m.cuda) m.stream = stream_->native();
-#endif
+  m.stream = stream_.get();
   const int L = static_cast<int>(graph.nodes.size());
   const int n = micro_batch;
   m.nodes.resize(L);
@@ -369,24 +346,17 @@ Executor::Executor(const Graph& graph, Device device, int micro_batch, uint64_t 
   size_t activation_bytes = m.plan.bytes;
 
   size_t workspace = 0;
-  for (const Graph& g : candidates) workspace = std::max(workspace, workspace_bytes(g, n, m.cuda));
+  for (const Graph& g : candidates) workspace = std::max(workspace, workspace_bytes(g, n, m.kernels));
 
   memory_ = estimate_memory(*largest, n);
   memory_.workspace = workspace;
   size_t small = L * sizeof(YoloLossStats) + 64 + static_cast<size_t>(n) * f + m.segments.size() * sizeof(SgdSegment);
   // Each sub-allocation may add alignment and an ASan red zone: a generous margin per block.
   memory_.total = 4 * param_count_ * f + memory_.statistics + activation_bytes + workspace + small + 16 * 4096;
-#if YOLO_CUDA
-  if (m.cuda) {
-    size_t free_bytes = 0, total_bytes = 0;
-    CHECKED(cudaMemGetInfo(&free_bytes, &total_bytes));
-    if (memory_.total > free_bytes)
-      throw Error("the model does not fit on " + device.name() + ": it needs " +
-                  std::to_string(memory_.total >> 20) + " MiB (" + memory_.text() + ") but " +
-                  std::to_string(free_bytes >> 20) + " MiB are free; lower --batch, raise subdivisions or use a "
-                  "smaller --size");
-  }
-#endif
+  if (std::optional<MemoryInfo> info = device_memory_info(device); info && memory_.total > info->free_bytes)
+    throw Error("the model does not fit on " + device.name() + ": it needs " + std::to_string(memory_.total >> 20) +
+                " MiB (" + memory_.text() + ") but " + std::to_string(info->free_bytes >> 20) +
+                " MiB are free; lower --batch, raise subdivisions or use a smaller --size");
   m.arena = std::make_unique<Arena>(device, memory_.total, "replica " + device.name());
   Arena& arena = *m.arena;
   m.params = arena.allocate_array<float>(std::max<size_t>(param_count_, 1), "parameters");
@@ -506,10 +476,7 @@ void Executor::forward(bool training, const float* images, const YoloTruth* trut
                        const int* labels) {
   Impl& m = *impl_;
   const int n = micro_batch_;
-  const bool cuda = m.cuda;
-  cudaStream_t st = m.stream;
-  void* ws = m.workspace;
-  size_t wsb = m.workspace_bytes;
+  const OpContext c = m.context(*stream_);
   ConstAct image = ConstAct{images, n, graph_.input.h, graph_.input.w, graph_.input.c, graph_.input.c};
   auto input_of = [&](const Node& node, size_t k = 0) {
     int p = node.inputs[k];
@@ -518,139 +485,101 @@ void Executor::forward(bool training, const float* images, const YoloTruth* trut
   for (const Node& node : graph_.nodes) {
     NodeBuffers& nb = m.nodes[node.index];
     const LayerSpec& l = node.spec;
-    double t0 = tracing_ && !cuda ? now_ms() : 0;
-#if YOLO_CUDA
-    if (tracing_ && cuda) stream_->record(m.events[4 * node.index]);
-    nvtxRangePushA((std::to_string(node.index) + " " + layer_type_name(l.type) + " forward").c_str());
-#endif
+    if (tracing_) stream_->record(m.events[4 * node.index]);
+    if (kNvtxRanges) nvtx_push(std::to_string(node.index) + " " + layer_type_name(l.type) + " forward");
     ConstAct in = input_of(node);
     float* p = m.params;
     switch (l.type) {
       case LayerType::Convolutional: {
         Conv2dShape shape{n, node.in.h, node.in.w, node.in.c, node.out.c, l.size, l.stride};
-        if (l.batch_normalize) {
-          Act pre{nb.pre, n, node.out.h, node.out.w, node.out.c, node.out.c};
-          cuda ? conv2d_forward_cuda(shape, in, p + nb.w, nullptr, pre, ws, wsb, st)
-               : conv2d_forward_cpu(shape, in, p + nb.w, nullptr, pre, ws, wsb);
-          if (training) {
-            float* saved_mean = m.saved + nb.saved;
-            float* saved_var = saved_mean + node.out.c;
-            float* running_mean = m.stats + nb.mean;
-            float* running_var = m.stats + nb.var;
-            if (m.bn_comm) {
-              // Statistics over every replica: sums, then squares about the global mean.
-              const double total = static_cast<double>(pre.pixels()) * m.bn_comm->size();
-              float* sums = static_cast<float*>(m.bn_scratch.data());
-              float* squares = sums + node.out.c;
-              cuda ? batchnorm_sums_cuda(as_const(pre), sums, ws, wsb, st) : batchnorm_sums_cpu(as_const(pre), sums, ws, wsb);
-              sync_batchnorm_sums(sums, node.out.c);
-              cuda ? batchnorm_centered_squares_cuda(as_const(pre), sums, total, squares, ws, wsb, st)
-                   : batchnorm_centered_squares_cpu(as_const(pre), sums, total, squares, ws, wsb);
-              sync_batchnorm_sums(squares, node.out.c);
-              cuda ? batchnorm_activation_forward_from_sums_cuda(l.activation, as_const(pre), p + nb.s, p + nb.b,
-                                                                 nb.out, sums, squares, total, saved_mean, saved_var,
-                                                                 running_mean, running_var, st)
-                   : batchnorm_activation_forward_from_sums_cpu(l.activation, as_const(pre), p + nb.s, p + nb.b, nb.out,
-                                                                sums, squares, total, saved_mean, saved_var,
-                                                                running_mean, running_var);
-            } else {
-              cuda ? batchnorm_activation_forward_training_cuda(l.activation, as_const(pre), p + nb.s, p + nb.b,
-                                                                nb.out, saved_mean, saved_var, running_mean,
-                                                                running_var, ws, wsb, st)
-                   : batchnorm_activation_forward_training_cpu(l.activation, as_const(pre), p + nb.s, p + nb.b, nb.out,
-                                                               saved_mean, saved_var, running_mean, running_var, ws,
-                                                               wsb);
-            }
-          } else {
-            cuda ? batchnorm_activation_forward_inference_cuda(l.activation, as_const(pre), p + nb.s, p + nb.b,
-                                                               m.stats + nb.mean, m.stats + nb.var, nb.out, st)
-                 : batchnorm_activation_forward_inference_cpu(l.activation, as_const(pre), p + nb.s, p + nb.b,
-                                                              m.stats + nb.mean, m.stats + nb.var, nb.out);
-          }
+        if (!l.batch_normalize) {
+          conv2d_forward(c, shape, in, p + nb.w, p + nb.b, nb.out);
+          if (l.activation != Activation::Linear) activation_forward(c, l.activation, as_const(nb.out), nb.out);
+          break;
+        }
+        Act pre{nb.pre, n, node.out.h, node.out.w, node.out.c, node.out.c};
+        conv2d_forward(c, shape, in, p + nb.w, nullptr, pre);
+        if (!training) {
+          batchnorm_activation_forward_inference(c, l.activation, as_const(pre), p + nb.s, p + nb.b, m.stats + nb.mean,
+                                                 m.stats + nb.var, nb.out);
+          break;
+        }
+        float* saved_mean = m.saved + nb.saved;
+        float* saved_var = saved_mean + node.out.c;
+        float* running_mean = m.stats + nb.mean;
+        float* running_var = m.stats + nb.var;
+        if (m.bn_comm) {
+          // Statistics over every replica: sums, then squares about the global mean.
+          const double total = static_cast<double>(pre.pixels()) * m.bn_comm->size();
+          float* sums = static_cast<float*>(m.bn_scratch.data());
+          float* squares = sums + node.out.c;
+          batchnorm_sums(c, as_const(pre), sums);
+          sync_batchnorm_sums(sums, node.out.c);
+          batchnorm_centered_squares(c, as_const(pre), sums, total, squares);
+          sync_batchnorm_sums(squares, node.out.c);
+          batchnorm_activation_forward_from_sums(c, l.activation, as_const(pre), p + nb.s, p + nb.b, nb.out, sums,
+                                                 squares, total, saved_mean, saved_var, running_mean, running_var);
         } else {
-          cuda ? conv2d_forward_cuda(shape, in, p + nb.w, p + nb.b, nb.out, ws, wsb, st)
-               : conv2d_forward_cpu(shape, in, p + nb.w, p + nb.b, nb.out, ws, wsb);
-          if (l.activation != Activation::Linear)
-            cuda ? activation_forward_cuda(l.activation, as_const(nb.out), nb.out, st)
-                 : activation_forward_cpu(l.activation, as_const(nb.out), nb.out);
+          batchnorm_activation_forward_training(c, l.activation, as_const(pre), p + nb.s, p + nb.b, nb.out, saved_mean,
+                                                saved_var, running_mean, running_var);
         }
         break;
       }
       case LayerType::Shortcut:
-        cuda ? shortcut_forward_cuda(in, input_of(node, 1), nb.out, st) : shortcut_forward_cpu(in, input_of(node, 1), nb.out);
+        shortcut_forward(c, in, input_of(node, 1), nb.out);
         break;
       case LayerType::Route: {
         if (node.inputs.size() == 1) break;  // the input itself
         ConstAct inputs[kRouteMaxInputs];
         for (size_t k = 0; k < node.inputs.size(); ++k) inputs[k] = input_of(node, k);
-        std::span<const ConstAct> span(inputs, node.inputs.size());
-        cuda ? route_forward_cuda(span, nb.out, st) : route_forward_cpu(span, nb.out);
+        route_forward(c, std::span<const ConstAct>(inputs, node.inputs.size()), nb.out);
         break;
       }
       case LayerType::Upsample:
-        cuda ? upsample_forward_cuda(in, nb.out, l.stride, st) : upsample_forward_cpu(in, nb.out, l.stride);
+        upsample_forward(c, in, nb.out, l.stride);
         break;
       case LayerType::Maxpool:
-        cuda ? maxpool_forward_cuda(in, nb.out, nb.argmax, l.size, l.stride, st)
-             : maxpool_forward_cpu(in, nb.out, nb.argmax, l.size, l.stride);
+        maxpool_forward(c, in, nb.out, nb.argmax, l.size, l.stride);
         break;
       case LayerType::Yolo: {
         if (!training) break;
         NodeBuffers& producer = m.nodes[node.inputs[0]];
-        Act grad = grad_view(producer.grad, producer.out);
-        YoloLossStats* stats = m.yolo_stats + node.index;
-        cuda ? yolo_loss_cuda(in, node.yolo, truths, truth_counts, kYoloMaxTruths, grad, stats, ws, wsb, st)
-             : yolo_loss_cpu(in, node.yolo, truths, truth_counts, kYoloMaxTruths, grad, stats);
+        yolo_loss(c, in, node.yolo, truths, truth_counts, kYoloMaxTruths, grad_view(producer.grad, producer.out),
+                  m.yolo_stats + node.index);
         break;
       }
       case LayerType::Connected: {
         int inputs = static_cast<int>(node.in.elements()), outputs = node.out.c;
-        GemmShape shape{n, outputs, inputs, false, true};  // out = in * W^T + b
-        cuda ? gemm_cuda(shape, in.data, p + nb.w, p + nb.b, nb.out.data, false, ws, wsb, st)
-             : gemm_cpu(shape, in.data, p + nb.w, p + nb.b, nb.out.data, false, ws, wsb);
-        if (l.activation != Activation::Linear)
-          cuda ? activation_forward_cuda(l.activation, as_const(nb.out), nb.out, st)
-               : activation_forward_cpu(l.activation, as_const(nb.out), nb.out);
+        gemm(c, GemmShape{n, outputs, inputs, false, true}, in.data, p + nb.w, p + nb.b, nb.out.data, false);  // in W^T + b
+        if (l.activation != Activation::Linear) activation_forward(c, l.activation, as_const(nb.out), nb.out);
         break;
       }
       case LayerType::Softmax: {
         NodeBuffers& producer = m.nodes[node.inputs[0]];
-        int k = node.out.c;
-        if (training) {
-          cuda ? softmax_cross_entropy_cuda(in.data, labels, n, k, m.softmax_loss, producer.grad, nb.out.data,
-                                            m.bad_label, st)
-               : softmax_cross_entropy_cpu(in.data, labels, n, k, m.softmax_loss, producer.grad, nb.out.data);
-        } else {
-          cuda ? softmax_cross_entropy_cuda(in.data, m.zero_labels, n, k, nullptr, nullptr, nb.out.data, m.bad_label, st)
-               : softmax_cross_entropy_cpu(in.data, m.zero_labels, n, k, nullptr, nullptr, nb.out.data);
-        }
+        if (training)
+          softmax_cross_entropy(c, in.data, labels, n, node.out.c, m.softmax_loss, producer.grad, nb.out.data,
+                                m.bad_label);
+        else  // the op wants labels even when it computes no loss
+          softmax_cross_entropy(c, in.data, m.zero_labels, n, node.out.c, nullptr, nullptr, nb.out.data, m.bad_label);
         break;
       }
     }
-#if YOLO_CUDA
-    nvtxRangePop();
-    if (tracing_ && cuda) stream_->record(m.events[4 * node.index + 1]);
-#endif
-    if (tracing_ && !cuda)
-      m.trace.push_back(TraceEvent{std::to_string(node.index) + " " + layer_type_name(l.type), "forward",
-                                   t0 - m.trace_origin, now_ms() - m.trace_origin});
+    if (kNvtxRanges) nvtx_pop();
+    if (tracing_) stream_->record(m.events[4 * node.index + 1]);
   }
 }
 
 void Executor::backward(bool accumulate) {
   Impl& m = *impl_;
   const int n = micro_batch_;
-  const bool cuda = m.cuda;
-  cudaStream_t st = m.stream;
-  void* ws = m.workspace;
-  size_t wsb = m.workspace_bytes;
+  const OpContext c = m.context(*stream_);
   float* p = m.params;
   float* g = accumulate ? m.micro_grads : m.grads;  // parameter gradients are written (=) by the ops
   const int L = static_cast<int>(graph_.nodes.size());
   for (NodeBuffers& nb : m.nodes) nb.first_writer_pending = true;
   for (const Node& node : graph_.nodes)
     if (node.consumers.empty() && m.nodes[node.index].grad)
-      m.zero(m.nodes[node.index].grad, static_cast<size_t>(n) * node.out.elements() * sizeof(float));
+      fill_bytes(m.nodes[node.index].grad, 0, static_cast<size_t>(n) * node.out.elements() * sizeof(float), *stream_);
   // A loss writes its input's gradient at forward time.
   for (const Node& node : graph_.nodes)
     if (node.spec.type == LayerType::Yolo || node.spec.type == LayerType::Softmax)
@@ -661,31 +590,27 @@ void Executor::backward(bool accumulate) {
     m.nodes[q].first_writer_pending = false;
     return add;
   };
-  auto input_view = [&](const Node& node, size_t k) -> ConstAct {
-    int q = node.inputs[k];
-    if (q == kNetworkInput) return ConstAct{};
-    return as_const(m.nodes[q].out);
-  };
   for (int i = L - 1; i >= 0; --i) {
     const Node& node = graph_.nodes[i];
     NodeBuffers& nb = m.nodes[i];
     const LayerSpec& l = node.spec;
     if (l.type == LayerType::Yolo || l.type == LayerType::Softmax) continue;
     if (before_backward_) before_backward_(i);
-    double t0 = tracing_ && !cuda ? now_ms() : 0;
-#if YOLO_CUDA
-    if (tracing_ && cuda) stream_->record(m.events[4 * i + 2]);
-    nvtxRangePushA((std::to_string(i) + " " + layer_type_name(l.type) + " backward").c_str());
-#endif
+    if (tracing_) stream_->record(m.events[4 * i + 2]);
+    if (kNvtxRanges) nvtx_push(std::to_string(i) + " " + layer_type_name(l.type) + " backward");
+    const bool has_params = nb.param_end > nb.param_begin;
+    // A planted fault (emulated build only): the data-parallel driver hears of this layer's
+    // gradients before its kernels are queued.
+    const bool early = has_params && gradients_ready_ && fault_injected(Fault::AllReduceBeforeLastKernel);
+    if (early) gradients_ready_(nb.param_end);
     Act grad = grad_view(nb.grad, nb.out);
     int q0 = node.inputs[0];
     Act grad_in = q0 == kNetworkInput ? Act{} : grad_view(m.nodes[q0].grad, m.nodes[q0].out);
     switch (l.type) {
       case LayerType::Convolutional: {
         Conv2dShape shape{n, node.in.h, node.in.w, node.in.c, node.out.c, l.size, l.stride};
-        ConstAct in = q0 == kNetworkInput ? ConstAct{nullptr, n, node.in.h, node.in.w, node.in.c, node.in.c}
-                                          : input_view(node, 0);
-        if (q0 == kNetworkInput) in.data = m.current_images;
+        ConstAct in = q0 == kNetworkInput ? ConstAct{m.current_images, n, node.in.h, node.in.w, node.in.c, node.in.c}
+                                          : as_const(m.nodes[q0].out);
         if (l.batch_normalize) {
           ConstAct pre{nb.pre, n, node.out.h, node.out.w, node.out.c, node.out.c};
           const float* saved_mean = m.saved + nb.saved;
@@ -695,48 +620,31 @@ void Executor::backward(bool accumulate) {
             // the copy in sums2 is all-reduced for grad_x.
             const double total = static_cast<double>(pre.pixels()) * m.bn_comm->size();
             float* sums2 = static_cast<float*>(m.bn_scratch.data()) + 2 * node.out.c;
-            cuda ? batchnorm_activation_backward_sums_cuda(l.activation, as_const(nb.out), as_const(grad), pre,
-                                                           saved_mean, saved_var, g + nb.s, g + nb.b, sums2, ws, wsb, st)
-                 : batchnorm_activation_backward_sums_cpu(l.activation, as_const(nb.out), as_const(grad), pre,
-                                                          saved_mean, saved_var, g + nb.s, g + nb.b, sums2, ws, wsb);
+            batchnorm_activation_backward_sums(c, l.activation, as_const(nb.out), as_const(grad), pre, saved_mean,
+                                               saved_var, g + nb.s, g + nb.b, sums2);
             sync_batchnorm_sums(sums2, 2 * node.out.c);
-            cuda ? batchnorm_activation_backward_apply_cuda(l.activation, as_const(nb.out), as_const(grad), pre,
-                                                            p + nb.s, saved_mean, saved_var, sums2, total, grad, st)
-                 : batchnorm_activation_backward_apply_cpu(l.activation, as_const(nb.out), as_const(grad), pre,
-                                                           p + nb.s, saved_mean, saved_var, sums2, total, grad);
+            batchnorm_activation_backward_apply(c, l.activation, as_const(nb.out), as_const(grad), pre, p + nb.s,
+                                                saved_mean, saved_var, sums2, total, grad);
           } else {
-            cuda ? batchnorm_activation_backward_cuda(l.activation, as_const(nb.out), as_const(grad), pre, p + nb.s,
-                                                      saved_mean, saved_var, grad, g + nb.s, g + nb.b, ws, wsb, st)
-                 : batchnorm_activation_backward_cpu(l.activation, as_const(nb.out), as_const(grad), pre, p + nb.s,
-                                                     saved_mean, saved_var, grad, g + nb.s, g + nb.b, ws, wsb);
+            batchnorm_activation_backward(c, l.activation, as_const(nb.out), as_const(grad), pre, p + nb.s, saved_mean,
+                                          saved_var, grad, g + nb.s, g + nb.b);
           }
         } else if (l.activation != Activation::Linear) {
-          cuda ? activation_backward_cuda(l.activation, as_const(nb.out), as_const(grad), grad, st)
-               : activation_backward_cpu(l.activation, as_const(nb.out), as_const(grad), grad);
+          activation_backward(c, l.activation, as_const(nb.out), as_const(grad), grad);
         }
-        float* grad_bias = l.batch_normalize ? nullptr : g + nb.b;
-        cuda ? conv2d_backward_weights_cuda(shape, in, as_const(grad), g + nb.w, grad_bias, ws, wsb, st)
-             : conv2d_backward_weights_cpu(shape, in, as_const(grad), g + nb.w, grad_bias, ws, wsb);
-        if (q0 != kNetworkInput) {
-          bool add = accumulate_into(q0);
-          cuda ? conv2d_backward_data_cuda(shape, as_const(grad), p + nb.w, grad_in, add, ws, wsb, st)
-               : conv2d_backward_data_cpu(shape, as_const(grad), p + nb.w, grad_in, add, ws, wsb);
-        }
+        conv2d_backward_weights(c, shape, in, as_const(grad), g + nb.w, l.batch_normalize ? nullptr : g + nb.b);
+        if (q0 != kNetworkInput) conv2d_backward_data(c, shape, as_const(grad), p + nb.w, grad_in, accumulate_into(q0));
         break;
       }
       case LayerType::Shortcut: {
         int q1 = node.inputs[1];
         Act grad_b = grad_view(m.nodes[q1].grad, m.nodes[q1].out);
         if (q0 == q1) {  // x + x: two contributions to one gradient
-          bool add = accumulate_into(q0);
-          cuda ? shortcut_backward_cuda(as_const(grad), grad_in, Act{}, add, false, st)
-               : shortcut_backward_cpu(as_const(grad), grad_in, Act{}, add, false);
-          cuda ? shortcut_backward_cuda(as_const(grad), grad_in, Act{}, true, false, st)
-               : shortcut_backward_cpu(as_const(grad), grad_in, Act{}, true, false);
+          shortcut_backward(c, as_const(grad), grad_in, Act{}, accumulate_into(q0), false);
+          shortcut_backward(c, as_const(grad), grad_in, Act{}, true, false);
         } else {
           bool add_a = accumulate_into(q0), add_b = accumulate_into(q1);
-          cuda ? shortcut_backward_cuda(as_const(grad), grad_in, grad_b, add_a, add_b, st)
-               : shortcut_backward_cpu(as_const(grad), grad_in, grad_b, add_a, add_b);
+          shortcut_backward(c, as_const(grad), grad_in, grad_b, add_a, add_b);
         }
         break;
       }
@@ -746,43 +654,26 @@ void Executor::backward(bool accumulate) {
           const Node& producer = graph_.nodes[q];
           ConstAct slice{grad.data + channel, n, node.out.h, node.out.w, producer.out.c, node.out.c};
           Act target = grad_view(m.nodes[q].grad, m.nodes[q].out);
-          bool add = accumulate_into(q);
-          cuda ? route_backward_cuda(slice, std::span<const Act>(&target, 1), add, st)
-               : route_backward_cpu(slice, std::span<const Act>(&target, 1), add);
+          route_backward(c, slice, std::span<const Act>(&target, 1), accumulate_into(q));
           channel += producer.out.c;
         }
         break;
       }
-      case LayerType::Upsample: {
-        bool add = accumulate_into(q0);
-        cuda ? upsample_backward_cuda(as_const(grad), grad_in, l.stride, add, st)
-             : upsample_backward_cpu(as_const(grad), grad_in, l.stride, add);
+      case LayerType::Upsample:
+        upsample_backward(c, as_const(grad), grad_in, l.stride, accumulate_into(q0));
         break;
-      }
-      case LayerType::Maxpool: {
-        bool add = accumulate_into(q0);
-        cuda ? maxpool_backward_cuda(as_const(grad), nb.argmax, grad_in, l.size, l.stride, add, st)
-             : maxpool_backward_cpu(as_const(grad), nb.argmax, grad_in, l.size, l.stride, add);
+      case LayerType::Maxpool:
+        maxpool_backward(c, as_const(grad), nb.argmax, grad_in, l.size, l.stride, accumulate_into(q0));
         break;
-      }
       case LayerType::Connected: {
         int inputs = static_cast<int>(node.in.elements()), outputs = node.out.c;
-        if (l.activation != Activation::Linear)
-          cuda ? activation_backward_cuda(l.activation, as_const(nb.out), as_const(grad), grad, st)
-               : activation_backward_cpu(l.activation, as_const(nb.out), as_const(grad), grad);
+        if (l.activation != Activation::Linear) activation_backward(c, l.activation, as_const(nb.out), as_const(grad), grad);
         const float* in = q0 == kNetworkInput ? m.current_images : m.nodes[q0].out.data;
-        GemmShape dw{outputs, inputs, n, true, false};  // dW = grad^T * in
-        GemmShape db{1, outputs, n, false, false};      // db = ones * grad
-        cuda ? gemm_cuda(dw, grad.data, in, nullptr, g + nb.w, false, ws, wsb, st)
-             : gemm_cpu(dw, grad.data, in, nullptr, g + nb.w, false, ws, wsb);
-        cuda ? gemm_cuda(db, m.ones, grad.data, nullptr, g + nb.b, false, ws, wsb, st)
-             : gemm_cpu(db, m.ones, grad.data, nullptr, g + nb.b, false, ws, wsb);
-        if (q0 != kNetworkInput) {
-          bool add = accumulate_into(q0);
-          GemmShape dx{n, inputs, outputs, false, false};  // d in = grad * W
-          cuda ? gemm_cuda(dx, grad.data, p + nb.w, nullptr, grad_in.data, add, ws, wsb, st)
-               : gemm_cpu(dx, grad.data, p + nb.w, nullptr, grad_in.data, add, ws, wsb);
-        }
+        gemm(c, GemmShape{outputs, inputs, n, true, false}, grad.data, in, nullptr, g + nb.w, false);  // dW = grad^T in
+        gemm(c, GemmShape{1, outputs, n, false, false}, m.ones, grad.data, nullptr, g + nb.b, false);  // db = 1 grad
+        if (q0 != kNetworkInput)  // d in = grad W
+          gemm(c, GemmShape{n, inputs, outputs, false, false}, grad.data, p + nb.w, nullptr, grad_in.data,
+               accumulate_into(q0));
         break;
       }
       default:
@@ -790,22 +681,16 @@ void Executor::backward(bool accumulate) {
     }
     // This layer's parameter gradients are complete: add this micro-batch's to the earlier
     // ones, and tell the data-parallel driver the final prefix of the flat buffer.
-    if (nb.param_end > nb.param_begin) {
+    if (has_params) {
       if (accumulate) {
         size_t count = nb.param_end - nb.param_begin;
         Act sum = flat(m.grads + nb.param_begin, count);
-        ConstAct part = as_const(flat(m.micro_grads + nb.param_begin, count));
-        cuda ? shortcut_forward_cuda(as_const(sum), part, sum, st) : shortcut_forward_cpu(as_const(sum), part, sum);
+        shortcut_forward(c, as_const(sum), as_const(flat(m.micro_grads + nb.param_begin, count)), sum);
       }
-      if (gradients_ready_) gradients_ready_(nb.param_end);
+      if (gradients_ready_ && !early) gradients_ready_(nb.param_end);
     }
-#if YOLO_CUDA
-    nvtxRangePop();
-    if (tracing_ && cuda) stream_->record(m.events[4 * i + 3]);
-#endif
-    if (tracing_ && !cuda)
-      m.trace.push_back(TraceEvent{std::to_string(i) + " " + layer_type_name(l.type), "backward", t0 - m.trace_origin,
-                                   now_ms() - m.trace_origin});
+    if (kNvtxRanges) nvtx_pop();
+    if (tracing_) stream_->record(m.events[4 * i + 3]);
   }
 }
 
@@ -820,45 +705,31 @@ void Executor::train_micro_batch(const float* images, const YoloTruth* truths, c
   if (graph_.detection && (!truths || !truth_counts)) throw Error("train_micro_batch: a detector needs truths");
   if (!graph_.detection && !labels) throw Error("train_micro_batch: a classifier needs labels");
   set_current_device(device_);
-  // The CPU ops run on this thread: first let the work queued on the stream (the wait for this
-  // micro-batch's copy) finish.
-  if (!m.cuda) stream_->synchronize();
   m.current_images = images;
-  if (tracing_ && !m.cuda && m.trace.empty()) m.trace_origin = now_ms();
-  if (tracing_ && m.cuda) stream_->enqueue([&m] { m.trace_origin = now_ms(); });
-#if YOLO_CUDA
-  if (m.cuda) CHECKED(cudaMemsetAsync(m.bad_label, 0, sizeof(int), m.stream));
-#endif
-  // Phase times: CUDA events read later, in take_phase_times (no host wait here: with --sync-bn
-  // the compute stream depends on other ranks, and host waits on it must have a deadline).
-  Event* marks = nullptr;
-  if (m.cuda) {
-    while (m.phase_events.size() < 3 * (m.phase_marks + 1)) m.phase_events.emplace_back(device_);
-    marks = &m.phase_events[3 * m.phase_marks++];
-  }
-  double t0 = now_ms();
-  if (marks) stream_->record(marks[0]);
+  if (tracing_) stream_->enqueue([&m] { m.trace_origin = now_ms(); });
+  m.zero(m.bad_label, sizeof(int));
+  // Phase times: events read later, in take_phase_times (no host wait here: with --sync-bn the
+  // compute stream depends on other ranks, and host waits on it must have a deadline).
+  while (m.phase_events.size() < 3 * (m.phase_marks + 1)) m.phase_events.emplace_back(device_);
+  Event* marks = &m.phase_events[3 * m.phase_marks++];
+  stream_->record(marks[0]);
   forward(true, images, truths, truth_counts, labels);
-  double t1 = now_ms();
-  if (marks) stream_->record(marks[1]);
+  stream_->record(marks[1]);
   backward(accumulate);
-  if (marks) {
-    stream_->record(marks[2]);
-  } else {
-    m.phases.forward_ms += t1 - t0;
-    m.phases.backward_ms += now_ms() - t1;
-  }
+  stream_->record(marks[2]);
 
   // The loss read-back below waits for the compute stream, which (--sync-bn) waits for the
   // comm stream: wait for that first, with the communicator's deadline.
-  if (m.bn_comm && m.cuda) m.bn_comm->wait(*m.bn_comm_stream);
+  if (m.bn_comm) m.bn_comm->wait(*m.bn_comm_stream);
   // This micro-batch's loss, to the host.
   LossSums sums;
   sums.images = micro_batch_;
   for (const Node& node : graph_.nodes) {
     if (node.spec.type == LayerType::Yolo) {
       YoloLossStats s;
-      m.copy(&s, m.yolo_stats + node.index, sizeof s);
+      // A planted fault (emulated build only): a copy that is not ordered after the stream.
+      if (fault_injected(Fault::LossReadWithoutSync)) copy_bytes(&s, m.yolo_stats + node.index, sizeof s);
+      else m.copy(&s, m.yolo_stats + node.index, sizeof s);
       sums.box += s.box_loss;
       sums.obj += s.obj_loss;
       sums.noobj += s.noobj_loss;
@@ -872,7 +743,7 @@ void Executor::train_micro_batch(const float* images, const YoloTruth* truths, c
       float loss = 0;
       int bad = 0;
       m.copy(&loss, m.softmax_loss, sizeof loss);
-      if (m.cuda) m.copy(&bad, m.bad_label, sizeof bad);
+      m.copy(&bad, m.bad_label, sizeof bad);  // CUDA kernels report a bad label here; the CPU op throws
       if (bad) throw Error("label of sample " + std::to_string(bad - 1) + " is outside [0, " +
                            std::to_string(node.out.c) + ")");
       sums.total += loss;
@@ -893,7 +764,6 @@ void Executor::train_micro_batch(const float* images, const YoloTruth* truths, c
 
 void Executor::infer(const float* images) {
   set_current_device(device_);
-  if (!impl_->cuda) stream_->synchronize();
   impl_->current_images = images;
   forward(false, images, nullptr, nullptr, nullptr);
   impl_->synchronize();
@@ -902,19 +772,15 @@ void Executor::infer(const float* images) {
 bool Executor::apply_update(float learning_rate, float momentum, float decay, float grad_scale) {
   Impl& m = *impl_;
   set_current_device(device_);
+  const OpContext c = m.context(*stream_);
   int flag = 0;
-  if (m.cuda) {
-    m.zero(m.nonfinite, sizeof(int));
-    grad_nonfinite_check_cuda(m.grads, param_count_, m.nonfinite, m.stream);
-    m.copy(&flag, m.nonfinite, sizeof flag);
-  } else {
-    grad_nonfinite_check_cpu(m.grads, param_count_, &flag);
-  }
+  m.zero(m.nonfinite, sizeof(int));
+  grad_nonfinite_check(c, m.grads, param_count_, m.nonfinite);
+  m.copy(&flag, m.nonfinite, sizeof flag);
   if (flag) return false;
   SgdHyper hyper{learning_rate, momentum, decay, grad_scale};
-  int count = static_cast<int>(m.segments.size());
-  m.cuda ? sgd_update_cuda(m.params, m.grads, m.momentum, m.device_segments, count, 0, param_count_, hyper, m.stream)
-         : sgd_update_cpu(m.params, m.grads, m.momentum, m.segments.data(), count, 0, param_count_, hyper);
+  sgd_update(c, m.params, m.grads, m.momentum, m.device_segments, static_cast<int>(m.segments.size()), 0,
+             param_count_, hyper);
   return true;
 }
 
@@ -995,7 +861,7 @@ void Executor::upload(const std::string& what, const std::vector<float>& values)
 void Executor::set_tracing(bool on) {
   Impl& m = *impl_;
   tracing_ = on;
-  if (on && m.cuda && m.events.empty()) {
+  if (on && m.events.empty()) {
     for (size_t k = 0; k < 4 * graph_.nodes.size(); ++k) m.events.emplace_back(device_);
   }
 }
@@ -1020,42 +886,32 @@ void Executor::set_batchnorm_sync(Communicator* comm, Stream* comm_stream) {
 }
 
 // Sums `count` floats over the replicas, in the compute stream's order: the comm stream takes
-// them after the work that wrote them, and the compute stream goes on once they are reduced
-// (CPU: the ops run on this thread, so it waits, with the communicator's deadline).
+// them after the work that wrote them, and the compute stream goes on once they are reduced.
 void Executor::sync_batchnorm_sums(float* data, int count) {
   Impl& m = *impl_;
   stream_->record(m.bn_events[0]);
   m.bn_comm_stream->wait(m.bn_events[0]);
   m.bn_comm->all_reduce_sum(data, static_cast<size_t>(count), *m.bn_comm_stream);
-  if (m.cuda) {
-    m.bn_comm_stream->record(m.bn_events[1]);
-    stream_->wait(m.bn_events[1]);
-  } else {
-    m.bn_comm->wait(*m.bn_comm_stream);
-  }
+  m.bn_comm_stream->record(m.bn_events[1]);
+  stream_->wait(m.bn_events[1]);
 }
 
 PhaseTimes Executor::take_phase_times() {
   Impl& m = *impl_;
+  PhaseTimes out;
   for (size_t k = 0; k < m.phase_marks; ++k) {
     const Event* marks = &m.phase_events[3 * k];
-    m.phases.forward_ms += marks[1].elapsed_ms_since(marks[0]);
-    m.phases.backward_ms += marks[2].elapsed_ms_since(marks[1]);
+    out.forward_ms += marks[1].elapsed_ms_since(marks[0]);
+    out.backward_ms += marks[2].elapsed_ms_since(marks[1]);
   }
   m.phase_marks = 0;
-  PhaseTimes out = m.phases;
-  m.phases = PhaseTimes{};
   return out;
 }
 
 std::vector<TraceEvent> Executor::take_trace() {
   Impl& m = *impl_;
   std::vector<TraceEvent> out;
-  if (!m.cuda) {
-    out.swap(m.trace);
-    return out;
-  }
-  // CUDA: the events of the last traced micro-batch, relative to its first.
+  // The events of the last traced micro-batch, relative to its first.
   m.synchronize();
   const Event* origin = nullptr;
   for (const Node& node : graph_.nodes)

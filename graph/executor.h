@@ -1,8 +1,10 @@
 // The executor: one replica of a graph on one device. It plans every buffer once (weights,
 // gradients in one flat buffer in the order backward produces them, momentum, BatchNorm
 // statistics, activations packed by liveness, workspace) into one arena, then runs forward,
-// loss, backward and the optimizer without allocating. The same code drives the CUDA kernels
-// (on the replica's compute stream) and the fast CPU ops.
+// loss, backward and the optimizer without allocating. One code path for every device: each op
+// is queued on the replica's compute stream through the op library (kernels/ops.h), which runs
+// the CUDA kernels on a GPU or an emulated GPU and the fast CPU ops on the CPU; the host waits
+// only where it reads results back (the loss, the non-finite check, downloads).
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -106,10 +108,10 @@ class Executor {
 
   // Data parallel: after each layer's backward, called with `ready`: the gradients of the flat
   // buffer's [0, ready) are final for this micro-batch (the buffer is in backward order, so
-  // this prefix only grows). CUDA: the work producing them is enqueued on compute_stream(),
-  // not necessarily done. Empty function: none.
+  // this prefix only grows). The work producing them is queued on compute_stream(), not
+  // necessarily done: record an event there to order anything after it. Empty function: none.
   void set_gradients_ready(std::function<void(size_t ready)> callback) { gradients_ready_ = std::move(callback); }
-  // Test hook: called before each layer's backward with the layer index (empty: none).
+  // Test hook: called before each layer's backward is queued, with the layer index (empty: none).
   void set_before_backward(std::function<void(int layer)> hook) { before_backward_ = std::move(hook); }
   // --sync-bn: training BatchNorm statistics over every replica's micro-batch, all-reduced by
   // `comm` on `comm_stream` (the replica's communication stream, so that these and the gradient
@@ -120,14 +122,14 @@ class Executor {
 
   // --trace: record per-layer events of the next train_micro_batch calls.
   void set_tracing(bool on);
-  // The CPU trace's clock: milliseconds since the traced micro-batch started (for events other
-  // threads add to the same timeline, such as the all-reduces).
+  // The trace's clock: milliseconds since the compute stream reached the traced micro-batch (for
+  // events other threads add to the same timeline, such as the all-reduces).
   double trace_now_ms() const;
   // The host clock trace_now_ms() counts from (milliseconds, steady).
   static double clock_ms();
   std::vector<TraceEvent> take_trace();
-  // Forward and backward time of the micro-batches trained since the last call (CUDA: waits
-  // for their events; call it once the step's collectives are known to be done).
+  // Forward and backward time of the micro-batches trained since the last call (waits for their
+  // events; call it once the step's collectives are known to be done).
   PhaseTimes take_phase_times();
 
  private:

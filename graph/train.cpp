@@ -27,6 +27,8 @@
 #include "graph/weights.h"
 #include "runtime/check.h"
 #include "runtime/communicator.h"
+#include "runtime/emu_communicator.h"
+#include "runtime/fault.h"
 #include "runtime/nccl_communicator.h"
 #include "runtime/rendezvous.h"
 #include "runtime/socket_communicator.h"
@@ -210,13 +212,14 @@ struct CommTrace {
 };
 
 // All-reduces [begin, end) of the gradients on the comm stream once the compute stream has
-// produced them (CUDA: an event; the CPU ops have finished when this is called). With `trace`,
-// the span is timed by host functions on the comm stream, after the wait, around the collective
-// (named by its bucket; -1: all gradients at once).
+// produced them (an event recorded there). With `trace`, the span is timed by host functions on
+// the comm stream, after the wait, around the collective (named by its bucket; -1: all
+// gradients at once).
 void all_reduce_gradients(Executor& executor, DataParallel& dp, size_t begin, size_t end,
                           const std::shared_ptr<CommTrace>& trace, int bucket) {
   executor.compute_stream().record(*dp.gradients_done);
-  dp.stream->wait(*dp.gradients_done);
+  // A planted fault (emulated build only): the all-reduce does not wait for the gradients.
+  if (!fault_injected(Fault::CommSkipsComputeWait)) dp.stream->wait(*dp.gradients_done);
   if (!trace) {
     dp.comm->all_reduce_sum(executor.gradients() + begin, end - begin, *dp.stream);
     return;
@@ -585,9 +588,12 @@ TrainResult run_as_process_rank(const std::vector<Device>& devices, const TrainO
       comm = nccl_communicator(device, 0, 1, nccl_unique_id(), options.comm_timeout);
     } else {
       alone = std::make_unique<InProcessGroup>(1, options.comm_timeout);
-      comm = alone->communicator(0);
+      comm = replica_communicator(*alone, 0, device);
     }
   } else {
+    if (device.is_emu())
+      throw Error("rank " + std::to_string(rank) + " of " + std::to_string(world) +
+                  ": emulated GPUs train as threads of one process (--devices emu:0,1,...), not as launched ranks");
     if (options.rendezvous.empty())
       throw Error("rank " + std::to_string(rank) + " of " + std::to_string(world) +
                   ": the ranks need a meeting point: set MASTER_ADDR and MASTER_PORT, or pass "
@@ -615,15 +621,21 @@ TrainResult run_replicas(const std::vector<Device>& devices, const TrainOptions&
   if (devices.empty()) throw Error("no device to train on");
   if (options.launched) return run_as_process_rank(devices, options, replica);
   if (devices.size() == 1) return replica(devices[0], nullptr, nullptr);
-  const bool cuda = devices[0].is_cuda();
+  const DeviceKind kind = devices[0].kind;
   for (const Device& d : devices)
-    if (d.is_cuda() != cuda) throw Error("--devices: replicas must be all GPUs or all CPU, not a mix");
+    if (d.kind != kind) throw Error("--devices: replicas must be all GPUs, all emulated GPUs or all CPU, not a mix");
+  const bool cuda = kind == DeviceKind::Cuda;
   const int world = static_cast<int>(devices.size());
   std::unique_ptr<InProcessGroup> group;
   std::vector<uint8_t> nccl_id;
   auto nccl_local = std::make_shared<NcclLocalGroup>();
   if (cuda) nccl_id = nccl_unique_id();
   else group = std::make_unique<InProcessGroup>(world, options.comm_timeout);
+  // GPUs: NCCL; emulated GPUs: their stream-ordered collectives; CPU replicas: the in-process group.
+  auto communicator = [&](int r) {
+    if (cuda) return nccl_communicator(devices[r], r, world, nccl_id, options.comm_timeout, nccl_local);
+    return replica_communicator(*group, r, devices[r]);
+  };
   ReplicaGroup shared;
   std::vector<TrainResult> results(world);
   std::vector<std::string> errors(world);
@@ -632,7 +644,7 @@ TrainResult run_replicas(const std::vector<Device>& devices, const TrainOptions&
     threads.emplace_back([&, r] {
       std::unique_ptr<Communicator> comm;
       try {
-        comm = cuda ? nccl_communicator(devices[r], r, world, nccl_id, options.comm_timeout, nccl_local) : group->communicator(r);
+        comm = communicator(r);
         results[r] = replica(devices[r], comm.get(), &shared);
       } catch (const std::exception& e) {
         shared.failed(r);

@@ -1,8 +1,17 @@
-// The op library, as the graph sees it: one include per op family. Each family header declares,
-// for every op, the naive reference (`*_reference`, templated on float/double: the test
-// oracle), the fast CPU version (`*_cpu`: what the CPU backend runs) and the CUDA launcher
-// (`*_cuda`, taking a cudaStream_t; emulated in builds without CUDA). See kernels/README.md.
+// The op library, as the graph sees it: one entry point per op, taking an OpContext, with the
+// semantics of its family header (kernels/<family>.h: the naive reference `*_reference`, the
+// fast CPU version `*_cpu` and the CUDA launcher `*_cuda`; see kernels/README.md). The context
+// says where the op runs, and the entry point dispatches there:
+//   - a CPU stream: the fast CPU version, queued as host work on the stream;
+//   - a GPU's stream: the CUDA launcher;
+//   - an emulated GPU's stream: the same launcher, its kernels run by runtime/emu in the
+//     stream's order.
+// Every op is thus queued after the stream's earlier work, whatever the device: read results
+// back with copy_bytes on the stream and synchronise it (runtime/memory.h). Pointers are device
+// memory of the stream's device (host memory for the CPU). Views and small arguments are taken
+// by value at the call.
 #pragma once
+#include <cstddef>
 
 #include "kernels/tensor.h"
 #include "kernels/activation.h"
@@ -17,3 +26,81 @@
 #include "kernels/softmax.h"
 #include "kernels/upsample.h"
 #include "kernels/yolo_loss.h"
+#include "runtime/stream.h"
+
+namespace yolo {
+
+struct OpContext {
+  Stream* stream = nullptr;       // where the op is queued; its device picks the implementation
+  void* workspace = nullptr;      // device workspace for the ops that take one
+  size_t workspace_bytes = 0;
+};
+
+// ---- activation.h ---------------------------------------------------------------------------
+void activation_forward(const OpContext& c, Activation kind, ConstAct x, Act y);
+void activation_backward(const OpContext& c, Activation kind, ConstAct y, ConstAct grad_y, Act grad_x);
+
+// ---- batchnorm.h: fused with an activation, and the phases of synchronised BatchNorm --------
+void batchnorm_activation_forward_training(const OpContext& c, Activation act, ConstAct x, const float* gamma,
+                                           const float* beta, Act y, float* saved_mean, float* saved_var,
+                                           float* running_mean, float* running_var);
+void batchnorm_activation_forward_inference(const OpContext& c, Activation act, ConstAct x, const float* gamma,
+                                            const float* beta, const float* running_mean, const float* running_var,
+                                            Act y);
+void batchnorm_activation_backward(const OpContext& c, Activation act, ConstAct y, ConstAct grad_y, ConstAct x,
+                                   const float* gamma, const float* saved_mean, const float* saved_var, Act grad_x,
+                                   float* grad_gamma, float* grad_beta);
+void batchnorm_sums(const OpContext& c, ConstAct x, float* sums);
+void batchnorm_centered_squares(const OpContext& c, ConstAct x, const float* sums, double total_pixels, float* squares);
+void batchnorm_activation_forward_from_sums(const OpContext& c, Activation act, ConstAct x, const float* gamma,
+                                            const float* beta, Act y, const float* sums, const float* squares,
+                                            double total_pixels, float* saved_mean, float* saved_var,
+                                            float* running_mean, float* running_var);
+void batchnorm_activation_backward_sums(const OpContext& c, Activation act, ConstAct y, ConstAct grad_y, ConstAct x,
+                                        const float* saved_mean, const float* saved_var, float* grad_gamma,
+                                        float* grad_beta, float* sums2);
+void batchnorm_activation_backward_apply(const OpContext& c, Activation act, ConstAct y, ConstAct grad_y, ConstAct x,
+                                         const float* gamma, const float* saved_mean, const float* saved_var,
+                                         const float* sums2, double total_pixels, Act grad_x);
+
+// ---- conv.h, gemm.h -------------------------------------------------------------------------
+void conv2d_forward(const OpContext& c, const Conv2dShape& shape, ConstAct in, const float* weights, const float* bias,
+                    Act out);
+void conv2d_backward_data(const OpContext& c, const Conv2dShape& shape, ConstAct grad_out, const float* weights,
+                          Act grad_in, bool accumulate);
+void conv2d_backward_weights(const OpContext& c, const Conv2dShape& shape, ConstAct in, ConstAct grad_out,
+                             float* grad_weights, float* grad_bias);
+void gemm(const OpContext& c, const GemmShape& shape, const float* a, const float* b, const float* bias, float* out,
+          bool accumulate);
+
+// ---- shortcut.h, route.h, upsample.h, maxpool.h ----------------------------------------------
+void shortcut_forward(const OpContext& c, ConstAct a, ConstAct b, Act out);
+void shortcut_backward(const OpContext& c, ConstAct grad_out, Act grad_a, Act grad_b, bool accumulate_a,
+                       bool accumulate_b);
+void route_forward(const OpContext& c, std::span<const ConstAct> inputs, Act out);
+void route_backward(const OpContext& c, ConstAct grad_out, std::span<const Act> grad_inputs, bool accumulate);
+void upsample_forward(const OpContext& c, ConstAct in, Act out, int factor);
+void upsample_backward(const OpContext& c, ConstAct grad_out, Act grad_in, int factor, bool accumulate);
+void maxpool_forward(const OpContext& c, ConstAct in, Act out, int* argmax, int size, int stride);
+void maxpool_backward(const OpContext& c, ConstAct grad_out, const int* argmax, Act grad_in, int size, int stride,
+                      bool accumulate);
+
+// ---- losses: yolo_loss.h, softmax.h -----------------------------------------------------------
+void yolo_loss(const OpContext& c, ConstAct input, const YoloLossConfig& config, const YoloTruth* truths,
+               const int* truth_counts, int truth_stride, Act grad, YoloLossStats* stats);
+// bad_label (device memory): set as softmax_cross_entropy_cuda does; the CPU version throws for a
+// label out of range instead (the error reaches the host at the stream's next synchronise).
+void softmax_cross_entropy(const OpContext& c, const float* logits, const int* labels, int n, int k, float* loss,
+                           float* grad_logits, float* probabilities, int* bad_label);
+
+// ---- sgd.h: segments and flag in device memory -----------------------------------------------
+void sgd_update(const OpContext& c, float* w, const float* g, float* u, const SgdSegment* segments, int segment_count,
+                size_t begin, size_t end, SgdHyper hyper);
+void grad_nonfinite_check(const OpContext& c, const float* g, size_t count, int* flag);
+
+// ---- detect.h: decode into a device buffer (as yolo_decode_cuda), NMS ----------------------------
+void yolo_decode(const OpContext& c, ConstAct input, const YoloLossConfig& config, float threshold, Detection* out,
+                 int capacity, int* count);
+void nms(const OpContext& c, const Detection* detections, int count, float iou_threshold, int* keep);
+
+}  // namespace yolo

@@ -209,4 +209,10 @@ std::unique_ptr<Communicator> emulated_gpu_communicator(InProcessGroup&, int, De
 
 #endif
 
+std::unique_ptr<Communicator> replica_communicator(InProcessGroup& group, int rank, Device device) {
+  if (device.is_emu()) return emulated_gpu_communicator(group, rank, device);
+  if (device.is_cuda()) throw Error(device.name() + ": GPUs in one process talk through NCCL, not an in-process group");
+  return group.communicator(rank);
+}
+
 }  // namespace yolo

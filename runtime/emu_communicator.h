@@ -18,4 +18,8 @@ namespace yolo {
 // Rank `rank` of `group`, on emulated GPU `device`; its collectives go on that device's streams.
 std::unique_ptr<Communicator> emulated_gpu_communicator(InProcessGroup& group, int rank, Device device);
 
+// The communicator of an in-process replica on `device`: the emulated GPUs' above, or the CPU
+// replicas' (group.communicator(rank)).
+std::unique_ptr<Communicator> replica_communicator(InProcessGroup& group, int rank, Device device);
+
 }  // namespace yolo

@@ -5,7 +5,9 @@
 #include <vector>
 
 #include "data/synthetic.h"
+#include "graph/train.h"
 #include "kernels/yolo_loss.h"
+#include "runtime/memory.h"
 
 namespace yolo::testing {
 
@@ -55,6 +57,48 @@ num=3
 jitter=.1
 )";
 
+// The tiny detector's data-parallel runs: batch 6, one micro-batch, one bucket per layer (the
+// most all-reduces), the parameter hashes compared every step.
+inline graph::TrainOptions tiny_dp_options(const std::string& out_dir, int64_t steps = 3) {
+  graph::TrainOptions o;
+  o.threads = 1;
+  o.progress_in_place = false;
+  o.check_every = 1;
+  o.subdivisions = 1;
+  o.batch = 6;
+  o.max_batches = steps;
+  o.bucket_mb = 0;
+  o.out_dir = out_dir;
+  return o;
+}
+
+// A small MLP (the MNIST MLP's layer types, fewer units so the tests are quick).
+inline const char* const kSmallMlpCfg = R"(
+[net]
+batch=12
+subdivisions=1
+inputs=784
+learning_rate=0.05
+momentum=0.9
+decay=0.0005
+max_batches=10
+
+[connected]
+output=48
+activation=relu
+
+[connected]
+output=24
+activation=relu
+
+[connected]
+output=10
+activation=linear
+
+[softmax]
+groups=1
+)";
+
 // n synthetic images of w x h (stream `seed`, images first .. first + n - 1) as a network
 // input batch (NHWC floats in [0, 1]) with their truths.
 inline void synthetic_batch(uint64_t seed, int64_t first, int n, int w, int h, std::vector<float>& images,
@@ -71,6 +115,29 @@ inline void synthetic_batch(uint64_t seed, int64_t first, int n, int w, int h, s
     for (size_t k = 0; k < boxes.size(); ++k)
       truths[b * kYoloMaxTruths + k] = YoloTruth{boxes[k].x, boxes[k].y, boxes[k].w, boxes[k].h, boxes[k].class_id};
   }
+}
+
+// A micro-batch of synthetic_batch() in device memory of `device` (host memory for the CPU): what
+// Executor::train_micro_batch takes. Keep it until the micro-batch has been trained.
+struct UploadedBatch {
+  DeviceMemory images, truths, counts;
+  UploadedBatch(Device device, const std::vector<float>& i, const std::vector<YoloTruth>& t, const std::vector<int>& c)
+      : images(device, i.size() * sizeof(float)), truths(device, t.size() * sizeof(YoloTruth)),
+        counts(device, c.size() * sizeof(int)) {
+    copy_bytes(images.data(), i.data(), images.size());
+    copy_bytes(truths.data(), t.data(), truths.size());
+    copy_bytes(counts.data(), c.data(), counts.size());
+  }
+  const float* image_data() const { return static_cast<const float*>(images.data()); }
+  const YoloTruth* truth_data() const { return static_cast<const YoloTruth*>(truths.data()); }
+  const int* count_data() const { return static_cast<const int*>(counts.data()); }
+};
+
+// `world` replicas of one kind: the CPU (cpu:N), or emulated GPUs emu:0 .. emu:N-1.
+inline std::vector<Device> replica_devices(DeviceKind kind, int world) {
+  std::vector<Device> devices;
+  for (int r = 0; r < world; ++r) devices.push_back(kind == DeviceKind::Emu ? Device::emu(r) : Device::cpu());
+  return devices;
 }
 
 // A 12-image training set (80x60 PNGs, 1 validation image) written under `root` and opened.

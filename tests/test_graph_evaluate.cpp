@@ -11,6 +11,7 @@
 
 #include "data/image.h"
 #include "graph/evaluate.h"
+#include "tests/kernel_harness.h"
 #include "tests/test_support.h"
 
 using namespace yolo;
@@ -50,9 +51,8 @@ void set_head(Executor& executor) {
   executor.upload_parameters();
 }
 
-}  // namespace
-
-TEST_CASE("detect: hand-set head -> boxes in original pixels through the letterbox (CPU)") {
+// The whole inference path on `device`: loader, forward, decode, NMS, mapping back, mAP, drawing.
+void check_hand_set_head(Device device) {
   TempDir dir;
   // A 64x32 image: letterboxed into 32x32 at scale 0.5 with 8-pixel bars above and below.
   data::Image image;
@@ -61,7 +61,7 @@ TEST_CASE("detect: hand-set head -> boxes in original pixels through the letterb
   image.rgb.assign(64 * 32 * 3, 100);
   data::write_image(dir / "wide.png", image);
   Graph graph = build_graph(parse_model(parse_cfg_text(kHandCfg, "hand.cfg")));
-  Executor executor(graph, Device::cpu(), 1, 1);
+  Executor executor(graph, device, 1, 1);
   set_head(executor);
   DetectOptions options;
   options.threads = 1;
@@ -110,4 +110,15 @@ TEST_CASE("detect: hand-set head -> boxes in original pixels through the letterb
   std::string error;
   REQUIRE(data::read_image(dir / "drawn.png", drawn, error));
   CHECK(drawn.rgb != image.rgb);
+}
+
+}  // namespace
+
+TEST_CASE("detect: hand-set head -> boxes in original pixels through the letterbox (CPU)") {
+  check_hand_set_head(Device::cpu());
+}
+
+TEST_CASE("detect: hand-set head on the kernel device (the CUDA decode and NMS: emu:0, or gpu:0 natively)") {
+  KERNEL_TEST_DEVICE(device);
+  check_hand_set_head(device);
 }

@@ -1,6 +1,9 @@
-// Data parallel on CPU replicas: local gradients differ, the all-reduce makes the replicas'
-// parameters identical bit for bit step after step; train_detector over cpu:2 and cpu:3 runs
-// with the parameter-hash check every step, and sharding gives each replica its own images.
+// Data parallel on CPU replicas and on emulated GPUs (the same checks, each a function of the
+// device kind): local gradients differ, the all-reduce makes the replicas' parameters identical
+// bit for bit step after step; overlap proved with a latch; train_detector over 2 and 3 replicas
+// with the parameter-hash check every step, overlapped and naive schedules giving the same bits;
+// the MLP on N replicas with batch B/N as 1 with batch B; --sync-bn as the whole batch. Then
+// ranks as processes (CPU).
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -20,6 +23,7 @@
 #include "graph/train.h"
 #include "graph/weights.h"
 #include "runtime/communicator.h"
+#include "runtime/emu_communicator.h"
 #include "runtime/launch.h"
 #include "tests/child_process.h"
 #include "tests/graph_fixtures.h"
@@ -30,111 +34,130 @@ using namespace yolo::graph;
 using yolo::testing::TempDir;
 using yolo::testing::kTinyDetectorCfg;
 using yolo::testing::ChildProcess;
+using yolo::testing::kSmallMlpCfg;
+using yolo::testing::tiny_dp_options;
 
 
-// The tiny detector's data-parallel runs: batch 6, one micro-batch, one bucket per layer (the
-// most all-reduces), the parameter hashes compared every step.
-TrainOptions tiny_dp_options(const std::string& out_dir, int64_t steps = 3) {
-  TrainOptions o;
-  o.threads = 1;
-  o.progress_in_place = false;
-  o.check_every = 1;
-  o.subdivisions = 1;
-  o.batch = 6;
-  o.max_batches = steps;
-  o.bucket_mb = 0;
-  o.out_dir = out_dir;
-  return o;
+
+namespace {
+
+bool emulated_gpus_here() { return YOLO_EMULATED_KERNELS; }
+const char* const kNoEmulatedGpus = "emulated GPUs exist only in builds with emulated kernels (build/tests_emu)";
+
+// Each replica trains 5 steps on its own images and all-reduces its gradients on a comm stream
+// (after an event on its compute stream): the local gradients differ, the parameters do not.
+void check_replicas_agree(DeviceKind kind, int world) {
+  CAPTURE(world);
+  Graph graph = build_graph(parse_model(parse_cfg_text(kTinyDetectorCfg, "tiny.cfg")));
+  const int n = 2;
+  const std::vector<Device> devices = yolo::testing::replica_devices(kind, world);
+  InProcessGroup group(world, 30);
+  std::vector<std::vector<float>> local_grads(world), params(world);
+  std::vector<std::string> errors(world);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < world; ++r)
+    threads.emplace_back([&, r] {
+      try {
+        auto comm = replica_communicator(group, r, devices[r]);
+        Executor ex(graph, devices[r], n, 5);
+        Stream stream(devices[r], StreamPriority::High, "comm");
+        Event produced(devices[r]);
+        for (int step = 0; step < 5; ++step) {
+          std::vector<float> images;
+          std::vector<YoloTruth> truths;
+          std::vector<int> counts;
+          yolo::testing::synthetic_batch(99, (step * world + r) * n, n, 64, 64, images, truths, counts);
+          yolo::testing::UploadedBatch batch(devices[r], images, truths, counts);
+          ex.train_micro_batch(batch.image_data(), batch.truth_data(), batch.count_data(), nullptr, false);
+          if (step == 0) local_grads[r] = ex.download("grads");
+          ex.compute_stream().record(produced);
+          stream.wait(produced);
+          comm->all_reduce_sum(ex.gradients(), ex.parameter_count(), stream);
+          comm->wait(stream);
+          stream.synchronize();
+          if (!ex.apply_update(0.01f, 0.9f, 0.0005f, 1.0f / (n * world))) throw Error("a step was skipped");
+          ex.take_loss();
+        }
+        params[r] = ex.download("params");
+      } catch (const std::exception& e) {
+        errors[r] = e.what();
+      }
+    });
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < world; ++r) CHECK(errors[r].empty());
+  for (int r = 1; r < world; ++r) {
+    CHECK(local_grads[r] != local_grads[0]);  // the replicas did see different data
+    CHECK(params[r] == params[0]);            // and still agree bit for bit
+  }
 }
 
-TEST_CASE("replicas: different local gradients, identical parameters after each all-reduced step") {
+// Each replica holds its layer-0 backward (when it is queued) until its communication stream has
+// started the first bucket's all-reduce (a latch with a timeout). Overlapped, the bucket of the
+// last layer is queued long before, so the step completes; with all-reduce after backward, the
+// latch can only time out.
+void check_overlap_is_real(DeviceKind kind) {
   Graph graph = build_graph(parse_model(parse_cfg_text(kTinyDetectorCfg, "tiny.cfg")));
-  for (int world : {2, 3}) {
-    CAPTURE(world);
-    const int n = 2;
+  for (bool overlap : {true, false}) {
+    CAPTURE(overlap);
+    const int world = 2, n = 1;
+    const std::vector<Device> devices = yolo::testing::replica_devices(kind, world);
     InProcessGroup group(world, 30);
-    std::vector<std::vector<float>> local_grads(world), params(world);
+    std::vector<int> held_ok(world, -1);
     std::vector<std::string> errors(world);
     std::vector<std::thread> threads;
     for (int r = 0; r < world; ++r)
       threads.emplace_back([&, r] {
         try {
-          auto comm = group.communicator(r);
-          Executor ex(graph, Device::cpu(), n, 5);
-          Stream stream(Device::cpu(), StreamPriority::High, "comm");
-          for (int step = 0; step < 5; ++step) {
-            // Each replica its own images and boxes.
-            std::vector<float> images;
-            std::vector<YoloTruth> truths;
-            std::vector<int> counts;
-            yolo::testing::synthetic_batch(99, (step * world + r) * n, n, 64, 64, images, truths, counts);
-            ex.train_micro_batch(images.data(), truths.data(), counts.data(), nullptr, false);
-            if (step == 0) local_grads[r] = ex.download("grads");
-            comm->all_reduce_sum(ex.gradients(), ex.parameter_count(), stream);
-            stream.synchronize();
-            REQUIRE(ex.apply_update(0.01f, 0.9f, 0.0005f, 1.0f / (n * world)));
-            ex.take_loss();
-          }
-          params[r] = ex.download("params");
+          auto comm = replica_communicator(group, r, devices[r]);
+          Executor ex(graph, devices[r], n, 5);
+          Stream stream(devices[r], StreamPriority::High, "comm");
+          Event produced(devices[r]);
+          testing::Latch started;
+          bool first = true;
+          auto start_all_reduce = [&](size_t begin, size_t end) {
+            ex.compute_stream().record(produced);
+            stream.wait(produced);
+            stream.enqueue([&started] { started.release(); });
+            comm->all_reduce_sum(ex.gradients() + begin, end - begin, stream);
+          };
+          if (overlap)
+            ex.set_gradients_ready([&](size_t ready) {
+              if (first) start_all_reduce(0, ready);  // the first bucket: the last layer's gradients
+              first = false;
+            });
+          ex.set_before_backward([&](int layer) {
+            if (layer == 0) held_ok[r] = started.wait(std::chrono::milliseconds(overlap ? 10000 : 300));
+          });
+          std::vector<float> images(64 * 64 * 3, 0.5f);
+          std::vector<YoloTruth> truths(kYoloMaxTruths);
+          std::vector<int> counts{1};
+          truths[0] = YoloTruth{0.5f, 0.5f, 0.3f, 0.3f, 1};
+          yolo::testing::UploadedBatch batch(devices[r], images, truths, counts);
+          ex.train_micro_batch(batch.image_data(), batch.truth_data(), batch.count_data(), nullptr, false);
+          if (!overlap) start_all_reduce(0, ex.parameter_count());
+          else comm->all_reduce_sum(ex.gradients(), 0, stream);
+          comm->wait(stream);
+          stream.synchronize();
         } catch (const std::exception& e) {
           errors[r] = e.what();
         }
       });
     for (auto& t : threads) t.join();
-    for (int r = 0; r < world; ++r) CHECK(errors[r].empty());
-    for (int r = 1; r < world; ++r) {
-      CHECK(local_grads[r] != local_grads[0]);  // the replicas did see different data
-      CHECK(params[r] == params[0]);            // and still agree bit for bit
+    for (int r = 0; r < world; ++r) {
+      CHECK(errors[r].empty());
+      CHECK(held_ok[r] == (overlap ? 1 : 0));
     }
   }
 }
 
-TEST_CASE("overlap is real: backward of layer 0 can wait for the first bucket's all-reduce to start") {
-  // Each replica holds its layer-0 backward until its communication stream has started the
-  // first bucket's all-reduce (a latch with a timeout). Overlapped, the bucket of the last
-  // layer is queued long before, so the step completes; with all-reduce after backward, the
-  // latch can only time out.
-  Graph graph = build_graph(parse_model(parse_cfg_text(kTinyDetectorCfg, "tiny.cfg")));
-  for (bool overlap : {true, false}) {
-    CAPTURE(overlap);
-    const int world = 2, n = 1;
-    InProcessGroup group(world, 30);
-    std::vector<int> held_ok(world, -1);
-    std::vector<std::thread> threads;
-    for (int r = 0; r < world; ++r)
-      threads.emplace_back([&, r] {
-        auto comm = group.communicator(r);
-        Executor ex(graph, Device::cpu(), n, 5);
-        Stream stream(Device::cpu(), StreamPriority::High, "comm");
-        testing::Latch started;
-        bool first = true;
-        auto start_all_reduce = [&](size_t begin, size_t end) {
-          stream.enqueue([&started] { started.release(); });
-          comm->all_reduce_sum(ex.gradients() + begin, end - begin, stream);
-        };
-        if (overlap)
-          ex.set_gradients_ready([&](size_t ready) {
-            if (first) start_all_reduce(0, ready);  // the first bucket: the last layer's gradients
-            first = false;
-          });
-        ex.set_before_backward([&](int layer) {
-          if (layer == 0) held_ok[r] = started.wait(std::chrono::milliseconds(overlap ? 10000 : 300));
-        });
-        std::vector<float> images(64 * 64 * 3, 0.5f);
-        std::vector<YoloTruth> truths(kYoloMaxTruths);
-        std::vector<int> counts{1};
-        truths[0] = YoloTruth{0.5f, 0.5f, 0.3f, 0.3f, 1};
-        ex.train_micro_batch(images.data(), truths.data(), counts.data(), nullptr, false);
-        if (!overlap) start_all_reduce(0, ex.parameter_count());
-        else comm->all_reduce_sum(ex.gradients(), 0, stream);
-        stream.synchronize();
-      });
-    for (auto& t : threads) t.join();
-    for (int r = 0; r < world; ++r) CHECK(held_ok[r] == (overlap ? 1 : 0));
-  }
+std::string file_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
-TEST_CASE("train_detector on cpu:2 and cpu:3: hash-checked every step, overlapped buckets and the naive schedule") {
+// train_detector over 2 and 3 replicas, the hash check every step; a trace of the 2-replica
+// run; the naive schedule gives the overlapped one's bits; validation on every rank.
+void check_train_detector_replicas(DeviceKind kind) {
   TempDir dir;
   data::Dataset dataset = yolo::testing::small_shapes_dataset(dir / "shapes");
   ModelSpec spec = parse_model(parse_cfg_text(kTinyDetectorCfg, "tiny.cfg"));
@@ -142,7 +165,7 @@ TEST_CASE("train_detector on cpu:2 and cpu:3: hash-checked every step, overlappe
   for (int world : {2, 3}) {
     o.out_dir = dir / ("dp" + std::to_string(world));
     o.trace_file = world == 2 ? dir / "dp2.json" : "";
-    TrainResult r = train_detector(spec, dataset, std::vector<Device>(world, Device::cpu()), o);
+    TrainResult r = train_detector(spec, dataset, yolo::testing::replica_devices(kind, world), o);
     CHECK(r.iterations == 4);
     CHECK(std::isfinite(r.last_loss));
   }
@@ -185,54 +208,24 @@ TEST_CASE("train_detector on cpu:2 and cpu:3: hash-checked every step, overlappe
   // The naive schedule gives the same parameters as the overlapped one (same sums, same order).
   o.out_dir = dir / "naive";
   o.overlap = false;
-  train_detector(spec, dataset, std::vector<Device>(2, Device::cpu()), o);
-  auto bytes = [](const std::string& path) {
-    std::ifstream in(path, std::ios::binary);
-    return std::string(std::istreambuf_iterator<char>(in), {});
-  };
-  CHECK(bytes(dir / "naive/last.weights") == bytes(dir / "dp2/last.weights"));
+  train_detector(spec, dataset, yolo::testing::replica_devices(kind, 2), o);
+  CHECK(file_bytes(dir / "naive/last.weights") == file_bytes(dir / "dp2/last.weights"));
   // Validation every epoch: every rank evaluates (rank 0 reports), none waits for another.
   o.out_dir = dir / "valid";
   o.overlap = true;
   o.valid_every = 1;
-  TrainResult validated = train_detector(spec, dataset, std::vector<Device>(2, Device::cpu()), o);
+  TrainResult validated = train_detector(spec, dataset, yolo::testing::replica_devices(kind, 2), o);
   CHECK(validated.best_map50 >= 0);
   CHECK(std::filesystem::exists(dir / "valid/best.weights"));
   o.valid_every = 0;
   // A batch that does not split evenly over the replicas is refused with the numbers.
   o.batch = 5;
-  CHECK_THROWS_WITH_AS(train_detector(spec, dataset, std::vector<Device>(2, Device::cpu()), o),
+  CHECK_THROWS_WITH_AS(train_detector(spec, dataset, yolo::testing::replica_devices(kind, 2), o),
                        doctest::Contains("subdivisions x replicas = 1 x 2"), Error);
 }
 
-// A small MLP (the MNIST MLP's layer types, fewer units so the test is quick).
-constexpr const char* kSmallMlpCfg = R"(
-[net]
-batch=12
-subdivisions=1
-inputs=784
-learning_rate=0.05
-momentum=0.9
-decay=0.0005
-max_batches=10
-
-[connected]
-output=48
-activation=relu
-
-[connected]
-output=24
-activation=relu
-
-[connected]
-output=10
-activation=linear
-
-[softmax]
-groups=1
-)";
-
-TEST_CASE("MLP: N replicas with batch B/N give the weights of 1 replica with batch B (10 steps)") {
+// The MLP (no BatchNorm) on N replicas with batch B/N ends with the weights of 1 with batch B.
+void check_mlp_replicas(DeviceKind kind, std::vector<int> worlds) {
   TempDir dir;
   ModelSpec spec = parse_model(parse_cfg_text(kSmallMlpCfg, "mlp.cfg"));
   data::MnistSet mnist = data::synthetic_mnist(12 * 13, 3);
@@ -243,7 +236,7 @@ TEST_CASE("MLP: N replicas with batch B/N give the weights of 1 replica with bat
   o.seed = 11;
   auto params_after = [&](int world) {
     o.out_dir = dir / ("mlp" + std::to_string(world));
-    TrainResult r = train_classifier(spec, mnist, std::vector<Device>(world, Device::cpu()), o);
+    TrainResult r = train_classifier(spec, mnist, yolo::testing::replica_devices(kind, world), o);
     REQUIRE(r.iterations == 10);
     return read_checkpoint(r.checkpoint_path).tensors.at(0).second;  // "params"
   };
@@ -256,7 +249,7 @@ TEST_CASE("MLP: N replicas with batch B/N give the weights of 1 replica with bat
     norm = std::max(norm, static_cast<double>(std::fabs(one[i])));
   }
   CHECK(moved > 1e-3 * norm);  // training changed the weights far beyond the tolerance below
-  for (int world : {2, 3, 4}) {
+  for (int world : worlds) {
     CAPTURE(world);
     std::vector<float> many = params_after(world);
     REQUIRE(many.size() == one.size());
@@ -268,7 +261,9 @@ TEST_CASE("MLP: N replicas with batch B/N give the weights of 1 replica with bat
   }
 }
 
-TEST_CASE("--sync-bn: N replicas with batch B/N train the BatchNorm detector as 1 replica with batch B") {
+// --sync-bn: N replicas with batch B/N train the BatchNorm detector as 1 replica with batch B;
+// per-replica statistics are far further off.
+void check_sync_bn(DeviceKind kind) {
   TempDir dir;
   data::Dataset dataset = yolo::testing::small_shapes_dataset(dir / "shapes");
   ModelSpec spec = parse_model(parse_cfg_text(kTinyDetectorCfg, "tiny.cfg"));
@@ -276,7 +271,7 @@ TEST_CASE("--sync-bn: N replicas with batch B/N train the BatchNorm detector as 
   auto train = [&](int world, bool sync) {
     o.sync_bn = sync;
     o.out_dir = dir / ("w" + std::to_string(world) + (sync ? "sync" : ""));
-    TrainResult r = train_detector(spec, dataset, std::vector<Device>(world, Device::cpu()), o);
+    TrainResult r = train_detector(spec, dataset, yolo::testing::replica_devices(kind, world), o);
     REQUIRE(r.iterations == 4);
     Checkpoint ckpt = read_checkpoint(r.checkpoint_path);
     return std::make_pair(ckpt.tensors.at(0).second, ckpt.tensors.at(2).second);  // params, BN statistics
@@ -299,11 +294,58 @@ TEST_CASE("--sync-bn: N replicas with batch B/N train the BatchNorm detector as 
     double stats_with_sync = worst(synced_stats, one_stats, 1), stats_without = worst(local_stats, one_stats, 1);
     MESSAGE("world " << world << ": parameters differ from 1 replica by " << with_sync << " with --sync-bn, "
                      << without << " without; running statistics " << stats_with_sync << " / " << stats_without);
-    CHECK(with_sync <= 5e-4);  // measured 5e-5 (2 replicas), 3e-6 (3): sums in another order
+    CHECK(with_sync <= 5e-4);  // CPU: measured 5e-5 (2 replicas), 3e-6 (3): sums in another order
     CHECK(stats_with_sync <= 1e-5);
     CHECK(without > 100 * with_sync);  // per-replica statistics really are different
     CHECK(stats_without > 100 * stats_with_sync);
   }
+}
+
+}  // namespace
+
+TEST_CASE("replicas (CPU): different local gradients, identical parameters after each all-reduced step") {
+  for (int world : {2, 3}) check_replicas_agree(DeviceKind::Cpu, world);
+}
+
+TEST_CASE("replicas (emu:0,1 and emu:0,1,2): different local gradients, identical parameters after each step") {
+  if (!emulated_gpus_here()) SKIP_TEST(kNoEmulatedGpus);
+  for (int world : {2, 3}) check_replicas_agree(DeviceKind::Emu, world);
+}
+
+TEST_CASE("overlap is real (CPU): backward of layer 0 can wait for the first bucket's all-reduce to start") {
+  check_overlap_is_real(DeviceKind::Cpu);
+}
+
+TEST_CASE("overlap is real (emulated GPUs): layer 0's backward can wait for the first bucket's all-reduce") {
+  if (!emulated_gpus_here()) SKIP_TEST(kNoEmulatedGpus);
+  check_overlap_is_real(DeviceKind::Emu);
+}
+
+TEST_CASE("train_detector on cpu:2 and cpu:3: hash-checked every step, overlapped buckets and the naive schedule") {
+  check_train_detector_replicas(DeviceKind::Cpu);
+}
+
+TEST_CASE("train_detector on emu:0,1 and emu:0,1,2: hash-checked every step, overlapped and naive schedules") {
+  if (!emulated_gpus_here()) SKIP_TEST(kNoEmulatedGpus);
+  check_train_detector_replicas(DeviceKind::Emu);
+}
+
+TEST_CASE("MLP (CPU): N replicas with batch B/N give the weights of 1 replica with batch B (10 steps)") {
+  check_mlp_replicas(DeviceKind::Cpu, {2, 3, 4});
+}
+
+TEST_CASE("MLP (emulated GPUs): emu:0..N-1 with batch B/N give the weights of emu:0 with batch B") {
+  if (!emulated_gpus_here()) SKIP_TEST(kNoEmulatedGpus);
+  check_mlp_replicas(DeviceKind::Emu, {2, 3});
+}
+
+TEST_CASE("--sync-bn (CPU): N replicas with batch B/N train the BatchNorm detector as 1 replica with batch B") {
+  check_sync_bn(DeviceKind::Cpu);
+}
+
+TEST_CASE("--sync-bn (emulated GPUs): N replicas with batch B/N train as 1 replica with batch B") {
+  if (!emulated_gpus_here()) SKIP_TEST(kNoEmulatedGpus);
+  check_sync_bn(DeviceKind::Emu);
 }
 
 // ---- ranks as processes (a launched job over the file:// rendezvous and sockets) -----------

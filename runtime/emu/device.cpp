@@ -50,6 +50,7 @@ DeviceProps g_props[kMaxDevices];
 bool g_configured[kMaxDevices] = {};
 size_t g_in_use[kMaxDevices] = {};
 int64_t g_fail_countdown[kMaxDevices] = {};
+int64_t g_launches[kMaxDevices] = {};
 
 struct Region {
   char* begin = nullptr;
@@ -345,10 +346,17 @@ void count_kernel_launch(int device, const char* kernel) {
   if (device < 0 || device >= kMaxDevices) return;
   {
     std::lock_guard lock(g_mutex);
+    ++g_launches[device];
     if (g_fail_countdown[device] == 0 || --g_fail_countdown[device] > 0) return;
   }
   throw Error(std::string("an illegal memory access in ") + kernel + " on emu:" + std::to_string(device) +
               " (a failure injected by a test)");
+}
+
+int64_t kernel_launches(int device) {
+  check_index(device);
+  std::lock_guard lock(g_mutex);
+  return g_launches[device];
 }
 
 }  // namespace yolo::emu

@@ -85,5 +85,7 @@ class DeviceAccess {
 void fail_kernel_launch(int device, int64_t nth);
 // Called by each stream launch on emu:`device`: throws when the armed failure is due.
 void count_kernel_launch(int device, const char* kernel);
+// Kernels launched on emu:`device`'s streams so far (to place an injected failure).
+int64_t kernel_launches(int device);
 
 }  // namespace yolo::emu

@@ -1,0 +1,276 @@
+// The op library's one dispatch point (see ops.h): each entry point queues the fast CPU version
+// on a CPU stream, or calls the CUDA launcher (real or emulated) with the stream's handle.
+#include "kernels/ops.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <span>
+#include <utility>
+#include <vector>
+
+#include "runtime/check.h"
+
+namespace yolo {
+
+namespace {
+
+// cpu: a copyable callable run as host work of the CPU stream (it must own everything it
+// reads: the call returns before it runs); gpu: called now with the stream's handle.
+template <typename Cpu, typename Gpu>
+void dispatch(const OpContext& c, const char* op, Cpu&& cpu, Gpu&& gpu) {
+  if (!c.stream) throw Error(std::string(op) + ": the op context has no stream");
+  if (c.stream->device().runs_kernels()) gpu(c.stream->native());
+  else c.stream->enqueue(std::forward<Cpu>(cpu));
+}
+
+}  // namespace
+
+void activation_forward(const OpContext& c, Activation kind, ConstAct x, Act y) {
+  dispatch(c, "activation_forward", [=] { activation_forward_cpu(kind, x, y); },
+           [&](cudaStream_t s) { activation_forward_cuda(kind, x, y, s); });
+}
+
+void activation_backward(const OpContext& c, Activation kind, ConstAct y, ConstAct grad_y, Act grad_x) {
+  dispatch(c, "activation_backward", [=] { activation_backward_cpu(kind, y, grad_y, grad_x); },
+           [&](cudaStream_t s) { activation_backward_cuda(kind, y, grad_y, grad_x, s); });
+}
+
+void batchnorm_activation_forward_training(const OpContext& c, Activation act, ConstAct x, const float* gamma,
+                                           const float* beta, Act y, float* saved_mean, float* saved_var,
+                                           float* running_mean, float* running_var) {
+  void* ws = c.workspace;
+  size_t wsb = c.workspace_bytes;
+  dispatch(
+      c, "batchnorm_activation_forward_training",
+      [=] {
+        batchnorm_activation_forward_training_cpu(act, x, gamma, beta, y, saved_mean, saved_var, running_mean,
+                                                  running_var, ws, wsb);
+      },
+      [&](cudaStream_t s) {
+        batchnorm_activation_forward_training_cuda(act, x, gamma, beta, y, saved_mean, saved_var, running_mean,
+                                                   running_var, ws, wsb, s);
+      });
+}
+
+void batchnorm_activation_forward_inference(const OpContext& c, Activation act, ConstAct x, const float* gamma,
+                                            const float* beta, const float* running_mean, const float* running_var,
+                                            Act y) {
+  dispatch(
+      c, "batchnorm_activation_forward_inference",
+      [=] { batchnorm_activation_forward_inference_cpu(act, x, gamma, beta, running_mean, running_var, y); },
+      [&](cudaStream_t s) {
+        batchnorm_activation_forward_inference_cuda(act, x, gamma, beta, running_mean, running_var, y, s);
+      });
+}
+
+void batchnorm_activation_backward(const OpContext& c, Activation act, ConstAct y, ConstAct grad_y, ConstAct x,
+                                   const float* gamma, const float* saved_mean, const float* saved_var, Act grad_x,
+                                   float* grad_gamma, float* grad_beta) {
+  void* ws = c.workspace;
+  size_t wsb = c.workspace_bytes;
+  dispatch(
+      c, "batchnorm_activation_backward",
+      [=] {
+        batchnorm_activation_backward_cpu(act, y, grad_y, x, gamma, saved_mean, saved_var, grad_x, grad_gamma,
+                                          grad_beta, ws, wsb);
+      },
+      [&](cudaStream_t s) {
+        batchnorm_activation_backward_cuda(act, y, grad_y, x, gamma, saved_mean, saved_var, grad_x, grad_gamma,
+                                           grad_beta, ws, wsb, s);
+      });
+}
+
+void batchnorm_sums(const OpContext& c, ConstAct x, float* sums) {
+  void* ws = c.workspace;
+  size_t wsb = c.workspace_bytes;
+  dispatch(c, "batchnorm_sums", [=] { batchnorm_sums_cpu(x, sums, ws, wsb); },
+           [&](cudaStream_t s) { batchnorm_sums_cuda(x, sums, ws, wsb, s); });
+}
+
+void batchnorm_centered_squares(const OpContext& c, ConstAct x, const float* sums, double total_pixels,
+                                float* squares) {
+  void* ws = c.workspace;
+  size_t wsb = c.workspace_bytes;
+  dispatch(c, "batchnorm_centered_squares",
+           [=] { batchnorm_centered_squares_cpu(x, sums, total_pixels, squares, ws, wsb); },
+           [&](cudaStream_t s) { batchnorm_centered_squares_cuda(x, sums, total_pixels, squares, ws, wsb, s); });
+}
+
+void batchnorm_activation_forward_from_sums(const OpContext& c, Activation act, ConstAct x, const float* gamma,
+                                            const float* beta, Act y, const float* sums, const float* squares,
+                                            double total_pixels, float* saved_mean, float* saved_var,
+                                            float* running_mean, float* running_var) {
+  dispatch(
+      c, "batchnorm_activation_forward_from_sums",
+      [=] {
+        batchnorm_activation_forward_from_sums_cpu(act, x, gamma, beta, y, sums, squares, total_pixels, saved_mean,
+                                                   saved_var, running_mean, running_var);
+      },
+      [&](cudaStream_t s) {
+        batchnorm_activation_forward_from_sums_cuda(act, x, gamma, beta, y, sums, squares, total_pixels, saved_mean,
+                                                    saved_var, running_mean, running_var, s);
+      });
+}
+
+void batchnorm_activation_backward_sums(const OpContext& c, Activation act, ConstAct y, ConstAct grad_y, ConstAct x,
+                                        const float* saved_mean, const float* saved_var, float* grad_gamma,
+                                        float* grad_beta, float* sums2) {
+  void* ws = c.workspace;
+  size_t wsb = c.workspace_bytes;
+  dispatch(
+      c, "batchnorm_activation_backward_sums",
+      [=] {
+        batchnorm_activation_backward_sums_cpu(act, y, grad_y, x, saved_mean, saved_var, grad_gamma, grad_beta, sums2,
+                                               ws, wsb);
+      },
+      [&](cudaStream_t s) {
+        batchnorm_activation_backward_sums_cuda(act, y, grad_y, x, saved_mean, saved_var, grad_gamma, grad_beta,
+                                                sums2, ws, wsb, s);
+      });
+}
+
+void batchnorm_activation_backward_apply(const OpContext& c, Activation act, ConstAct y, ConstAct grad_y, ConstAct x,
+                                         const float* gamma, const float* saved_mean, const float* saved_var,
+                                         const float* sums2, double total_pixels, Act grad_x) {
+  dispatch(
+      c, "batchnorm_activation_backward_apply",
+      [=] {
+        batchnorm_activation_backward_apply_cpu(act, y, grad_y, x, gamma, saved_mean, saved_var, sums2, total_pixels,
+                                                grad_x);
+      },
+      [&](cudaStream_t s) {
+        batchnorm_activation_backward_apply_cuda(act, y, grad_y, x, gamma, saved_mean, saved_var, sums2, total_pixels,
+                                                 grad_x, s);
+      });
+}
+
+void conv2d_forward(const OpContext& c, const Conv2dShape& shape, ConstAct in, const float* weights, const float* bias,
+                    Act out) {
+  void* ws = c.workspace;
+  size_t wsb = c.workspace_bytes;
+  dispatch(c, "conv2d_forward", [=] { conv2d_forward_cpu(shape, in, weights, bias, out, ws, wsb); },
+           [&](cudaStream_t s) { conv2d_forward_cuda(shape, in, weights, bias, out, ws, wsb, s); });
+}
+
+void conv2d_backward_data(const OpContext& c, const Conv2dShape& shape, ConstAct grad_out, const float* weights,
+                          Act grad_in, bool accumulate) {
+  void* ws = c.workspace;
+  size_t wsb = c.workspace_bytes;
+  dispatch(c, "conv2d_backward_data",
+           [=] { conv2d_backward_data_cpu(shape, grad_out, weights, grad_in, accumulate, ws, wsb); },
+           [&](cudaStream_t s) { conv2d_backward_data_cuda(shape, grad_out, weights, grad_in, accumulate, ws, wsb, s); });
+}
+
+void conv2d_backward_weights(const OpContext& c, const Conv2dShape& shape, ConstAct in, ConstAct grad_out,
+                             float* grad_weights, float* grad_bias) {
+  void* ws = c.workspace;
+  size_t wsb = c.workspace_bytes;
+  dispatch(c, "conv2d_backward_weights",
+           [=] { conv2d_backward_weights_cpu(shape, in, grad_out, grad_weights, grad_bias, ws, wsb); },
+           [&](cudaStream_t s) { conv2d_backward_weights_cuda(shape, in, grad_out, grad_weights, grad_bias, ws, wsb, s); });
+}
+
+void gemm(const OpContext& c, const GemmShape& shape, const float* a, const float* b, const float* bias, float* out,
+          bool accumulate) {
+  void* ws = c.workspace;
+  size_t wsb = c.workspace_bytes;
+  dispatch(c, "gemm", [=] { gemm_cpu(shape, a, b, bias, out, accumulate, ws, wsb); },
+           [&](cudaStream_t s) { gemm_cuda(shape, a, b, bias, out, accumulate, ws, wsb, s); });
+}
+
+void shortcut_forward(const OpContext& c, ConstAct a, ConstAct b, Act out) {
+  dispatch(c, "shortcut_forward", [=] { shortcut_forward_cpu(a, b, out); },
+           [&](cudaStream_t s) { shortcut_forward_cuda(a, b, out, s); });
+}
+
+void shortcut_backward(const OpContext& c, ConstAct grad_out, Act grad_a, Act grad_b, bool accumulate_a,
+                       bool accumulate_b) {
+  dispatch(c, "shortcut_backward", [=] { shortcut_backward_cpu(grad_out, grad_a, grad_b, accumulate_a, accumulate_b); },
+           [&](cudaStream_t s) { shortcut_backward_cuda(grad_out, grad_a, grad_b, accumulate_a, accumulate_b, s); });
+}
+
+void route_forward(const OpContext& c, std::span<const ConstAct> inputs, Act out) {
+  std::vector<ConstAct> owned(inputs.begin(), inputs.end());
+  dispatch(c, "route_forward", [owned, out] { route_forward_cpu(owned, out); },
+           [&](cudaStream_t s) { route_forward_cuda(inputs, out, s); });
+}
+
+void route_backward(const OpContext& c, ConstAct grad_out, std::span<const Act> grad_inputs, bool accumulate) {
+  std::vector<Act> owned(grad_inputs.begin(), grad_inputs.end());
+  dispatch(c, "route_backward", [grad_out, owned, accumulate] { route_backward_cpu(grad_out, owned, accumulate); },
+           [&](cudaStream_t s) { route_backward_cuda(grad_out, grad_inputs, accumulate, s); });
+}
+
+void upsample_forward(const OpContext& c, ConstAct in, Act out, int factor) {
+  dispatch(c, "upsample_forward", [=] { upsample_forward_cpu(in, out, factor); },
+           [&](cudaStream_t s) { upsample_forward_cuda(in, out, factor, s); });
+}
+
+void upsample_backward(const OpContext& c, ConstAct grad_out, Act grad_in, int factor, bool accumulate) {
+  dispatch(c, "upsample_backward", [=] { upsample_backward_cpu(grad_out, grad_in, factor, accumulate); },
+           [&](cudaStream_t s) { upsample_backward_cuda(grad_out, grad_in, factor, accumulate, s); });
+}
+
+void maxpool_forward(const OpContext& c, ConstAct in, Act out, int* argmax, int size, int stride) {
+  dispatch(c, "maxpool_forward", [=] { maxpool_forward_cpu(in, out, argmax, size, stride); },
+           [&](cudaStream_t s) { maxpool_forward_cuda(in, out, argmax, size, stride, s); });
+}
+
+void maxpool_backward(const OpContext& c, ConstAct grad_out, const int* argmax, Act grad_in, int size, int stride,
+                      bool accumulate) {
+  dispatch(c, "maxpool_backward", [=] { maxpool_backward_cpu(grad_out, argmax, grad_in, size, stride, accumulate); },
+           [&](cudaStream_t s) { maxpool_backward_cuda(grad_out, argmax, grad_in, size, stride, accumulate, s); });
+}
+
+void yolo_loss(const OpContext& c, ConstAct input, const YoloLossConfig& config, const YoloTruth* truths,
+               const int* truth_counts, int truth_stride, Act grad, YoloLossStats* stats) {
+  void* ws = c.workspace;
+  size_t wsb = c.workspace_bytes;
+  dispatch(c, "yolo_loss", [=] { yolo_loss_cpu(input, config, truths, truth_counts, truth_stride, grad, stats); },
+           [&](cudaStream_t s) {
+             yolo_loss_cuda(input, config, truths, truth_counts, truth_stride, grad, stats, ws, wsb, s);
+           });
+}
+
+void softmax_cross_entropy(const OpContext& c, const float* logits, const int* labels, int n, int k, float* loss,
+                           float* grad_logits, float* probabilities, int* bad_label) {
+  dispatch(c, "softmax_cross_entropy",
+           [=] { softmax_cross_entropy_cpu(logits, labels, n, k, loss, grad_logits, probabilities); },
+           [&](cudaStream_t s) {
+             softmax_cross_entropy_cuda(logits, labels, n, k, loss, grad_logits, probabilities, bad_label, s);
+           });
+}
+
+void sgd_update(const OpContext& c, float* w, const float* g, float* u, const SgdSegment* segments, int segment_count,
+                size_t begin, size_t end, SgdHyper hyper) {
+  dispatch(c, "sgd_update", [=] { sgd_update_cpu(w, g, u, segments, segment_count, begin, end, hyper); },
+           [&](cudaStream_t s) { sgd_update_cuda(w, g, u, segments, segment_count, begin, end, hyper, s); });
+}
+
+void grad_nonfinite_check(const OpContext& c, const float* g, size_t count, int* flag) {
+  dispatch(c, "grad_nonfinite_check", [=] { grad_nonfinite_check_cpu(g, count, flag); },
+           [&](cudaStream_t s) { grad_nonfinite_check_cuda(g, count, flag, s); });
+}
+
+void yolo_decode(const OpContext& c, ConstAct input, const YoloLossConfig& config, float threshold, Detection* out,
+                 int capacity, int* count) {
+  void* ws = c.workspace;
+  size_t wsb = c.workspace_bytes;
+  dispatch(
+      c, "yolo_decode",
+      [=] {
+        // The CPU version appends, sorted: keep the first `capacity` as the CUDA version does.
+        std::vector<Detection> found;
+        yolo_decode_cpu(input, config, threshold, found);
+        *count = static_cast<int>(std::min<size_t>(found.size(), INT32_MAX));
+        std::copy_n(found.begin(), std::min<size_t>(found.size(), static_cast<size_t>(std::max(capacity, 0))), out);
+      },
+      [&](cudaStream_t s) { yolo_decode_cuda(input, config, threshold, out, capacity, count, ws, wsb, s); });
+}
+
+void nms(const OpContext& c, const Detection* detections, int count, float iou_threshold, int* keep) {
+  dispatch(c, "nms", [=] { nms_cpu(detections, count, iou_threshold, keep); },
+           [&](cudaStream_t s) { nms_cuda(detections, count, iou_threshold, keep, s); });
+}
+
+}  // namespace yolo

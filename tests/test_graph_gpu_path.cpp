@@ -1,0 +1,267 @@
+// The trainer's GPU path (the executor, trainer and evaluator over the CUDA kernels) on the
+// kernel device: emu:0 in build/tests_emu, gpu:0 in build/tests on a GPU machine. Against the
+// CPU backend, bit-exact repeats (also under the adversarial schedule), a multi-scale switch,
+// checkpoint + exact resume, --valid-every and --trace. Emulated GPUs only: the memory-fit check,
+// a replica whose kernel fails mid-step, and the planted faults (runtime/fault.h), each caught by
+// the adversarial schedule. Data parallel: test_graph_parallel.cpp; detect: test_graph_evaluate.cpp.
+#include <doctest/doctest.h>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <vector>
+
+#include "graph/executor.h"
+#include "graph/train.h"
+#include "graph/weights.h"
+#include "runtime/check.h"
+#include "runtime/fault.h"
+#include "tests/emu_fixtures.h"
+#include "tests/graph_fixtures.h"
+#include "tests/kernel_harness.h"
+#include "tests/test_support.h"
+
+using namespace yolo;
+using namespace yolo::graph;
+using yolo::testing::AdversarialSchedule;
+using yolo::testing::TempDir;
+
+namespace {
+
+ModelSpec tiny_spec() { return parse_model(parse_cfg_text(yolo::testing::kTinyDetectorCfg, "tiny.cfg")); }
+
+std::string file_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// The tiny detector's single-device runs: its cfg's batch 4 in 2 micro-batches (gradients
+// accumulated on the device), 3 steps.
+TrainOptions single_options(const std::string& out_dir) {
+  TrainOptions o;
+  o.threads = 1;
+  o.seed = 5;
+  o.progress_in_place = false;
+  o.max_batches = 3;
+  o.out_dir = out_dir;
+  return o;
+}
+
+// max over i of |a - b| / (|b| + 1e-2 max|b|): relative, with a floor for entries near zero.
+double worst_difference(const std::vector<float>& a, const std::vector<float>& b) {
+  REQUIRE(a.size() == b.size());
+  double norm = 0, worst = 0;
+  for (float v : b) norm = std::max(norm, static_cast<double>(std::fabs(v)));
+  for (size_t i = 0; i < a.size(); ++i)
+    worst = std::max(worst, std::fabs(static_cast<double>(a[i]) - b[i]) / (std::fabs(b[i]) + 1e-2 * norm));
+  return worst;
+}
+
+}  // namespace
+
+TEST_CASE("the GPU path trains the tiny detector as the CPU does, and repeats its own bits (emu:0: also adversarially)") {
+  KERNEL_TEST_DEVICE(device);
+  TempDir dir;
+  data::Dataset dataset = yolo::testing::small_shapes_dataset(dir / "shapes");
+  TrainOptions o = single_options("");
+  auto train = [&](Device on, const std::string& name) {
+    o.out_dir = dir / name;
+    TrainResult r = train_detector(tiny_spec(), dataset, on, o);
+    REQUIRE(r.iterations == 3);
+    return std::make_pair(r, read_checkpoint(r.checkpoint_path));
+  };
+  auto [cpu, cpu_ckpt] = train(Device::cpu(), "cpu");
+  auto [emu, emu_ckpt] = train(device, "device");
+  auto [again, again_ckpt] = train(device, "again");
+  // The CUDA kernels sum in other orders than the CPU ops (tiles, split-K partials, warp and
+  // block reductions), so the two backends agree to float rounding, grown over 3 steps of SGD.
+  for (size_t t = 0; t < cpu_ckpt.tensors.size(); ++t) {
+    CAPTURE(cpu_ckpt.tensors[t].first);
+    double worst = worst_difference(emu_ckpt.tensors[t].second, cpu_ckpt.tensors[t].second);
+    MESSAGE(cpu_ckpt.tensors[t].first << ": " << device.name() << " vs CPU, worst relative difference " << worst);
+    CHECK(worst <= 1e-4);
+  }
+  MESSAGE("loss: CPU " << cpu.first_loss << " -> " << cpu.last_loss << ", " << device.name() << " " << emu.first_loss
+                       << " -> " << emu.last_loss);
+  CHECK(yolo::testing::close(emu.first_loss, cpu.first_loss, 0, 1e-5));
+  CHECK(yolo::testing::close(emu.last_loss, cpu.last_loss, 0, 1e-4));
+  CHECK(emu_ckpt.tensors[0].second != cpu_ckpt.tensors[0].second);  // really two implementations
+  // The same device and seed: the same bits, whatever the schedule.
+  CHECK(file_bytes(again.weights_path) == file_bytes(emu.weights_path));
+  if (device.is_emu()) {
+    AdversarialSchedule schedule(2026);
+    auto [adversarial, adversarial_ckpt] = train(device, "adversarial");
+    CHECK(file_bytes(adversarial.weights_path) == file_bytes(emu.weights_path));
+    CHECK(adversarial.last_loss == emu.last_loss);
+  }
+}
+
+TEST_CASE("the GPU path: a multi-scale switch equals an executor built for that size, bit for bit") {
+  KERNEL_TEST_DEVICE(gpu);
+  ModelSpec spec = tiny_spec();
+  Graph at64 = build_graph(spec), at96 = build_graph(spec, 96, 96);
+  const int n = 2;
+  Executor both(at64, gpu, n, 11, {{96, 96}, {32, 32}});
+  Executor only96(at96, gpu, n, 11);
+  testing::Rng rng;
+  std::vector<float> images = rng.floats(static_cast<size_t>(n) * 96 * 96 * 3, 0, 1);
+  std::vector<YoloTruth> truths(static_cast<size_t>(n) * kYoloMaxTruths);
+  std::vector<int> counts{1, 2};
+  truths[0] = YoloTruth{0.3f, 0.4f, 0.2f, 0.3f, 1};
+  truths[kYoloMaxTruths] = YoloTruth{0.6f, 0.5f, 0.1f, 0.1f, 0};
+  truths[kYoloMaxTruths + 1] = YoloTruth{0.2f, 0.7f, 0.4f, 0.2f, 2};
+  yolo::testing::UploadedBatch batch(gpu, images, truths, counts);
+  both.train_micro_batch(batch.image_data(), batch.truth_data(), batch.count_data(), nullptr, false);  // at 64
+  both.take_loss();
+  both.set_input_size(96, 96);
+  both.train_micro_batch(batch.image_data(), batch.truth_data(), batch.count_data(), nullptr, false);
+  only96.train_micro_batch(batch.image_data(), batch.truth_data(), batch.count_data(), nullptr, false);
+  CHECK(both.take_loss().total == only96.take_loss().total);
+  CHECK(both.download("grads") == only96.download("grads"));
+}
+
+TEST_CASE("the GPU path: a resumed run equals an uninterrupted one bit for bit; --valid-every; --trace") {
+  KERNEL_TEST_DEVICE(device);
+  TempDir dir;
+  data::Dataset dataset = yolo::testing::small_shapes_dataset(dir / "shapes");
+  TrainOptions o = single_options(dir / "straight");
+  o.max_batches = 4;
+  TrainResult straight = train_detector(tiny_spec(), dataset, device, o);
+  o.out_dir = dir / "split";
+  o.max_batches = 2;
+  train_detector(tiny_spec(), dataset, device, o);
+  o.max_batches = 4;
+  o.resume = true;
+  TrainResult resumed = train_detector(tiny_spec(), dataset, device, o);
+  CHECK(resumed.iterations == 4);
+  CHECK(file_bytes(resumed.weights_path) == file_bytes(straight.weights_path));
+  // Validation (the CUDA decode and NMS) every epoch, and a trace of one step's layers.
+  o.resume = false;
+  o.out_dir = dir / "valid";
+  o.valid_every = 1;
+  o.trace_file = dir / "trace.json";
+  TrainResult validated = train_detector(tiny_spec(), dataset, device, o);
+  CHECK(validated.best_map50 >= 0);
+  CHECK(std::filesystem::exists(dir / "valid/best.weights"));
+  std::string trace = file_bytes(dir / "trace.json");
+  CHECK(trace.find("\"2 conv\"") != std::string::npos);
+  CHECK(trace.find(device.name()) != std::string::npos);
+}
+
+#if YOLO_EMULATED_KERNELS
+
+namespace {
+
+// How a run ended: its error, or its weights file and losses.
+struct Outcome {
+  std::string error, weights;
+  double first_loss = 0, last_loss = 0;
+  bool same_as(const Outcome& o) const {
+    return error.empty() && o.error.empty() && weights == o.weights && first_loss == o.first_loss;
+  }
+};
+
+Outcome run(const data::Dataset& dataset, const std::vector<Device>& devices, const TrainOptions& o) {
+  Outcome out;
+  try {
+    TrainResult r = train_detector(tiny_spec(), dataset, devices, o);
+    out.weights = file_bytes(r.weights_path);
+    out.first_loss = r.first_loss;
+    out.last_loss = r.last_loss;
+  } catch (const std::exception& e) {
+    out.error = e.what();
+  }
+  return out;
+}
+
+#if YOLO_EMU
+// Switches a planted fault on for the scope.
+struct PlantedFault {
+  Fault fault;
+  explicit PlantedFault(Fault f) : fault(f) { inject_fault(f, true); }
+  ~PlantedFault() { inject_fault(fault, false); }
+};
+#endif
+
+}  // namespace
+
+
+TEST_CASE("emulated GPU memory: the executor's plan must fit the device, with the numbers") {
+  yolo::testing::EmulatedDevicesReset reset;
+  Graph graph = build_graph(tiny_spec());
+  emu::DeviceProps tiny = emu::preset_for(90);
+  tiny.memory_bytes = size_t(64) << 10;
+  emu::configure_device(2, tiny);
+  CHECK_THROWS_WITH_AS(Executor(graph, Device::emu(2), 2, 1), doctest::Contains("the model does not fit on emu:2"), Error);
+  CHECK_THROWS_WITH_AS(Executor(graph, Device::emu(2), 2, 1), doctest::Contains("MiB are free"), Error);
+}
+
+TEST_CASE("emu:0,1: a replica whose kernel fails mid-step stops the other within --comm-timeout, naming it") {
+  TempDir dir;
+  data::Dataset dataset = yolo::testing::small_shapes_dataset(dir / "shapes");
+  // Kernels per step on one replica, to fail rank 1 in the middle of step 3.
+  TrainOptions probe = yolo::testing::tiny_dp_options(dir / "probe", 1);
+  int64_t before = emu::kernel_launches(1);
+  train_detector(tiny_spec(), dataset, std::vector<Device>{Device::emu(0), Device::emu(1)}, probe);
+  int64_t per_step = emu::kernel_launches(1) - before;
+  REQUIRE(per_step > 10);
+  TrainOptions o = yolo::testing::tiny_dp_options(dir / "run", 5);
+  o.checkpoint_every = 1;
+  o.comm_timeout = 20;
+  emu::fail_kernel_launch(1, 2 * per_step + per_step / 2);
+  auto start = std::chrono::steady_clock::now();
+  Outcome failed = run(dataset, {Device::emu(0), Device::emu(1)}, o);
+  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  emu::fail_kernel_launch(1, 0);
+  MESSAGE("the run stopped after " << seconds << " s: " << failed.error);
+  CHECK(failed.error.rfind("rank 1: ", 0) == 0);
+  CHECK(failed.error.find("an illegal memory access in") != std::string::npos);
+  CHECK(seconds < o.comm_timeout);
+  // Nothing half-written: the checkpoint of step 2 is whole, and no temporary file is left.
+  Checkpoint saved = read_checkpoint(dir / "run/last.ckpt");
+  CHECK(saved.iteration == 2);
+  for (const auto& entry : std::filesystem::directory_iterator(dir / "run"))
+    CHECK(entry.path().extension() != ".tmp");
+}
+
+#if YOLO_EMU
+TEST_CASE("planted faults: the adversarial schedule catches each, the same runs without them reproduce their bits") {
+  TempDir dir;
+  data::Dataset dataset = yolo::testing::small_shapes_dataset(dir / "shapes");
+  const std::vector<Device> one{Device::emu(0)}, two{Device::emu(0), Device::emu(1)};
+  TrainOptions single = single_options(dir / "single"), dp = yolo::testing::tiny_dp_options(dir / "dp", 3);
+  Outcome single_normal = run(dataset, one, single), dp_normal = run(dataset, two, dp);
+  REQUIRE(single_normal.error.empty());
+  REQUIRE(dp_normal.error.empty());
+  AdversarialSchedule schedule(77);
+  // Without a fault the adversarial schedule changes nothing.
+  CHECK(run(dataset, one, single).same_as(single_normal));
+  CHECK(run(dataset, two, dp).same_as(dp_normal));
+  struct Case {
+    Fault fault;
+    const char* what;
+    bool data_parallel;
+  };
+  for (Case c : {Case{Fault::CommSkipsComputeWait, "the all-reduce does not wait for the gradients", true},
+                 Case{Fault::AllReduceBeforeLastKernel, "the all-reduce is queued before the layer's kernels", true},
+                 Case{Fault::LossReadWithoutSync, "the loss is read without synchronising", false}}) {
+    const std::string what = c.what;
+    CAPTURE(what);
+    PlantedFault planted(c.fault);
+    Outcome faulty = c.data_parallel ? run(dataset, two, dp) : run(dataset, one, single);
+    const Outcome& good = c.data_parallel ? dp_normal : single_normal;
+    MESSAGE(what << ": " << (faulty.error.empty() ? "loss " + std::to_string(faulty.first_loss) + " -> " +
+                                                          std::to_string(faulty.last_loss) + " (correct: " +
+                                                          std::to_string(good.first_loss) + " -> " +
+                                                          std::to_string(good.last_loss) + ")"
+                                                    : "error: " + faulty.error));
+    CHECK_FALSE(faulty.same_as(good));
+  }
+}
+
+#endif  // YOLO_EMU
+
+#endif  // YOLO_EMULATED_KERNELS
