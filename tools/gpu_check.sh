@@ -1,12 +1,33 @@
 #!/usr/bin/env bash
-# The one prepared run for a GPU machine (DESIGN.md, "On a GPU"); under five minutes.
-# Runs the test suite natively, compute-sanitizer (memcheck, racecheck, synccheck, initcheck)
-# on the kernel tests, the kernel benchmarks (build/bench_kernels, ceilings measured first) and
-# the loader benchmark (build/bench_loader) and two short training runs; writes full logs to OUTDIR and prints a summary
-# table last. A tool that is missing is reported as unavailable, not as a failure.
-# Needs the binaries built beforehand (here or elsewhere: make ARCH=90).
+# The one prepared run for a GPU machine (DESIGN.md, "On a GPU"), in sections that each take a
+# few minutes at most, so that one device call of under 6 minutes covers exactly what a change
+# touched and leaves time for a rerun:
+#   tools/gpu_check.sh OUTDIR                      every section
+#   tools/gpu_check.sh OUTDIR tests train nccl     these, in this order
+# Sections (upper bound of each, from its steps' timeouts):
+#   tests      devices, the test suite natively (build/tests)                          ~3 min
+#   sanitizer  compute-sanitizer over the kernel tests; SANITIZERS picks the tools
+#              (default memcheck racecheck; also synccheck initcheck), SANITIZER_TIMEOUT each  ~4 min
+#   bench      the kernel benchmarks (build/bench_kernels, ceilings measured first)     ~2 min
+#   loader     the input pipeline on the machine's cores (build/bench_loader)           ~2 min
+#   train      the demo net, 50 steps                                                   ~2 min
+#   yolov3     YOLOv3-416 (batch 16), 50 steps, with a trace of one step                ~5 min
+#   nccl       the demo without a communicator and as an NCCL job of one; the NCCL tests ~3 min
+#   nccl2      2 NCCL ranks sharing gpu:0 (NCCL 2.30+), and that job with rank 1 killed  ~4 min
+# Writes full logs to OUTDIR and prints a summary table last. A tool that is missing is
+# reported as unavailable, not as a failure. Needs the binaries built beforehand (here or
+# elsewhere: make ARCH=90).
 set -u
-OUT=${1:?usage: tools/gpu_check.sh OUTDIR}
+usage="usage: tools/gpu_check.sh OUTDIR [tests|sanitizer|bench|loader|train|yolov3|nccl|nccl2 ...]"
+OUT=${1:?$usage}
+shift
+sections=("$@")
+(( ${#sections[@]} )) || sections=(tests sanitizer bench loader train yolov3 nccl nccl2)
+for s in "${sections[@]}"; do
+  case $s in tests|sanitizer|bench|loader|train|yolov3|nccl|nccl2) ;;
+    *) echo "unknown section '$s'; $usage" >&2; exit 2 ;;
+  esac
+done
 mkdir -p "$OUT"
 cd "$(dirname "$0")/.."
 summary=()
@@ -31,74 +52,98 @@ run_step() {  # name, log file, timeout seconds, command...
   return $status
 }
 
-{ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,power.draw,temperature.gpu --format=csv; nvidia-smi -L; } >"$OUT/gpu.txt" 2>&1 || true
+section_tests() {
+  run_step "list devices" devices.log 60 ./train_yolo --list-devices
+  run_step "tests (native)" tests.log 120 build/tests
+  tail -n 1 "$OUT/tests.log" | grep -q '^tests:' && summary[-1]+=" | $(tail -n 1 "$OUT/tests.log")"
+}
 
-run_step "list devices" devices.log 60 ./train_yolo --list-devices
-run_step "tests (native)" tests.log 120 build/tests
-tail -n 1 "$OUT/tests.log" | grep -q '^tests:' && summary[-1]+=" | $(tail -n 1 "$OUT/tests.log")"
-
-# Every kernel test file (tests/test_kernel_*.cpp); SANITIZERS picks the tools.
-if command -v compute-sanitizer >/dev/null; then
-  for tool in ${SANITIZERS:-memcheck racecheck synccheck initcheck}; do
-    run_step "compute-sanitizer $tool" "sanitizer_$tool.log" "${SANITIZER_TIMEOUT:-120}" \
+# Every kernel test file (tests/test_kernel_*.cpp).
+section_sanitizer() {
+  if ! command -v compute-sanitizer >/dev/null; then
+    record "compute-sanitizer" "unavailable" "not on PATH"
+    return
+  fi
+  for tool in ${SANITIZERS:-memcheck racecheck}; do
+    run_step "compute-sanitizer $tool" "sanitizer_$tool.log" "${SANITIZER_TIMEOUT:-110}" \
       compute-sanitizer --tool "$tool" --error-exitcode 99 build/tests -sf='*test_kernel_*' -tce='*invalid launch*'
     summary[-1]+=" | $(grep -m1 -E '(ERROR|RACECHECK) SUMMARY' "$OUT/sanitizer_$tool.log" || echo 'no summary')"
   done
-else
-  record "compute-sanitizer" "unavailable" "not on PATH"
-fi
+}
 
-if [[ -x build/bench_kernels ]]; then
-  run_step "bench_kernels" bench_kernels.log 120 build/bench_kernels
-else
-  record "bench_kernels" "unavailable" "not built"
-fi
+section_bench() {
+  if [[ -x build/bench_kernels ]]; then run_step "bench_kernels" bench_kernels.log 120 build/bench_kernels
+  else record "bench_kernels" "unavailable" "not built"; fi
+}
 
 # The input pipeline on the GPU machine's cores (1..16 loader threads).
-if [[ -x build/bench_loader ]]; then
-  run_step "bench_loader" bench_loader.log 120 build/bench_loader --images 128 --dir "$OUT/loader_images"
-else
-  record "bench_loader" "unavailable" "not built"
-fi
+section_loader() {
+  if [[ -x build/bench_loader ]]; then
+    run_step "bench_loader" bench_loader.log 120 build/bench_loader --images 128 --dir "$OUT/loader_images"
+  else
+    record "bench_loader" "unavailable" "not built"
+  fi
+}
 
-# Training: the demo net, then YOLOv3 at 416 (batch 16) on the synthetic shapes (3 classes:
-# the cfg's 80-class heads rewritten to 3), 50 steps each; images/s in the logs.
-if [[ -x ./train_yolo ]]; then
+# Training: the demo net; YOLOv3 at 416 (batch 16) on the synthetic shapes (3 classes: the cfg's
+# 80-class heads rewritten to 3); 50 steps each; images/s in the logs.
+section_train() {
+  [[ -x ./train_yolo ]] || { record "train" "unavailable" "./train_yolo not built"; return; }
   run_step "train demo (50 steps)" train_demo.log 120 ./train_yolo --max-batches 50 --out "$OUT/demo"
+  rm -f "$OUT"/demo/*.weights "$OUT"/demo/*.ckpt  # not needed back
+}
+
+section_yolov3() {
+  [[ -x ./train_yolo ]] || { record "yolov3" "unavailable" "./train_yolo not built"; return; }
   sed 's/^classes=80/classes=3/; s/^filters=255/filters=24/' models/yolov3.cfg >"$OUT/yolov3-shapes.cfg"
   run_step "train yolov3-416 (50 steps)" train_yolov3.log 300 ./train_yolo --cfg "$OUT/yolov3-shapes.cfg" \
     --batch 16 --subdivisions 1 --max-batches 50 --out "$OUT/yolov3" --trace "$OUT/yolov3_step.json"
   summary[-1]+=" | $(grep -m1 -o '[0-9.]* images/s' "$OUT/train_yolov3.log" | tail -1)"
-  rm -f "$OUT"/demo/*.weights "$OUT"/demo/*.ckpt "$OUT"/yolov3/*.weights "$OUT"/yolov3/*.ckpt  # too big to fetch
-fi
+  rm -f "$OUT"/yolov3/*.weights "$OUT"/yolov3/*.ckpt  # too big to fetch
+}
 
 # Data parallel through NCCL (issue 7): the demo as a launched job of one rank (NCCL's
-# all-reduces on the path) against the plain run; two ranks sharing GPU 0 where NCCL allows it
-# (2.30+, NCCL_MULTI_RANK_GPU_ENABLE=1; the NCCL tests in build/tests need the same variable);
-# and that job losing rank 1 (rank 0 must stop within --comm-timeout, naming it).
-if [[ -x ./train_yolo ]]; then
-  run_step "demo, no communicator" dp_plain.log 120 ./train_yolo --max-batches 100 --out "$OUT/dp_plain"
+# all-reduces on the path) against the plain run, and the NCCL tests; then two ranks sharing
+# GPU 0 where NCCL allows it (2.30+, NCCL_MULTI_RANK_GPU_ENABLE=1; the NCCL tests in build/tests
+# need the same variable) and that job losing rank 1 (rank 0 must stop within --comm-timeout,
+# naming it).
+section_nccl() {
+  [[ -x ./train_yolo ]] || { record "nccl" "unavailable" "./train_yolo not built"; return; }
+  run_step "demo, no communicator" dp_plain.log 60 ./train_yolo --max-batches 100 --out "$OUT/dp_plain"
   summary[-1]+=" | $(grep -m1 'the last' "$OUT/dp_plain.log" | sed 's/.*steps: //')"
-  run_step "demo, NCCL world 1" dp_nccl1.log 120 env RANK=0 WORLD_SIZE=1 LOCAL_RANK=0 ./train_yolo --max-batches 100 \
+  run_step "demo, NCCL world 1" dp_nccl1.log 60 env RANK=0 WORLD_SIZE=1 LOCAL_RANK=0 ./train_yolo --max-batches 100 \
     --out "$OUT/dp_nccl1"
   summary[-1]+=" | $(grep -m1 'the last' "$OUT/dp_nccl1.log" | sed 's/.*steps: //')"
+  run_step "NCCL tests, 2 ranks on gpu:0" tests_nccl.log 60 env NCCL_MULTI_RANK_GPU_ENABLE=1 build/tests -sf='*test_nccl*'
+  rm -f "$OUT"/dp_*/*.weights "$OUT"/dp_*/*.ckpt
+}
+
+section_nccl2() {
+  [[ -x ./train_yolo ]] || { record "nccl2" "unavailable" "./train_yolo not built"; return; }
   export NCCL_MULTI_RANK_GPU_ENABLE=1
-  run_step "NCCL tests, 2 ranks on gpu:0" tests_nccl.log 120 build/tests -sf='*test_nccl*'
-  run_step "demo, 2 NCCL ranks on gpu:0" dp_nccl2.log 180 tools/launch_local.sh -n 2 -p "$OUT/dp_nccl2" -- \
+  run_step "demo, 2 NCCL ranks on gpu:0" dp_nccl2.log 120 tools/launch_local.sh -n 2 -p "$OUT/dp_nccl2" -- \
     ./train_yolo --devices gpu:0 --max-batches 100 --out "$OUT/dp_nccl2" --trace "$OUT/dp_nccl2_step.json"
   summary[-1]+=" | $(grep -m1 'the last' "$OUT/dp_nccl2.rank0.log" | sed 's/.*steps: //')"
-  run_step "2 NCCL ranks, rank 1 killed" dp_kill.log 120 tools/launch_local.sh -n 2 -p "$OUT/dp_kill" \
+  run_step "2 NCCL ranks, rank 1 killed" dp_kill.log 90 tools/launch_local.sh -n 2 -p "$OUT/dp_kill" \
     --kill-rank 1 --kill-after 20 -- ./train_yolo --devices gpu:0 --max-batches 100000 --comm-timeout 30 \
     --out "$OUT/dp_kill"
   [[ $? -ne 0 ]] && grep -q 'rank 1' "$OUT/dp_kill.rank0.log" && summary[-1]+=" | rank 0 stopped naming rank 1 (expected)"
   unset NCCL_MULTI_RANK_GPU_ENABLE
   rm -f "$OUT"/dp_*/*.weights "$OUT"/dp_*/*.ckpt
-fi
+}
+
+{ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,power.draw,temperature.gpu --format=csv; nvidia-smi -L; } >"$OUT/gpu.txt" 2>&1 || true
+for s in "${sections[@]}"; do
+  start=$SECONDS
+  "section_$s"
+  echo "section $s: $((SECONDS - start)) s" >>"$OUT/sections.txt"
+done
 
 echo
 cat "$OUT/gpu.txt"
 echo
 [[ -f "$OUT/bench_kernels.log" ]] && cat "$OUT/bench_kernels.log" && echo
 [[ -f "$OUT/bench_loader.log" ]] && cat "$OUT/bench_loader.log" && echo
+cat "$OUT/sections.txt"
 printf '%-28s %-12s %s\n' "step" "status" "detail"
 printf '%s\n' "${summary[@]}"

@@ -61,7 +61,8 @@ const char* kUsage =
     "                     or file:///shared/path (default: tcp://MASTER_ADDR:MASTER_PORT)\n"
     "  --threshold T      detect: score threshold (0.25); --nms IOU (0.45); --json: JSON lines\n"
     "  --list-devices     print the GPUs, NCCL and CPU this machine offers, then exit\n"
-    "  --devices SPEC     auto (default: every GPU, else the CPU), cpu, cpu:N (N replicas), gpu, gpu:I,J,...\n"
+    "  --devices SPEC     auto (default: every GPU, else the CPU), cpu, cpu:N (N replicas), gpu, gpu:I,J,...;\n"
+    "                     build/train_yolo_emu: emu:I,J,... emulated GPUs (default emu:0; emu:0@sm75@mem=2G)\n"
     "  --help             this text\n"
     "synth options:\n"
     "  --train N  --valid N   images per split (200, 50)\n"
@@ -89,7 +90,8 @@ struct Options {
   bool overlap = true, sync_bn = false;
   int check_every = 100;
   bool list_devices = false;
-  std::string devices = "auto";
+  // The emulated-GPU build (build/train_yolo_emu) exists to run the GPU path: emu:0 by default.
+  std::string devices = YOLO_EMU ? "emu:0" : "auto";
   std::string synth_dir;
   yolo::data::SyntheticOptions synth;
   std::string data;

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# The real CLI over emulated GPUs (build/train_yolo_emu), end to end and small: write a tiny
+# synthetic set, train the demo net on emu:0,1 at 64x64 for 2 steps (the step split printed),
+# evaluate it (map), detect on an image (a drawn copy written), and refuse a bad --devices with
+# the flag named. Prints "tests: N passed, M failed, 0 skipped" for tools/run_tests.sh.
+# BUILD (env): the build folder (build).
+set -u
+cd "$(dirname "$0")/.."
+bin="$(pwd)/${BUILD:-build}/train_yolo_emu"
+models="$(pwd)/models"
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+passed=0 failed=0
+
+# name, expected exit status, text the output must contain, command...
+check() {
+  local name=$1 want=$2 text=$3
+  shift 3
+  local log="$work/$(echo "$name" | tr -c 'a-z0-9\n' '_').log"
+  (cd "$work" && "$@") >"$log" 2>&1
+  local status=$?
+  if [[ $status -eq $want ]] && grep -qF -- "$text" "$log"; then
+    passed=$((passed + 1))
+    echo "ok: $name"
+  else
+    failed=$((failed + 1))
+    echo "FAILED: $name (exit $status, wanted $want and '$text'); its output:"
+    sed 's/^/    /' "$log" | tail -n 40
+  fi
+}
+
+if [[ ! -x "$bin" ]]; then
+  echo "FAILED: $bin is not built"
+  echo "tests: 0 passed, 1 failed, 0 skipped"
+  exit 1
+fi
+check "synth" 0 "wrote 12 training" "$bin" synth set --train 12 --valid 3 --image-size 160x120 --png
+check "train on emu:0,1" 0 "+ exposed comm" "$bin" --devices emu:0,1 --cfg "$models/demo.cfg" --data set/shapes.data \
+  --max-batches 2 --size 64 --batch 8 --out out
+check "map on emu:0" 0 "mAP@0.5 =" "$bin" map --cfg "$models/demo.cfg" --weights out/last.weights --data set/shapes.data \
+  --size 64
+check "detect on emu:1@sm75" 0 "detections -> drawn/000000.png" "$bin" detect --devices emu:1@sm75 --cfg "$models/demo.cfg" \
+  --weights out/last.weights --names set/shapes.names --size 64 --out drawn set/validation/images/000000.png
+check "a bad --devices" 2 "--devices emu:0@sm61: no emulated GPU preset for sm_61" "$bin" --devices emu:0@sm61 \
+  --cfg "$models/demo.cfg" --data set/shapes.data
+echo "tests: $passed passed, $failed failed, 0 skipped"
+[[ $failed -eq 0 ]]
