@@ -17,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "kernels/conv.h"
 #include "kernels/shortcut.h"
 #include "runtime/check.h"
 #include "runtime/device.h"
@@ -127,6 +128,22 @@ TEST_CASE("emulated GPU memory: a budget per device, fresh memory full of NaN, t
   CHECK(emu::current_multiprocessors() == 40);
   emu::set_current_device(-1);
   CHECK(emu::current_multiprocessors() == 4);
+}
+
+TEST_CASE("emulated GPUs: the current device's SM count reaches the kernels' tile planning") {
+  EmulatedDevicesReset reset;
+  emu::DeviceProps few = emu::preset_for(90), many = emu::preset_for(90);
+  few.multiprocessors = 4;
+  emu::configure_device(0, few);
+  emu::configure_device(1, many);
+  // The weight gradient of a 3x3 conv over many pixels splits its pixel sum to fill the GPU.
+  Conv2dShape shape{8, 52, 52, 64, 64, 3, 1};
+  set_current_device(Device::emu(0));
+  size_t on_few = conv2d_backward_weights_workspace_bytes(shape);
+  set_current_device(Device::emu(1));
+  size_t on_many = conv2d_backward_weights_workspace_bytes(shape);
+  MESSAGE("split-K workspace: " << on_few << " bytes on 4 SMs, " << on_many << " on 132");
+  CHECK(on_many > on_few);
 }
 
 TEST_CASE("emulated GPU memory: a host read of a device pointer faults, naming the device and allocation") {
