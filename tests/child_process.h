@@ -7,6 +7,8 @@
 #include <vector>
 
 #include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 namespace yolo::testing {
 
@@ -35,5 +37,29 @@ class ChildProcess {
  private:
   pid_t pid_ = -1;
 };
+
+// Runs `body` in a fork()ed copy of this process (for code that must crash there: a sanitizer
+// report, a fault) and returns what it wrote to stdout and stderr; *status: its wait status.
+// The child exits 0 if body returns. Only the calling thread exists in the child.
+template <typename Body>
+std::string output_of_forked(Body body, int* status) {
+  int fds[2];
+  if (pipe(fds) != 0) return "pipe failed";
+  pid_t child = fork();
+  if (child < 0) return "fork failed";
+  if (child == 0) {
+    dup2(fds[1], STDERR_FILENO);
+    dup2(fds[1], STDOUT_FILENO);  // doctest's crash report too
+    body();
+    _exit(0);
+  }
+  close(fds[1]);
+  std::string report;
+  char buffer[4096];
+  for (ssize_t got; (got = read(fds[0], buffer, sizeof buffer)) > 0;) report.append(buffer, size_t(got));
+  close(fds[0]);
+  waitpid(child, status, 0);
+  return report;
+}
 
 }  // namespace yolo::testing

@@ -1,12 +1,16 @@
 // Shared pieces of the graph tests: a tiny detector cfg and batches of synthetic images.
 #pragma once
 #include <cstdint>
+#include <exception>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "data/synthetic.h"
 #include "graph/train.h"
 #include "kernels/yolo_loss.h"
+#include "runtime/communicator.h"
+#include "runtime/emu_communicator.h"
 #include "runtime/memory.h"
 
 namespace yolo::testing {
@@ -138,6 +142,27 @@ inline std::vector<Device> replica_devices(DeviceKind kind, int world) {
   std::vector<Device> devices;
   for (int r = 0; r < world; ++r) devices.push_back(kind == DeviceKind::Emu ? Device::emu(r) : Device::cpu());
   return devices;
+}
+
+// Runs body(rank, device, communicator) for `world` in-process replicas of `kind`, a thread
+// each, over one group (timeout in seconds); returns each rank's error ("" when none).
+template <typename Body>
+std::vector<std::string> on_replicas(DeviceKind kind, int world, double timeout, Body body) {
+  const std::vector<Device> devices = replica_devices(kind, world);
+  InProcessGroup group(world, timeout);
+  std::vector<std::string> errors(world);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < world; ++r)
+    threads.emplace_back([&, r] {
+      try {
+        auto comm = replica_communicator(group, r, devices[r]);
+        body(r, devices[r], *comm);
+      } catch (const std::exception& e) {
+        errors[r] = e.what();
+      }
+    });
+  for (auto& t : threads) t.join();
+  return errors;
 }
 
 // A 12-image training set (80x60 PNGs, 1 validation image) written under `root` and opened.

@@ -19,12 +19,7 @@ TEST_CASE("in-process all-reduce: every rank gets the rank-ordered sum, bit for 
     const size_t count = 1001;
     std::vector<std::vector<float>> data(n);
     for (auto& d : data) d = rng.floats(count, -1e3f, 1e3f);
-    std::vector<float> expect(count);
-    for (size_t i = 0; i < count; ++i) {
-      float sum = data[0][i];
-      for (int r = 1; r < n; ++r) sum += data[r][i];
-      expect[i] = sum;
-    }
+    std::vector<float> expect = testing::rank_ordered_sum(data);
     InProcessGroup group(n, 10);
     std::vector<std::thread> threads;
     for (int r = 0; r < n; ++r)

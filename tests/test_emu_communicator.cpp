@@ -15,6 +15,7 @@
 #include "runtime/memory.h"
 #include "runtime/stream.h"
 #include "tests/emu_fixtures.h"
+#include "tests/graph_fixtures.h"
 #include "tests/test_support.h"
 
 using namespace yolo;
@@ -30,23 +31,10 @@ std::vector<float> download(const DeviceMemory& memory, size_t count) {
   return out;
 }
 
-// Runs body(rank, communicator) on `n` threads, one emulated GPU each; returns each rank's error.
+// Runs body(rank, communicator) on `n` threads, emu:0 .. emu:n-1; returns each rank's error.
 template <typename Body>
 std::vector<std::string> on_ranks(int n, double timeout, Body body) {
-  InProcessGroup group(n, timeout);
-  std::vector<std::string> errors(n);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r)
-    threads.emplace_back([&, r] {
-      try {
-        auto comm = emulated_gpu_communicator(group, r, Device::emu(r));
-        body(r, *comm);
-      } catch (const std::exception& e) {
-        errors[r] = e.what();
-      }
-    });
-  for (auto& t : threads) t.join();
-  return errors;
+  return on_replicas(DeviceKind::Emu, n, timeout, [&](int r, Device, Communicator& comm) { body(r, comm); });
 }
 
 }  // namespace
@@ -63,12 +51,7 @@ TEST_CASE("emulated GPUs' all-reduce: the rank-ordered sum on every rank, bit fo
       const size_t count = 1001;
       std::vector<std::vector<float>> data(n);
       for (auto& d : data) d = rng.floats(count, -1e3f, 1e3f);
-      std::vector<float> expect(count);
-      for (size_t i = 0; i < count; ++i) {
-        float sum = data[0][i];
-        for (int r = 1; r < n; ++r) sum += data[r][i];
-        expect[i] = sum;
-      }
+      std::vector<float> expect = testing::rank_ordered_sum(data);
       std::vector<std::vector<float>> reduced(n), broadcast(n);
       std::vector<std::vector<uint64_t>> gathered(n);
       std::vector<std::string> errors = on_ranks(n, 20, [&](int r, Communicator& comm) {

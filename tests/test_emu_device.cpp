@@ -5,9 +5,6 @@
 // latches; in the adversarial mode "never ran" is certain, so a latch that times out proves it.
 #include <doctest/doctest.h>
 
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -24,6 +21,7 @@
 #include "runtime/memory.h"
 #include "runtime/stream.h"
 #include "runtime/stream_queue.h"
+#include "tests/child_process.h"
 #include "tests/emu_fixtures.h"
 #include "tests/test_support.h"
 #if YOLO_EMULATED_KERNELS
@@ -53,28 +51,15 @@ std::vector<float> download(const DeviceMemory& memory) {
 
 Act flat_view(void* data, int count) { return Act{static_cast<float*>(data), 1, 1, count, 1, 1}; }
 
-// Runs `body` in a child process (fork) and returns what it wrote to stdout and stderr; *status:
-// its wait status.
+// In a forked child, with the emulation's fault handler above doctest's per-test crash handler.
 template <typename Body>
 std::string in_child(Body body, int* status) {
-  int fds[2];
-  REQUIRE(pipe(fds) == 0);
-  pid_t child = fork();
-  REQUIRE(child >= 0);
-  if (child == 0) {
-    dup2(fds[1], STDERR_FILENO);
-    dup2(fds[1], STDOUT_FILENO);   // doctest's crash report too
-    emu::install_fault_handler();  // above doctest's per-test crash handler
-    body();
-    _exit(0);
-  }
-  close(fds[1]);
-  std::string report;
-  char buffer[4096];
-  for (ssize_t got; (got = read(fds[0], buffer, sizeof buffer)) > 0;) report.append(buffer, size_t(got));
-  close(fds[0]);
-  waitpid(child, status, 0);
-  return report;
+  return output_of_forked(
+      [&] {
+        emu::install_fault_handler();
+        body();
+      },
+      status);
 }
 
 }  // namespace

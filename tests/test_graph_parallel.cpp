@@ -50,40 +50,29 @@ void check_replicas_agree(DeviceKind kind, int world) {
   CAPTURE(world);
   Graph graph = build_graph(parse_model(parse_cfg_text(kTinyDetectorCfg, "tiny.cfg")));
   const int n = 2;
-  const std::vector<Device> devices = yolo::testing::replica_devices(kind, world);
-  InProcessGroup group(world, 30);
   std::vector<std::vector<float>> local_grads(world), params(world);
-  std::vector<std::string> errors(world);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < world; ++r)
-    threads.emplace_back([&, r] {
-      try {
-        auto comm = replica_communicator(group, r, devices[r]);
-        Executor ex(graph, devices[r], n, 5);
-        Stream stream(devices[r], StreamPriority::High, "comm");
-        Event produced(devices[r]);
-        for (int step = 0; step < 5; ++step) {
-          std::vector<float> images;
-          std::vector<YoloTruth> truths;
-          std::vector<int> counts;
-          yolo::testing::synthetic_batch(99, (step * world + r) * n, n, 64, 64, images, truths, counts);
-          yolo::testing::UploadedBatch batch(devices[r], images, truths, counts);
-          ex.train_micro_batch(batch.image_data(), batch.truth_data(), batch.count_data(), nullptr, false);
-          if (step == 0) local_grads[r] = ex.download("grads");
-          ex.compute_stream().record(produced);
-          stream.wait(produced);
-          comm->all_reduce_sum(ex.gradients(), ex.parameter_count(), stream);
-          comm->wait(stream);
-          stream.synchronize();
-          if (!ex.apply_update(0.01f, 0.9f, 0.0005f, 1.0f / (n * world))) throw Error("a step was skipped");
-          ex.take_loss();
-        }
-        params[r] = ex.download("params");
-      } catch (const std::exception& e) {
-        errors[r] = e.what();
-      }
-    });
-  for (auto& t : threads) t.join();
+  std::vector<std::string> errors = yolo::testing::on_replicas(kind, world, 30, [&](int r, Device device, Communicator& comm) {
+    Executor ex(graph, device, n, 5);
+    Stream stream(device, StreamPriority::High, "comm");
+    Event produced(device);
+    for (int step = 0; step < 5; ++step) {
+      std::vector<float> images;
+      std::vector<YoloTruth> truths;
+      std::vector<int> counts;
+      yolo::testing::synthetic_batch(99, (step * world + r) * n, n, 64, 64, images, truths, counts);
+      yolo::testing::UploadedBatch batch(device, images, truths, counts);
+      ex.train_micro_batch(batch.image_data(), batch.truth_data(), batch.count_data(), nullptr, false);
+      if (step == 0) local_grads[r] = ex.download("grads");
+      ex.compute_stream().record(produced);
+      stream.wait(produced);
+      comm.all_reduce_sum(ex.gradients(), ex.parameter_count(), stream);
+      comm.wait(stream);
+      stream.synchronize();
+      if (!ex.apply_update(0.01f, 0.9f, 0.0005f, 1.0f / (n * world))) throw Error("a step was skipped");
+      ex.take_loss();
+    }
+    params[r] = ex.download("params");
+  });
   for (int r = 0; r < world; ++r) CHECK(errors[r].empty());
   for (int r = 1; r < world; ++r) {
     CHECK(local_grads[r] != local_grads[0]);  // the replicas did see different data
@@ -100,49 +89,38 @@ void check_overlap_is_real(DeviceKind kind) {
   for (bool overlap : {true, false}) {
     CAPTURE(overlap);
     const int world = 2, n = 1;
-    const std::vector<Device> devices = yolo::testing::replica_devices(kind, world);
-    InProcessGroup group(world, 30);
     std::vector<int> held_ok(world, -1);
-    std::vector<std::string> errors(world);
-    std::vector<std::thread> threads;
-    for (int r = 0; r < world; ++r)
-      threads.emplace_back([&, r] {
-        try {
-          auto comm = replica_communicator(group, r, devices[r]);
-          Executor ex(graph, devices[r], n, 5);
-          Stream stream(devices[r], StreamPriority::High, "comm");
-          Event produced(devices[r]);
-          testing::Latch started;
-          bool first = true;
-          auto start_all_reduce = [&](size_t begin, size_t end) {
-            ex.compute_stream().record(produced);
-            stream.wait(produced);
-            stream.enqueue([&started] { started.release(); });
-            comm->all_reduce_sum(ex.gradients() + begin, end - begin, stream);
-          };
-          if (overlap)
-            ex.set_gradients_ready([&](size_t ready) {
-              if (first) start_all_reduce(0, ready);  // the first bucket: the last layer's gradients
-              first = false;
-            });
-          ex.set_before_backward([&](int layer) {
-            if (layer == 0) held_ok[r] = started.wait(std::chrono::milliseconds(overlap ? 10000 : 300));
-          });
-          std::vector<float> images(64 * 64 * 3, 0.5f);
-          std::vector<YoloTruth> truths(kYoloMaxTruths);
-          std::vector<int> counts{1};
-          truths[0] = YoloTruth{0.5f, 0.5f, 0.3f, 0.3f, 1};
-          yolo::testing::UploadedBatch batch(devices[r], images, truths, counts);
-          ex.train_micro_batch(batch.image_data(), batch.truth_data(), batch.count_data(), nullptr, false);
-          if (!overlap) start_all_reduce(0, ex.parameter_count());
-          else comm->all_reduce_sum(ex.gradients(), 0, stream);
-          comm->wait(stream);
-          stream.synchronize();
-        } catch (const std::exception& e) {
-          errors[r] = e.what();
-        }
+    std::vector<std::string> errors = yolo::testing::on_replicas(kind, world, 30, [&](int r, Device device, Communicator& comm) {
+      Executor ex(graph, device, n, 5);
+      Stream stream(device, StreamPriority::High, "comm");
+      Event produced(device);
+      testing::Latch started;
+      bool first = true;
+      auto start_all_reduce = [&](size_t begin, size_t end) {
+        ex.compute_stream().record(produced);
+        stream.wait(produced);
+        stream.enqueue([&started] { started.release(); });
+        comm.all_reduce_sum(ex.gradients() + begin, end - begin, stream);
+      };
+      if (overlap)
+        ex.set_gradients_ready([&](size_t ready) {
+          if (first) start_all_reduce(0, ready);  // the first bucket: the last layer's gradients
+          first = false;
+        });
+      ex.set_before_backward([&](int layer) {
+        if (layer == 0) held_ok[r] = started.wait(std::chrono::milliseconds(overlap ? 10000 : 300));
       });
-    for (auto& t : threads) t.join();
+      std::vector<float> images(64 * 64 * 3, 0.5f);
+      std::vector<YoloTruth> truths(kYoloMaxTruths);
+      std::vector<int> counts{1};
+      truths[0] = YoloTruth{0.5f, 0.5f, 0.3f, 0.3f, 1};
+      yolo::testing::UploadedBatch batch(device, images, truths, counts);
+      ex.train_micro_batch(batch.image_data(), batch.truth_data(), batch.count_data(), nullptr, false);
+      if (!overlap) start_all_reduce(0, ex.parameter_count());
+      else comm.all_reduce_sum(ex.gradients(), 0, stream);
+      comm.wait(stream);
+      stream.synchronize();
+    });
     for (int r = 0; r < world; ++r) {
       CHECK(errors[r].empty());
       CHECK(held_ok[r] == (overlap ? 1 : 0));

@@ -3,9 +3,6 @@
 // votes and shuffles, 3D indexing, dynamic shared memory, determinism, and error reports.
 #include <doctest/doctest.h>
 
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cfenv>
 #include <cmath>
@@ -15,6 +12,7 @@
 
 #include "runtime/arena.h"
 #include "runtime/check.h"
+#include "tests/child_process.h"
 #include "tests/emu_test_kernels.h"
 #include "tests/kernel_harness.h"
 #include "tests/op_check.h"
@@ -212,24 +210,14 @@ TEST_CASE("emulation: an out-of-bounds write in a kernel is caught by AddressSan
   if (!kernels_emulated() || !asan_enabled())
     SKIP_TEST("needs the emulated build under AddressSanitizer (build/tests_emu)");
   // The bad write runs in a child process: AddressSanitizer reports it there and exits non-zero.
-  int pipe_fds[2];
-  REQUIRE(pipe(pipe_fds) == 0);
-  pid_t child = fork();
-  REQUIRE(child >= 0);
-  if (child == 0) {
-    dup2(pipe_fds[1], STDERR_FILENO);
-    Arena arena(Device::cpu(), 1 << 16, "oob-test");
-    float* out = arena.allocate_array<float>(100, "out");
-    launch_write_range(out, 100, 1);  // writes out[100]
-    _exit(0);
-  }
-  close(pipe_fds[1]);
-  std::string report;
-  char buffer[4096];
-  for (ssize_t got; (got = read(pipe_fds[0], buffer, sizeof buffer)) > 0;) report.append(buffer, size_t(got));
-  close(pipe_fds[0]);
   int status = 0;
-  waitpid(child, &status, 0);
+  std::string report = output_of_forked(
+      [] {
+        Arena arena(Device::cpu(), 1 << 16, "oob-test");
+        float* out = arena.allocate_array<float>(100, "out");
+        launch_write_range(out, 100, 1);  // writes out[100]
+      },
+      &status);
   CHECK(!(WIFEXITED(status) && WEXITSTATUS(status) == 0));
   CHECK(report.find("AddressSanitizer") != std::string::npos);
   CHECK(report.find("write_index") != std::string::npos);  // the report names the kernel

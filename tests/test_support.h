@@ -58,6 +58,15 @@ inline bool close(double out, double ref, double atol, double rtol) {
   return diff <= atol + rtol * mag;
 }
 
+// out[i] = data[0][i] + data[1][i] + ... added in rank order, in float: what every rank of an
+// all-reduce must get, bit for bit (the communicators' contract).
+inline std::vector<float> rank_ordered_sum(const std::vector<std::vector<float>>& data) {
+  std::vector<float> out = data.at(0);
+  for (size_t r = 1; r < data.size(); ++r)
+    for (size_t i = 0; i < out.size(); ++i) out[i] += data[r][i];
+  return out;
+}
+
 // A one-shot latch whose wait gives up after a timeout (so a broken test fails, never hangs).
 class Latch {
  public:
