@@ -39,19 +39,29 @@ std::vector<uint64_t> InProcessGroup::Shared::all_gather(int rank, uint64_t valu
 }
 
 std::string InProcessGroup::Shared::abort(int rank, const std::string& why) {
-  std::lock_guard lock(mutex);
-  if (aborted.empty()) aborted = "rank " + std::to_string(rank) + " failed: " + why;
-  changed.notify_all();
-  return aborted;
+  return fail("rank " + std::to_string(rank) + " failed: " + why);
 }
 
 std::string InProcessGroup::Shared::time_out(int rank) {
   std::string message = "rank " + std::to_string(rank) + " waited " + std::to_string(static_cast<int>(timeout)) +
                         " s in a collective that the other ranks never joined (--comm-timeout)";
-  std::lock_guard lock(mutex);
-  if (aborted.empty()) aborted = message;
-  changed.notify_all();
+  fail(message);
   return message;
+}
+
+std::string InProcessGroup::Shared::fail(const std::string& message) {
+  std::vector<std::shared_ptr<EmulatedCollective>> pending;
+  std::string why;
+  {
+    std::lock_guard lock(mutex);
+    if (aborted.empty()) aborted = message;
+    why = aborted;
+    for (auto& [number, collective] : collectives) pending.push_back(collective);
+    collectives.clear();
+    changed.notify_all();
+  }
+  for (auto& c : pending) complete_host_event(c->done, c->generation, why);
+  return why;
 }
 
 namespace {

@@ -16,36 +16,9 @@ namespace yolo {
 
 #if YOLO_EMULATED_KERNELS
 
-// One collective of the group, shared by its ranks' stream items: what each rank contributed
-// (read when its stream reached the collective), where each wants the result, and the
-// completion its streams wait for. Guarded by the group's mutex.
-struct EmulatedCollective {
-  const char* op = "";   // "all-reduce" or "broadcast"
-  int root = -1;         // broadcast
-  size_t count = 0;
-  std::vector<std::vector<float>> contributions;
-  std::vector<float*> outputs;
-  int arrived = 0;
-  std::shared_ptr<HostEvent> done = make_host_event();
-  uint64_t generation = issue_host_event(done);
-};
-
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-// Ends every collective in flight with the group's abort message. Takes the group's mutex.
-void fail_pending(InProcessGroup::Shared& s) {
-  std::vector<std::shared_ptr<EmulatedCollective>> pending;
-  std::string why;
-  {
-    std::lock_guard lock(s.mutex);
-    for (auto& [number, collective] : s.collectives) pending.push_back(collective);
-    s.collectives.clear();
-    why = s.aborted;
-  }
-  for (auto& c : pending) complete_host_event(c->done, c->generation, why.empty() ? "aborted" : why);
-}
 
 class EmulatedGpuCommunicator : public Communicator {
  public:
@@ -66,10 +39,7 @@ class EmulatedGpuCommunicator : public Communicator {
 
   std::vector<uint64_t> all_gather(uint64_t value) override { return shared_->all_gather(rank_, value); }
 
-  void abort(const std::string& why) override {
-    shared_->abort(rank_, why);
-    fail_pending(*shared_);
-  }
+  void abort(const std::string& why) override { shared_->abort(rank_, why); }
 
   // Polls the stream (asking for its work in the adversarial mode) until done, an abort, or
   // the group's timeout.
@@ -79,19 +49,13 @@ class EmulatedGpuCommunicator : public Communicator {
     const auto deadline = Clock::now() + std::chrono::duration<double>(shared_->timeout);
     auto pause = std::chrono::microseconds(20);
     for (;;) {
-      // As NCCL's state is checked before its stream (nccl_communicator.cpp): an aborted group
+      // As NCCL's state is checked with its stream (nccl_communicator.cpp): an aborted group
       // fails the wait even where the stream has run (its collectives ended with the abort).
+      const bool ran = queue.has_run(target);
       std::string aborted = aborted_message();
-      if (!aborted.empty()) {
-        fail_pending(*shared_);
-        throw Error(aborted);
-      }
-      if (queue.has_run(target)) return;
-      if (Clock::now() > deadline) {
-        std::string message = shared_->time_out(rank_);
-        fail_pending(*shared_);
-        throw Error(message);
-      }
+      if (!aborted.empty()) throw Error(shared_->fail(aborted));
+      if (ran) return;
+      if (Clock::now() > deadline) throw Error(shared_->time_out(rank_));
       std::this_thread::sleep_for(pause);
       pause = std::min(pause * 2, std::chrono::microseconds(1000));
     }
@@ -116,7 +80,7 @@ class EmulatedGpuCommunicator : public Communicator {
     StreamQueue& queue = own_queue(stream);
     auto& s = *shared_;
     std::shared_ptr<EmulatedCollective> c;
-    bool aborted = false;
+    std::string out_of_step;
     {
       std::lock_guard lock(s.mutex);
       if (!s.aborted.empty()) throw Error("rank " + std::to_string(rank_) + ": the communicator was aborted: " + s.aborted);
@@ -131,17 +95,12 @@ class EmulatedGpuCommunicator : public Communicator {
         it->second->outputs.assign(size_t(s.size), nullptr);
       }
       c = it->second;
-      if (c->op != std::string(op) || c->root != root || c->count != count) {
-        s.aborted = "rank " + std::to_string(rank_) + " issued a " + op + " of " + std::to_string(count) +
-                    " floats where another rank issued a " + c->op + " of " + std::to_string(c->count) +
-                    ": the ranks' collectives are out of step";
-        aborted = true;
-      }
+      if (c->op != std::string(op) || c->root != root || c->count != count)
+        out_of_step = "rank " + std::to_string(rank_) + " issued a " + op + " of " + std::to_string(count) +
+                      " floats where another rank issued a " + c->op + " of " + std::to_string(c->count) +
+                      ": the ranks' collectives are out of step";
     }
-    if (aborted) {
-      fail_pending(s);
-      throw Error(aborted_message());
-    }
+    if (!out_of_step.empty()) throw Error(s.fail(out_of_step));
     std::shared_ptr<InProcessGroup::Shared> shared = shared_;
     const int rank = rank_;
     uint64_t item = queue.push([shared, c, rank, data] { arrive(*shared, *c, rank, data); });
@@ -152,6 +111,17 @@ class EmulatedGpuCommunicator : public Communicator {
   // Runs on the rank's stream: reads its contribution now; the last rank to arrive writes every
   // rank's result and completes the collective.
   static void arrive(InProcessGroup::Shared& s, EmulatedCollective& c, int rank, float* data) {
+    try {
+      take_part(s, c, rank, data);
+    } catch (const std::exception& e) {
+      // Whatever went wrong, no rank's stream may wait for this collective forever.
+      std::string why = s.fail("rank " + std::to_string(rank) + " failed in a " + c.op + ": " + e.what());
+      complete_host_event(c.done, c.generation, why);  // in case it had already left the table
+      throw;
+    }
+  }
+
+  static void take_part(InProcessGroup::Shared& s, EmulatedCollective& c, int rank, float* data) {
     {
       emu::DeviceAccess access;
       if (c.root < 0 || c.root == rank) c.contributions[size_t(rank)].assign(data, data + c.count);

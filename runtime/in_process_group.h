@@ -13,10 +13,23 @@
 #include <vector>
 
 #include "runtime/communicator.h"
+#include "runtime/stream_queue.h"
 
 namespace yolo {
 
-struct EmulatedCollective;  // emu_communicator.cpp
+// One stream-ordered collective of emulated GPUs (emu_communicator.cpp), shared by its ranks'
+// stream items: what each rank contributed (read when its stream reached the collective), where
+// each wants the result, and the completion its streams wait for. Guarded by the group's mutex.
+struct EmulatedCollective {
+  const char* op = "";   // "all-reduce" or "broadcast"
+  int root = -1;         // broadcast
+  size_t count = 0;
+  std::vector<std::vector<float>> contributions;
+  std::vector<float*> outputs;
+  int arrived = 0;
+  std::shared_ptr<HostEvent> done = make_host_event();
+  uint64_t generation = issue_host_event(done);
+};
 
 struct InProcessGroup::Shared {
   int size = 0;
@@ -41,6 +54,9 @@ struct InProcessGroup::Shared {
   std::string abort(int rank, const std::string& why);
   // The message of a wait that ran out of time (--comm-timeout); aborts the group with it.
   std::string time_out(int rank);
+  // Aborts the group with `message` unless it already is (the first wins), wakes every waiter
+  // and ends every emulated collective in flight with the group's message. Returns that.
+  std::string fail(const std::string& message);
 };
 
 // out[i] = parts[0][i] + parts[1][i] + ... in rank order, for i in [begin, end): the same bits

@@ -238,7 +238,8 @@ std::optional<MemoryInfo> device_memory_info(Device device) {
 #if YOLO_EMULATED_KERNELS
   if (device.is_emu()) {
     info.total_bytes = emu::device_props(device.index).memory_bytes;
-    info.free_bytes = info.total_bytes - emu::device_bytes_in_use(device.index);
+    size_t used = emu::device_bytes_in_use(device.index);
+    info.free_bytes = info.total_bytes > used ? info.total_bytes - used : 0;
     return info;
   }
 #endif

@@ -128,6 +128,18 @@ struct QueueScheduler {
 };
 
 namespace {
+// The queue whose work item this thread is running, if any (blocking waits there would deadlock).
+thread_local StreamQueue* t_running = nullptr;
+
+// Throws instead of deadlocking: a queue's own item waiting for that queue, or any item of an
+// adversarially scheduled queue waiting at all (it holds the one token that could run the work).
+void check_may_block(const StreamQueue* target, const char* what) {
+  if (!t_running) return;
+  if (t_running == target || t_running->scheduled())
+    throw Error(std::string(what) + " from work running on stream '" + t_running->name() +
+                "' would deadlock: stream work must not wait for streams");
+}
+
 // Never destroyed: queue threads may still use it while static objects are torn down at exit.
 QueueScheduler& scheduler() {
   static QueueScheduler* s = new QueueScheduler();
@@ -159,10 +171,19 @@ StreamQueue::StreamQueue(std::string name, int emulated_device, bool high_priori
     std::lock_guard lock(s.mutex);
     scheduled_ = emulated_gpu && s.seed.has_value();
     eager_ = high_priority;
-    s.queues.push_back(this);
-    if (emulated_gpu) ++s.emulated_queues;
+    if (emulated_gpu) ++s.emulated_queues;  // the schedule cannot change under this queue
   }
-  thread_ = std::thread([this] { run(); });
+  try {
+    thread_ = std::thread([this] { run(); });
+  } catch (...) {
+    std::lock_guard lock(s.mutex);
+    if (emulated_gpu) --s.emulated_queues;
+    throw;
+  }
+  {
+    std::lock_guard lock(s.mutex);
+    s.queues.push_back(this);
+  }
   // Thread names show in debuggers and traces; Linux allows 15 characters.
   std::string label = ((emulated_gpu ? "e:" : "s:") + name_).substr(0, 15);
   pthread_setname_np(thread_.native_handle(), label.c_str());
@@ -202,7 +223,10 @@ uint64_t StreamQueue::push_item(Item item) {
   uint64_t number = ++pushed_;
   if (items_.back().kind == Item::Kind::Record) {
     HostEvent& e = *items_.back().event;
-    e.producers[items_.back().generation].emplace_back(this, number);
+    const uint64_t generation = items_.back().generation;
+    e.producers[generation].emplace_back(this, number);
+    // A host may have asked for this generation between its issue and this push.
+    if (e.wanted.count(generation)) QueueScheduler::demand(e, generation);
   }
   s.reschedule();
   return number;
@@ -245,6 +269,7 @@ uint64_t StreamQueue::pushed() const {
 }
 
 void StreamQueue::wait_for(uint64_t item) {
+  check_may_block(this, "a copy to pageable memory");
   QueueScheduler& s = scheduler();
   std::unique_lock lock(s.mutex);
   if (demanded_ < item) {
@@ -252,6 +277,7 @@ void StreamQueue::wait_for(uint64_t item) {
     s.reschedule();
   }
   s.changed.wait(lock, [&] { return finished_ >= item; });
+  if (first_error_) std::rethrow_exception(std::exchange(first_error_, nullptr));
 }
 
 bool StreamQueue::has_run(uint64_t item) {
@@ -266,6 +292,7 @@ bool StreamQueue::has_run(uint64_t item) {
 }
 
 void StreamQueue::drain() {
+  check_may_block(this, "a stream synchronise");
   QueueScheduler& s = scheduler();
   std::unique_lock lock(s.mutex);
   uint64_t target = pushed_;
@@ -295,14 +322,14 @@ void StreamQueue::run() {
       Item& head = items_.front();
       if (head.kind == Item::Kind::Wait) {
         QueueScheduler::finish_wait(*this);
-        s.changed.notify_all();
+        s.reschedule();
         continue;
       }
       if (head.kind == Item::Kind::Record) {
         QueueScheduler::complete(*head.event, head.generation, "");
         items_.pop_front();
         ++finished_;
-        s.changed.notify_all();
+        s.reschedule();  // a scheduled queue may wait for it
         continue;
       }
     }
@@ -310,12 +337,13 @@ void StreamQueue::run() {
     items_.pop_front();
     lock.unlock();
     std::exception_ptr error;
+    t_running = this;
     try {
       item.work();
     } catch (...) {
       error = std::current_exception();
     }
-    item.work = nullptr;  // its captures are released outside the lock's critical path
+    t_running = nullptr;
     lock.lock();
     if (error && !first_error_) first_error_ = error;
     ++finished_;
@@ -324,6 +352,10 @@ void StreamQueue::run() {
       s.running = nullptr;
     }
     s.reschedule();
+    // Its captures are released with the token handed on (a destructor may wait on a stream).
+    lock.unlock();
+    item.work = nullptr;
+    lock.lock();
   }
 }
 
@@ -344,6 +376,7 @@ bool host_event_done(const std::shared_ptr<HostEvent>& event, uint64_t generatio
 }
 
 void host_event_wait(const std::shared_ptr<HostEvent>& event, uint64_t generation) {
+  check_may_block(nullptr, "an event synchronise");
   QueueScheduler& s = scheduler();
   std::unique_lock lock(s.mutex);
   if (generation == 0) return;

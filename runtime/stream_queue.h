@@ -16,7 +16,8 @@
 //     (communication) queue runs each item as soon as its waits allow, as a GPU favours it. One
 //     item runs at a time in the whole process; equally urgent queues are picked by the seed.
 //     So a consumer that forgot to wait for its producer reads the data before it is written,
-//     and a host that forgot to synchronise reads what the device has not produced yet.
+//     and a host that forgot to synchronise reads what the device has not produced yet. (Event
+//     timings then measure the schedule, not the work.)
 #pragma once
 #include <chrono>
 #include <cstdint>
@@ -72,8 +73,12 @@ class StreamQueue {
   uint64_t push(std::function<void()> work);                 // returns the item's number (1, 2, ...)
   uint64_t record(const std::shared_ptr<HostEvent>& event);  // returns the generation issued
   void wait(const std::shared_ptr<HostEvent>& event, uint64_t generation);  // generation 0: nothing
+  // Blocking waits (these two, and host_event_wait) must not be called from a queue's own work
+  // (nor from any work of an adversarially scheduled queue): they throw yolo::Error instead of
+  // deadlocking.
   void drain();                   // everything pushed so far has run; rethrows (and forgets) the first error
-  void wait_for(uint64_t item);   // `item` has run (errors stay for drain)
+  void wait_for(uint64_t item);   // `item` has run; rethrows (and forgets) the first error, as drain
+  bool scheduled() const { return scheduled_; }
   bool has_run(uint64_t item);    // never blocks (asks for the item in the adversarial mode)
   uint64_t pushed() const;
   const std::string& name() const { return name_; }

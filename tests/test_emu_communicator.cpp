@@ -166,6 +166,27 @@ TEST_CASE("emulated GPUs: a rank that never joins is given up on after the timeo
   CHECK(stream_error.find("never joined") != std::string::npos);
   CHECK(errors[1].empty());
 
+  // A timeout in the host all-gather ends the collectives already queued: no stream waits forever.
+  std::string queued_error;
+  std::vector<std::string> gather = on_ranks(2, 0.5, [&](int r, Communicator& comm) {
+    if (r == 1) return;  // joins nothing
+    Stream stream(Device::emu(0), StreamPriority::High, "comm");
+    DeviceMemory buffer(Device::emu(0), 8 * sizeof(float));
+    comm.all_reduce_sum(static_cast<float*>(buffer.data()), 8, stream);
+    try {
+      comm.all_gather(1);
+    } catch (const Error&) {
+      try {
+        stream.synchronize();
+      } catch (const Error& e) {
+        queued_error = e.what();
+      }
+      throw;
+    }
+  });
+  CHECK(gather[0].find("never joined") != std::string::npos);
+  CHECK(queued_error.find("never joined") != std::string::npos);
+
   std::vector<std::string> step = on_ranks(2, 20, [&](int r, Communicator& comm) {
     Stream stream(Device::emu(r), StreamPriority::High, "comm");
     DeviceMemory buffer(Device::emu(r), 16 * sizeof(float));

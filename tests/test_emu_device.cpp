@@ -321,6 +321,45 @@ TEST_CASE("adversarial schedule: one item at a time in the whole process, and a 
   CHECK_THROWS_WITH_AS(set_adversarial_schedule(std::nullopt), doctest::Contains("emulated GPU stream(s) exist"), Error);
 }
 
+TEST_CASE("adversarial schedule: a host wait asked for a record not yet queued is still served") {
+  // The generation is handed out before the record reaches its queue: a wait in between must
+  // not lose its demand (it did, once: the waiter slept forever).
+  AdversarialSchedule adversarial(5);
+  Device gpu = Device::emu(0);
+  Stream s(gpu, StreamPriority::Normal, "recorder");
+  Event e(gpu);
+  std::atomic<bool> stop{false};
+  std::thread recorder([&] {
+    while (!stop) s.record(e);
+  });
+  Latch waited;
+  std::thread waiter([&] {
+    for (int k = 0; k < 2000; ++k) e.synchronize();
+    waited.release();
+  });
+  bool served = waited.wait(std::chrono::seconds(30));
+  stop = true;
+  recorder.join();
+  s.synchronize();  // asks for everything: frees a waiter that lost its demand, so the test ends
+  waiter.join();
+  CHECK(served);
+}
+
+TEST_CASE("streams: work that waits for a stream throws instead of deadlocking (adversarial: for any stream)") {
+  Device gpu = Device::emu(0);
+  {
+    Stream own(gpu, StreamPriority::Normal, "own");
+    own.enqueue([&] { own.synchronize(); });
+    CHECK_THROWS_WITH_AS(own.synchronize(), doctest::Contains("would deadlock"), Error);
+  }
+  AdversarialSchedule adversarial(9);
+  Stream a(gpu, StreamPriority::Normal, "a"), b(gpu, StreamPriority::Normal, "b");
+  b.enqueue([] {});
+  a.enqueue([&] { b.synchronize(); });
+  CHECK_THROWS_WITH_AS(a.synchronize(), doctest::Contains("from work running on stream 'a' would deadlock"), Error);
+  b.synchronize();
+}
+
 TEST_CASE("emulated GPUs: an injected kernel failure surfaces at the stream's next synchronisation") {
   Device gpu = Device::emu(1);
   Stream stream(gpu, StreamPriority::Normal, "compute");
@@ -333,6 +372,13 @@ TEST_CASE("emulated GPUs: an injected kernel failure surfaces at the stream's ne
   shortcut_forward_cuda(as_const(v), as_const(v), v, stream.native());
   CHECK_THROWS_WITH_AS(stream.synchronize(), doctest::Contains("an illegal memory access in"), Error);
   stream.synchronize();  // reported once
+  // A copy to pageable memory is a synchronisation too: it reports the error, as CUDA's would.
+  emu::fail_kernel_launch(1, 1);
+  shortcut_forward_cuda(as_const(v), as_const(v), v, stream.native());
+  std::vector<float> back(4);
+  CHECK_THROWS_WITH_AS(copy_bytes(back.data(), x.data(), x.size(), &stream), doctest::Contains("an illegal memory access"),
+                       Error);
+  stream.synchronize();
   emu::fail_kernel_launch(1, 0);
 }
 

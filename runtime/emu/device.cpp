@@ -72,11 +72,10 @@ constexpr size_t kSlots = 4096;
 Slot g_slots[kSlots];
 
 thread_local int t_current_device = -1;
+thread_local bool t_in_fault_handler = false;
+const size_t g_page = size_t(sysconf(_SC_PAGESIZE));  // read by the fault handler: no lazy init
 
-size_t page_size() {
-  static const size_t page = size_t(sysconf(_SC_PAGESIZE));
-  return page;
-}
+size_t page_size() { return g_page; }
 
 void protect(const Region& r, int prot) {
   if (mprotect(r.begin, r.mapped, prot) != 0)
@@ -93,7 +92,6 @@ void protect_all(int prot) {
 struct sigaction g_previous;
 std::once_flag g_handler_installed;
 std::mutex g_handler_mutex;
-std::atomic<int> g_faults_seen{0};
 
 // Async-signal-safe text building.
 struct Text {
@@ -115,18 +113,20 @@ struct Text {
 };
 
 void on_segv(int sig, siginfo_t* info, void* context) {
-  // Entered again (a handler below this one re-raised the signal): end the process plainly.
-  if (g_faults_seen.fetch_add(1) > 0) {
+  // Entered again on this thread (a handler below this one re-raised the signal): end plainly.
+  if (t_in_fault_handler) {
     signal(SIGSEGV, SIG_DFL);
     raise(SIGSEGV);
     return;
   }
+  t_in_fault_handler = true;
   uintptr_t address = reinterpret_cast<uintptr_t>(info->si_addr);
   for (const Slot& slot : g_slots) {
     uintptr_t begin = slot.begin.load(std::memory_order_acquire);
+    if (begin == 0) continue;
     size_t bytes = slot.bytes.load(std::memory_order_relaxed);
-    size_t mapped = (bytes + page_size() - 1) / page_size() * page_size();
-    if (begin == 0 || address < begin || address >= begin + (mapped ? mapped : page_size())) continue;
+    size_t mapped = (bytes + g_page - 1) / g_page * g_page;
+    if (address < begin || address >= begin + (mapped ? mapped : g_page)) continue;
     Text t;
     t.add("emulation: host code touched the device memory of emu:");
     t.add_number(unsigned(slot.device.load(std::memory_order_relaxed)), 10);
@@ -227,9 +227,9 @@ void* allocate_device(int device, size_t bytes) {
   {
     std::lock_guard lock(g_mutex);
     size_t total = g_configured[device] ? g_props[device].memory_bytes : preset_for(90).memory_bytes;
-    if (bytes > total - g_in_use[device])
+    if (g_in_use[device] > total || bytes > total - g_in_use[device])
       throw Error("out of memory on emu:" + std::to_string(device) + ": asked for " + gib(bytes) + ", " +
-                  gib(total - g_in_use[device]) + " free of " + gib(total));
+                  gib(total > g_in_use[device] ? total - g_in_use[device] : 0) + " free of " + gib(total));
     g_in_use[device] += bytes;
   }
   void* p = mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
@@ -255,9 +255,13 @@ void* allocate_device(int device, size_t bytes) {
   }
   slot->bytes.store(bytes, std::memory_order_relaxed);
   slot->device.store(device, std::memory_order_relaxed);
+  if (g_open == 0 && mprotect(r.begin, r.mapped, PROT_NONE) != 0) {
+    munmap(p, mapped);
+    g_in_use[device] -= bytes;
+    throw Error("emulation: mprotect of emulated device memory failed: " + std::string(std::strerror(errno)));
+  }
   slot->begin.store(reinterpret_cast<uintptr_t>(p), std::memory_order_release);
   g_regions.push_back(r);
-  if (g_open == 0) protect(r, PROT_NONE);
   return p;
 }
 
@@ -321,7 +325,17 @@ MemoryKind memory_kind(const void* p, int* device) {
 
 DeviceAccess::DeviceAccess() {
   std::lock_guard lock(g_mutex);
-  if (g_open++ == 0) protect_all(PROT_READ | PROT_WRITE);
+  if (g_open++ > 0) return;
+  try {
+    protect_all(PROT_READ | PROT_WRITE);
+  } catch (...) {
+    --g_open;  // closed again, as far as it can be
+    try {
+      protect_all(PROT_NONE);
+    } catch (...) {
+    }
+    throw;
+  }
 }
 
 DeviceAccess::~DeviceAccess() {
