@@ -73,12 +73,6 @@ std::vector<ImageDetections> detect_samples(Executor& executor, const std::vecto
   Stream& stream = executor.compute_stream();
   const OpContext ops{&stream, workspace.data(), workspace_bytes};
   auto* dets = static_cast<Detection*>(device_dets.data());
-  // Device to host, done when it returns.
-  auto read_back = [&stream](void* dst, const void* src, size_t bytes) {
-    if (bytes == 0) return;
-    copy_bytes(dst, src, bytes, &stream);
-    stream.synchronize();
-  };
   std::vector<bool> done(samples.size(), false);
   std::vector<Detection> candidates, layer_dets;
   std::vector<int> keep;
@@ -92,9 +86,9 @@ std::vector<ImageDetections> detect_samples(Executor& executor, const std::vecto
       yolo_decode(ops, executor.output(i), node.yolo, options.threshold, dets, capacity[head],
                   static_cast<int*>(device_count.data()));
       int found = 0;
-      read_back(&found, device_count.data(), sizeof found);
+      copy_and_wait(&found, device_count.data(), sizeof found, stream);
       layer_dets.resize(static_cast<size_t>(std::min(found, capacity[head])));
-      read_back(layer_dets.data(), dets, layer_dets.size() * sizeof(Detection));
+      copy_and_wait(layer_dets.data(), dets, layer_dets.size() * sizeof(Detection), stream);
       candidates.insert(candidates.end(), layer_dets.begin(), layer_dets.end());
     }
     // All heads together, per (image, class) by descending score, then NMS.
@@ -104,7 +98,7 @@ std::vector<ImageDetections> detect_samples(Executor& executor, const std::vecto
       size_t count = candidates.size();  // at most total_capacity
       copy_bytes(dets, candidates.data(), count * sizeof(Detection), &stream);
       nms(ops, dets, static_cast<int>(count), options.nms, static_cast<int*>(device_keep.data()));
-      read_back(keep.data(), device_keep.data(), count * sizeof(int));
+      copy_and_wait(keep.data(), device_keep.data(), count * sizeof(int), stream);
     }
 
     const data::Batch& host = *batch.host;

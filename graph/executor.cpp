@@ -271,11 +271,7 @@ struct Executor::Impl {
 
   OpContext context(Stream& on) const { return OpContext{&on, workspace, workspace_bytes}; }
   // A copy between host and device memory in the stream's order, done when it returns.
-  void copy(void* dst, const void* src, size_t bytes) {
-    if (bytes == 0) return;  // empty host vectors have no data pointer
-    copy_bytes(dst, src, bytes, stream);
-    stream->synchronize();
-  }
+  void copy(void* dst, const void* src, size_t bytes) { copy_and_wait(dst, src, bytes, *stream); }
   void zero(void* dst, size_t bytes) { fill_bytes(dst, 0, bytes, *stream); }
   void synchronize() { stream->synchronize(); }
 };

@@ -196,6 +196,12 @@ void copy_bytes(void* dst, const void* src, size_t bytes, Stream* stream) {
   std::memcpy(dst, src, bytes);
 }
 
+void copy_and_wait(void* dst, const void* src, size_t bytes, Stream& stream) {
+  if (bytes == 0) return;  // empty host vectors have no data pointer
+  copy_bytes(dst, src, bytes, &stream);
+  stream.synchronize();
+}
+
 void fill_bytes(void* dst, int value, size_t bytes, Device device) {
   if (device.is_cuda()) {
 #if YOLO_CUDA

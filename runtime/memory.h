@@ -62,6 +62,9 @@ class PinnedHostBuffer {
 // is done when the call returns, and it is NOT ordered after any stream's work (our streams are
 // non-blocking, as on a GPU): synchronise the stream that wrote the data first.
 void copy_bytes(void* dst, const void* src, size_t bytes, Stream* stream = nullptr);
+// copy_bytes on `stream`, then the stream synchronised (its errors rethrown): the copy comes
+// after the stream's earlier work and is done when the call returns. Nothing for 0 bytes.
+void copy_and_wait(void* dst, const void* src, size_t bytes, Stream& stream);
 
 // Fills device or host memory with a byte value now (for poisoning buffers in tests), or queued
 // on a stream after its earlier work (cudaMemsetAsync).

@@ -215,7 +215,6 @@ void set_current_device(int index) {
   t_current_device = index;
 }
 
-int current_device() { return t_current_device; }
 
 int current_multiprocessors() { return t_current_device < 0 ? 4 : device_props(t_current_device).multiprocessors; }
 

@@ -41,9 +41,8 @@ DeviceProps device_props(int index);
 // Sets device `index`'s properties. Its memory budget applies to later allocations.
 void configure_device(int index, const DeviceProps& props);
 
-// The emulated device current on this thread (set_current_device), or -1.
+// Makes emulated device `index` current on this thread (-1: none).
 void set_current_device(int index);
-int current_device();
 // SMs of the current emulated device; 4 when none is current (kernel tests: a small "GPU", so
 // small problems still use several blocks).
 int current_multiprocessors();
