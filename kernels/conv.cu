@@ -19,6 +19,7 @@
 
 #include "kernels/common.cuh"
 #include "kernels/cpu_parallel.h"
+#include "kernels/conv_geometry.cuh"
 #include "kernels/gemm_tiles.cuh"
 
 namespace yolo {
@@ -261,24 +262,6 @@ void backward_weights_cpu(const Conv2dShape& s, ConstAct in, ConstAct grad_out, 
 
 using namespace tiled;
 
-struct ConvGeom {
-  int n, h, w, c_in, c_out, k, stride, pad, oh, ow;
-};
-
-ConvGeom geometry(const Conv2dShape& s) {
-  return ConvGeom{s.n, s.h, s.w, s.c_in, s.c_out, s.k, s.stride, s.pad(), s.out_h(), s.out_w()};
-}
-
-// Steps a (major, middle, minor) position whose minor index counts to minor_size and middle to
-// middle_size forward by `by` (minor_size may be below `by`).
-__device__ __forceinline__ void advance3(int& major, int& middle, int& minor, int by, int middle_size, int minor_size) {
-  minor += by;
-  while (minor >= minor_size) {
-    minor -= minor_size;
-    if (++middle == middle_size) middle = 0, ++major;
-  }
-}
-
 // Gathers the 4 consecutive K values (r, s, ci), (r, s, ci + 1), ... of one output pixel's
 // receptive field into v; value e is read only where in_range(e). When c_in % 4 == 0 (vec) the 4
 // share one tap: one float4 load; otherwise they may cross taps and are read one by one.
@@ -375,29 +358,6 @@ __global__ void __launch_bounds__(kThreads, 2)
                                                            g.c_out, pixels, g.c_out, vec_dst};
   write_tile<BM, BN>(acc, m0, n0, epilogue);
 }
-
-// Backward data: one parity class (py, px) of input pixels, qy = py + S*y', qx = px + S*x'.
-// The taps reaching them are r = ry0 + S*jr (jr < nr), s = rx0 + S*js (js < ns), and the
-// output pixel of tap (jr, js) is (y' + dy - jr, x' + dx - js).
-struct ParityClass {
-  int py, px, ry0, rx0, nr, ns, dy, dx, hc, wc;
-
-  __device__ __forceinline__ ParityClass(const ConvGeom& g, int index) {
-    const int S = g.stride;
-    py = index / S, px = index % S;
-    ry0 = (py + g.pad) % S, rx0 = (px + g.pad) % S;
-    nr = (g.k - ry0 + S - 1) / S, ns = (g.k - rx0 + S - 1) / S;
-    dy = (py + g.pad - ry0) / S, dx = (px + g.pad - rx0) / S;
-    hc = g.h > py ? (g.h - py + S - 1) / S : 0, wc = g.w > px ? (g.w - px + S - 1) / S : 0;
-  }
-  __device__ __forceinline__ int rows(const ConvGeom& g) const { return g.n * hc * wc; }
-  __device__ __forceinline__ int k_size(const ConvGeom& g) const { return nr * ns * g.c_out; }
-  // Input pixel index (b*h + qy)*w + qx of class row m.
-  __device__ __forceinline__ int input_pixel(const ConvGeom& g, int m) const {
-    const int xq = m % wc, t = m / wc, yq = t % hc, b = t / hc;
-    return (b * g.h + py + g.stride * yq) * g.w + px + g.stride * xq;
-  }
-};
 
 // Backward data A: rows = class pixels, K = (jr, js, co) (K-major gather of grad_out).
 template <int R>
@@ -605,31 +565,6 @@ __global__ void __launch_bounds__(kThreads, 2)
   write_tile<BM, BN>(acc, m0, n0, epilogue);
 }
 
-// out[chunk][col] = sum of data[row][col] (row pitch `pitch`) over the chunk's rows, in a fixed
-// order. Block (32, 8): 32 columns, 8 row lanes added in order at the end.
-__global__ void column_sums_kernel(const float* data, int pitch, int rows, int cols, int rows_per_chunk, float* out) {
-  __shared__ float lanes[8][33];
-  const int col = int(blockIdx.x) * 32 + int(threadIdx.x), chunk = int(blockIdx.y);
-  const int r_end = min(rows, (chunk + 1) * rows_per_chunk);
-  float sum = 0.0f;
-  if (col < cols)
-    for (int r = chunk * rows_per_chunk + int(threadIdx.y); r < r_end; r += 8) sum += data[size_t(r) * pitch + col];
-  lanes[threadIdx.y][threadIdx.x] = sum;
-  __syncthreads();
-  if (threadIdx.y == 0 && col < cols) {
-    float total = 0.0f;
-    for (int y = 0; y < 8; ++y) total += lanes[y][threadIdx.x];
-    out[size_t(chunk) * cols + col] = total;
-  }
-}
-
-void launch_column_sums(const float* data, int pitch, int rows, int cols, int rows_per_chunk, float* out,
-                        cudaStream_t stream) {
-  const unsigned chunks = std::max(1u, ceil_div(size_t(rows), size_t(rows_per_chunk)));  // rows == 0: zeros
-  LAUNCH(column_sums_kernel, dim3(ceil_div(size_t(cols), 32), chunks), dim3(32, 8), 0, stream, data, pitch, rows, cols,
-         rows_per_chunk, out);
-}
-
 // Calls launch.template operator()<BM, BN>() for the plan's tile.
 template <typename F>
 void with_tile(const TilePlan& plan, F&& launch) {
@@ -663,15 +598,6 @@ TilePlan backward_data_plan(const Conv2dShape& s) {
 TilePlan backward_weights_plan(const Conv2dShape& s) {
   const long long pixels = (long long)s.n * s.out_h() * s.out_w();
   return plan_tiles(s.c_out, (long long)s.k * s.k * s.c_in, pixels, 1, kMaxSplits, kMinSplitK);
-}
-
-// Bias gradient: the pixel sum in chunks of rows_per_chunk, at most 1024 chunks.
-int bias_rows_per_chunk(long long pixels) { return int(std::max<long long>(256, (pixels + 1023) / 1024)); }
-
-size_t bias_partials_bytes(const Conv2dShape& s) {
-  const long long pixels = (long long)s.n * s.out_h() * s.out_w();
-  const long long chunks = (pixels + bias_rows_per_chunk(pixels) - 1) / bias_rows_per_chunk(pixels);
-  return round_up_256(size_t(chunks) * s.c_out * sizeof(float));
 }
 
 }  // namespace
@@ -838,7 +764,7 @@ void conv2d_backward_weights_cuda(const Conv2dShape& s, ConstAct in, ConstAct gr
   const TilePlan plan = backward_weights_plan(s);
   check_workspace(op, conv2d_backward_weights_workspace_bytes(s), workspace, workspace_bytes);
   const ConvGeom g = geometry(s);
-  const int cols = s.k * s.k * s.c_in, pixels = s.n * g.oh * g.ow;
+  const int cols = s.k * s.k * s.c_in;
   float* partials = static_cast<float*>(workspace);
   float* bias_partials =
       reinterpret_cast<float*>(static_cast<char*>(workspace) + split_partials_bytes(plan, s.c_out, cols));
@@ -851,13 +777,7 @@ void conv2d_backward_weights_cuda(const Conv2dShape& s, ConstAct in, ConstAct gr
   });
   if (plan.splits > 1)
     launch_sum_splits(partials, plan.splits, s.c_out, cols, grad_weights, cols, false, nullptr, stream);
-  if (grad_bias) {
-    if (pixels == 0) return launch_column_sums(grad_out.data, grad_out.stride, 0, s.c_out, 1, grad_bias, stream);
-    const int per_chunk = bias_rows_per_chunk(pixels);
-    const int chunks = (pixels + per_chunk - 1) / per_chunk;
-    launch_column_sums(grad_out.data, grad_out.stride, pixels, s.c_out, per_chunk, bias_partials, stream);
-    launch_column_sums(bias_partials, s.c_out, chunks, s.c_out, chunks, grad_bias, stream);
-  }
+  if (grad_bias) launch_bias_gradient(s, grad_out, grad_bias, bias_partials, stream);
 }
 
 template void conv2d_forward_reference<float>(const Conv2dShape&, NhwcView<const float>, const float*, const float*,

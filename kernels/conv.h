@@ -7,6 +7,7 @@
 #pragma once
 #include <cstddef>
 
+#include "kernels/precision.h"
 #include "kernels/tensor.h"
 
 namespace yolo {
@@ -64,5 +65,30 @@ void conv2d_backward_weights_cpu(const Conv2dShape& shape, ConstAct in, ConstAct
                                  float* grad_bias, void* workspace, size_t workspace_bytes);
 void conv2d_backward_weights_cuda(const Conv2dShape& shape, ConstAct in, ConstAct grad_out, float* grad_weights,
                                   float* grad_bias, void* workspace, size_t workspace_bytes, cudaStream_t stream);
+
+// ---- tensor cores (kernels/conv_tc.cu) ---------------------------------------------------------
+// The same three passes as implicit GEMMs on mma.sync, in the precision of T (precision.h):
+// T = float runs TF32, Bf16 BF16, Fp16 FP16; activations, weights and activation gradients are
+// T, bias, weight and bias gradients FP32; every sum accumulates in FP32 and split reductions
+// finish in a fixed order (deterministic). Device pointers only (no CPU twin: the FP32 _cpu and
+// _reference versions above are the oracle). They throw yolo::Error when the current device
+// cannot run the precision (require_precision). Workspace rules as for the FP32 versions.
+template <typename T>
+size_t conv2d_forward_tc_workspace_bytes(const Conv2dShape& shape);
+template <typename T>
+void conv2d_forward_tc(const Conv2dShape& shape, NhwcView<const T> in, const T* weights, const float* bias,
+                       NhwcView<T> out, void* workspace, size_t workspace_bytes, cudaStream_t stream);
+template <typename T>
+size_t conv2d_backward_data_tc_workspace_bytes(const Conv2dShape& shape);
+template <typename T>
+void conv2d_backward_data_tc(const Conv2dShape& shape, NhwcView<const T> grad_out, const T* weights,
+                             NhwcView<T> grad_in, bool accumulate, void* workspace, size_t workspace_bytes,
+                             cudaStream_t stream);
+template <typename T>
+size_t conv2d_backward_weights_tc_workspace_bytes(const Conv2dShape& shape);
+template <typename T>
+void conv2d_backward_weights_tc(const Conv2dShape& shape, NhwcView<const T> in, NhwcView<const T> grad_out,
+                                float* grad_weights, float* grad_bias, void* workspace, size_t workspace_bytes,
+                                cudaStream_t stream);
 
 }  // namespace yolo

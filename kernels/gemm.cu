@@ -191,6 +191,17 @@ __global__ void sum_splits_kernel(const float* parts, int splits, int rows, int 
 
 std::atomic<int> g_forced_tile{-1}, g_forced_splits{0};
 
+}  // namespace
+
+void set_gemm_tiling_for_tests(int tile, int splits) {
+  if (tile < -1 || tile > 3) throw Error("set_gemm_tiling_for_tests: tile must be -1..3, got " + std::to_string(tile));
+  if (splits < 0) throw Error("set_gemm_tiling_for_tests: negative split count");
+  g_forced_tile = tile;
+  g_forced_splits = splits;
+}
+
+namespace tiled {
+
 int multiprocessor_count() {
 #if defined(__CUDACC__)
   static std::atomic<int> cached[64] = {};
@@ -207,17 +218,6 @@ int multiprocessor_count() {
   return emu::current_multiprocessors();  // the emulated GPU's, or 4 when none is current
 #endif
 }
-
-}  // namespace
-
-void set_gemm_tiling_for_tests(int tile, int splits) {
-  if (tile < -1 || tile > 3) throw Error("set_gemm_tiling_for_tests: tile must be -1..3, got " + std::to_string(tile));
-  if (splits < 0) throw Error("set_gemm_tiling_for_tests: negative split count");
-  g_forced_tile = tile;
-  g_forced_splits = splits;
-}
-
-namespace tiled {
 
 TilePlan plan_tiles(long long m, long long n, long long k, int groups, int max_splits, long long min_chunk) {
   // Relative throughput of a tile shape (smaller tiles re-read more shared memory per FMA;

@@ -4,6 +4,7 @@
 #pragma once
 #include <cstddef>
 
+#include "kernels/precision.h"
 #include "kernels/tensor.h"
 
 namespace yolo {
@@ -16,9 +17,9 @@ struct GemmShape {
   bool trans_a = false, trans_b = false;
   int lda = 0, ldb = 0, ldc = 0;
 
-  int a_pitch() const { return lda ? lda : (trans_a ? m : k); }
-  int b_pitch() const { return ldb ? ldb : (trans_b ? k : n); }
-  int c_pitch() const { return ldc ? ldc : n; }
+  YOLO_HOST_DEVICE int a_pitch() const { return lda ? lda : (trans_a ? m : k); }
+  YOLO_HOST_DEVICE int b_pitch() const { return ldb ? ldb : (trans_b ? k : n); }
+  YOLO_HOST_DEVICE int c_pitch() const { return ldc ? ldc : n; }
   // Throws yolo::Error (naming `op`) for negative sizes or pitches shorter than a row.
   void validate(const char* op) const;
 };
@@ -45,5 +46,21 @@ void gemm_cuda(const GemmShape& shape, const float* a, const float* b, const flo
 // (0..3 in that order; -1 = automatic) and a split count (0 = automatic; chunks may come out
 // empty). Process-wide; not for use while another thread launches.
 void set_gemm_tiling_for_tests(int tile, int splits);
+
+// ---- tensor cores (kernels/gemm_tc.cu) ------------------------------------------------------------
+// The same product on mma.sync in the precision of T (precision.h; float = TF32): a and b are T,
+// bias FP32, C is Out (T, or float for weight gradients); FP32 accumulation, deterministic
+// split-K. The layouts are those of [connected] layers: A * B^T and A * B (Out = T), A^T * B
+// (Out = float, or T = float); others throw yolo::Error, as does a device that cannot run the
+// precision.
+template <typename T, typename Out>
+size_t gemm_tc_workspace_bytes(const GemmShape& shape);
+template <typename T, typename Out>
+void gemm_tc(const GemmShape& shape, const T* a, const T* b, const float* bias, Out* c, bool accumulate,
+             void* workspace, size_t workspace_bytes, cudaStream_t stream);
+// For tests: force the tensor-core tile (0: 128x128, 1: 64x64; -1 automatic), the split count
+// (0 automatic) and the pipeline (0 automatic, 1 register-staged, 2 cp.async where the device
+// has it). Process-wide, like set_gemm_tiling_for_tests.
+void set_tc_tiling_for_tests(int tile, int splits, int pipeline);
 
 }  // namespace yolo

@@ -199,6 +199,9 @@ struct TilePlan {
   int bn() const { return tile % 2 == 0 ? 128 : 64; }
 };
 
+// SMs of the current device (a GPU's, cached; or the current emulated device's).
+int multiprocessor_count();
+
 // Split K into chunks of at least this much (16 stages: the prologue and the partial tile's
 // store stay small next to the chunk's FMAs).
 constexpr long long kMinSplitK = 128;

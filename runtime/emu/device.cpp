@@ -216,6 +216,12 @@ void set_current_device(int index) {
 }
 
 
+int current_device_index() { return t_current_device; }
+int current_compute_capability() {
+  if (t_current_device < 0) return 90;
+  const DeviceProps props = device_props(t_current_device);
+  return props.cc_major * 10 + props.cc_minor;
+}
 int current_multiprocessors() { return t_current_device < 0 ? 4 : device_props(t_current_device).multiprocessors; }
 
 void* allocate_device(int device, size_t bytes) {

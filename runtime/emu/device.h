@@ -46,6 +46,10 @@ void set_current_device(int index);
 // SMs of the current emulated device; 4 when none is current (kernel tests: a small "GPU", so
 // small problems still use several blocks).
 int current_multiprocessors();
+// The current emulated device's index (-1: none) and compute capability as 10*major + minor
+// (90 when none is current, like the default device).
+int current_device_index();
+int current_compute_capability();
 
 // ---- memory ----------------------------------------------------------------------------
 // Device memory of emu:`device`: `bytes` (0 allowed) filled with 0xFF. Throws yolo::Error with

@@ -109,6 +109,23 @@ inline unsigned __ballot_sync(unsigned mask, int predicate) {
 inline int __any_sync(unsigned mask, int predicate) { return __ballot_sync(mask, predicate) != 0; }
 inline int __all_sync(unsigned mask, int predicate) { return !__any_sync(mask, !predicate); }
 
+// ---- warp-wide matrix operations and asynchronous copies (twins for kernels/mma.cuh) ------
+namespace yolo::emu {
+// mma.sync and ldmatrix are .sync.aligned: every lane of the warp takes part. Throws (naming
+// `what`) when lanes of the warp have exited or never existed.
+void require_full_warp(const char* what);
+// ldmatrix.sync.aligned.m8n8.x{matrices}[.trans].shared.b16 into r[0..matrices): lane l supplies
+// the address of row l % 8 of matrix l / 8 (lanes >= 8 * matrices unused); each row is 8 16-bit
+// elements, 16-byte aligned (else throws, as the GPU faults).
+void ldmatrix(uint32_t* r, int matrices, bool trans, const void* row_address);
+// cp.async: queued per thread, done when a cp_async_wait covers its group (so a kernel that
+// reads shared memory before waiting sees the old bytes, as it may on a GPU). src_bytes < bytes
+// zero-fills the rest; both addresses must be aligned to `bytes`.
+void cp_async(void* shared_dst, const void* global_src, unsigned bytes, unsigned src_bytes);
+void cp_async_commit();
+void cp_async_wait(unsigned pending_groups);  // until at most that many committed groups remain
+}  // namespace yolo::emu
+
 // ---- vector types (16-byte float4 and friends, as the CUDA headers define them) ----------
 struct alignas(8) float2 { float x, y; };
 struct alignas(16) float4 { float x, y, z, w; };
@@ -210,10 +227,11 @@ template <typename... Params, typename... Args>
 void launch(const LaunchSite& site, void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared_bytes,
             cudaStream_t stream, Args&&... args) {
   static_assert(sizeof...(Params) == sizeof...(Args), "kernel argument count mismatch");
-  validate_launch(site, grid, block, shared_bytes);
+  const size_t shared_limit = dynamic_shared_limit(reinterpret_cast<const void*>(kernel));
+  validate_launch(site, grid, block, shared_bytes, shared_limit);
   auto bound = std::make_shared<std::tuple<std::decay_t<Params>...>>(std::forward<Args>(args)...);
-  run_on_stream(stream, site.kernel, [site, kernel, grid, block, shared_bytes, bound] {
-    run_grid(site, grid, block, shared_bytes, [&] { std::apply(kernel, *bound); });
+  run_on_stream(stream, site.kernel, [site, kernel, grid, block, shared_bytes, shared_limit, bound] {
+    run_grid(site, grid, block, shared_bytes, [&] { std::apply(kernel, *bound); }, shared_limit);
   });
 }
 }  // namespace yolo::emu

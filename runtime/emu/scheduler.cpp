@@ -1,6 +1,7 @@
 // The emulated grid/block scheduler (see scheduler.h).
 #include "runtime/emu/scheduler.h"
 
+#include <algorithm>
 #include <cfenv>
 #include <cstdio>
 #include <cstring>
@@ -31,6 +32,7 @@ struct ThreadSlot {
   State state = State::NotStarted;
   uint32_t warp_mask = 0;  // the mask it waits with, at a warp barrier
   Fiber* fiber = nullptr;
+  AsyncCopies copies;      // cp.async copies issued and not yet waited for
 };
 
 struct BlockRun {
@@ -39,6 +41,7 @@ struct BlockRun {
   unsigned current = 0;
   unsigned warps = 0;
   std::vector<unsigned char> exchange;        // warps * 32 lanes * 8 bytes
+  std::vector<unsigned char> wide;            // warps * 32 lanes * kWideSlotBytes
   std::unique_ptr<unsigned char[]> shared;    // dynamic shared memory, exactly the bytes asked
   size_t shared_bytes = 0;
   std::fenv_t fp_environment;                 // the launching thread's rounding mode etc.
@@ -68,9 +71,30 @@ std::string dims(uint3 d) {
   return "(" + std::to_string(d.x) + "," + std::to_string(d.y) + "," + std::to_string(d.z) + ")";
 }
 
+std::mutex g_shared_mutex;
+std::map<std::pair<int, const void*>, size_t> g_shared_opt_in;  // (device, kernel) -> bytes allowed
+
 }  // namespace
 
-void validate_launch(const LaunchSite& site, dim3 grid, dim3 block, size_t shared) {
+void allow_dynamic_shared(const void* kernel, size_t bytes) {
+  const int device = current_device_index();
+  const int cc = device < 0 ? 90 : device_props(device).cc_major * 10 + device_props(device).cc_minor;
+  const size_t limit = (cc >= 90 ? 227 : cc >= 80 ? 163 : 64) * size_t(1024);
+  if (bytes > limit)
+    throw Error("cudaFuncSetAttribute (emulated): " + std::to_string(bytes) +
+                " bytes of dynamic shared memory exceed the " + std::to_string(limit) + " per block of sm_" +
+                std::to_string(cc));
+  std::lock_guard lock(g_shared_mutex);
+  g_shared_opt_in[{device, kernel}] = bytes;
+}
+
+size_t dynamic_shared_limit(const void* kernel) {
+  std::lock_guard lock(g_shared_mutex);
+  auto it = g_shared_opt_in.find({current_device_index(), kernel});
+  return it == g_shared_opt_in.end() ? kDefaultSharedLimit : std::max(kDefaultSharedLimit, it->second);
+}
+
+void validate_launch(const LaunchSite& site, dim3 grid, dim3 block, size_t shared, size_t shared_limit) {
   // Limits of every GPU we target (compute capability 7.5 and newer).
   uint64_t threads = uint64_t(block.x) * block.y * block.z;
   if (grid.x == 0 || grid.y == 0 || grid.z == 0 || threads == 0)
@@ -80,9 +104,10 @@ void validate_launch(const LaunchSite& site, dim3 grid, dim3 block, size_t share
   if (grid.y > 65535 || grid.z > 65535 || grid.x > 2147483647u)
     launch_error(site, "invalid configuration: grid " + dims(grid) + " exceeds the grid limits");
   // More than 48 KiB needs a per-kernel opt-in on every GPU (and T4 stops at 64 KiB).
-  if (shared > 48 * 1024)
-    launch_error(site, "dynamic shared memory of " + std::to_string(shared) +
-                           " bytes exceeds the 48 KiB available without an opt-in");
+  if (shared > shared_limit)
+    launch_error(site, "dynamic shared memory of " + std::to_string(shared) + " bytes exceeds the " +
+                           std::to_string(shared_limit) + " available " +
+                           (shared_limit > kDefaultSharedLimit ? "by its opt-in" : "without an opt-in"));
 }
 
 namespace {
@@ -184,6 +209,7 @@ void run_block(BlockRun& b, const std::function<void()>& kernel_call) {
   for (ThreadSlot& t : b.threads) {
     t.state = State::NotStarted;
     t.fiber = nullptr;
+    t.copies = AsyncCopies{};  // copies a thread never waited for are dropped (never seen on a GPU either)
   }
   // Shared memory is uninitialised on a GPU: fill it with NaN bytes so kernels that read before
   // writing show it in their results.
@@ -235,8 +261,8 @@ void suspend_at(State state, uint32_t mask) {
 }  // namespace
 
 void run_grid(const LaunchSite& site, dim3 grid, dim3 block, size_t dynamic_shared_bytes,
-              const std::function<void()>& body) {
-  validate_launch(site, grid, block, dynamic_shared_bytes);
+              const std::function<void()>& body, size_t shared_limit) {
+  validate_launch(site, grid, block, dynamic_shared_bytes, shared_limit);
   std::lock_guard lock(g_launch_mutex);
   BlockRun b;
   b.site = &site;
@@ -247,6 +273,7 @@ void run_grid(const LaunchSite& site, dim3 grid, dim3 block, size_t dynamic_shar
       for (unsigned x = 0; x < block.x; ++x) b.threads[i++].index = {x, y, z};
   b.warps = unsigned((b.threads.size() + 31) / 32);
   b.exchange.assign(size_t(b.warps) * 32 * 8, 0);
+  b.wide.assign(size_t(b.warps) * 32 * kWideSlotBytes, 0);
   b.shared_bytes = dynamic_shared_bytes;
   if (dynamic_shared_bytes) b.shared.reset(new unsigned char[dynamic_shared_bytes]);
   blockDim = block;
@@ -298,6 +325,13 @@ uint32_t live_lanes() {
     if (g_block->threads[warp * 32 + lane].state != State::Done) live |= 1u << lane;
   return live;
 }
+
+unsigned char* warp_wide_slot(unsigned lane) {
+  unsigned warp = g_block->current / 32;
+  return &g_block->wide[(size_t(warp) * 32 + lane) * kWideSlotBytes];
+}
+
+AsyncCopies& thread_async_copies() { return g_block->threads[g_block->current].copies; }
 
 unsigned char* warp_exchange_slot(unsigned lane) {
   unsigned warp = g_block->current / 32;

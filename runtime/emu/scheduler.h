@@ -29,14 +29,24 @@ struct LaunchSite {
   int line;
 };
 
-// Throws yolo::Error for a configuration no GPU we target can launch.
-void validate_launch(const LaunchSite& site, dim3 grid, dim3 block, size_t dynamic_shared_bytes);
+// Throws yolo::Error for a configuration no GPU we target can launch. Dynamic shared memory
+// beyond 48 KiB needs the kernel's opt-in (allow_dynamic_shared, as cudaFuncSetAttribute).
+// `shared_limit`: dynamic_shared_limit(kernel) on the launching thread.
+constexpr size_t kDefaultSharedLimit = 48 * 1024;
+void validate_launch(const LaunchSite& site, dim3 grid, dim3 block, size_t dynamic_shared_bytes,
+                     size_t shared_limit = kDefaultSharedLimit);
+
+// cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes) for emulated
+// launches on the current emulated device (throws yolo::Error, as CUDA fails, when the device
+// has less shared memory per block: 64 KiB on sm_75, 163 KiB on sm_80, 227 KiB on sm_90).
+void allow_dynamic_shared(const void* kernel, size_t bytes);
+size_t dynamic_shared_limit(const void* kernel);  // for the current emulated device
 
 // Runs `body` (the kernel call with its arguments bound) for every thread of the grid. Throws
 // yolo::Error for an invalid configuration, a barrier no thread set can complete, or an
 // exception thrown by a thread.
 void run_grid(const LaunchSite& site, dim3 grid, dim3 block, size_t dynamic_shared_bytes,
-              const std::function<void()>& body);
+              const std::function<void()>& body, size_t shared_limit = kDefaultSharedLimit);
 
 // Runs `work` (an emulated kernel, or device-side work such as the emulated sort) in the order
 // of `stream`: queued on the stream's queue (a StreamQueue), or at once for a null stream. It runs
@@ -50,6 +60,24 @@ void warp_barrier(uint32_t mask);                 // __syncwarp and each warp op
 unsigned lane_id();                               // this thread's lane in its warp
 uint32_t live_lanes();                            // lanes of this warp that exist and have not exited
 unsigned char* warp_exchange_slot(unsigned lane); // 8 bytes per lane, per warp, for shuffles/votes
+// 64 bytes per lane, per warp, for the warp-wide matrix operations (mma.sync, ldmatrix twins).
+constexpr size_t kWideSlotBytes = 64;
+unsigned char* warp_wide_slot(unsigned lane);
+
+// This thread's cp.async copies not yet waited for (the cp.async twin in kernels/mma.cuh):
+// copies in issue order, and the end of each committed group in `pending`.
+struct AsyncCopy {
+  void* dst;
+  const void* src;
+  unsigned bytes, src_bytes;  // bytes written; bytes read from src (the rest are zeros)
+};
+struct AsyncCopies {
+  AsyncCopy pending[64];
+  unsigned count = 0;
+  unsigned group_ends[16];
+  unsigned groups = 0;
+};
+AsyncCopies& thread_async_copies();
 void* dynamic_shared_memory();
 
 }  // namespace yolo::emu

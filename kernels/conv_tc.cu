@@ -1,0 +1,542 @@
+// 2-D convolution on tensor cores: the three passes as implicit GEMMs on the mma.sync main loop
+// of kernels/tc_tiles.cuh, in TF32 (float tensors), BF16 or FP16 (16-bit tensors), all summing
+// in FP32. The GEMMs are those of kernels/conv.cu (P = output pixels, KK = k*k*c_in):
+//   forward        out[P x c_out]     = im2col(in)[P x KK] * W^T      A K-major, B K-major
+//   backward data  grad_in[Q x c_in]  = gather(grad_out) * W'          A K-major, B MN-major
+//                  (per parity class of input pixels, as in conv.cu)
+//   backward wts   dW[c_out x KK]     = grad_out^T[c_out x P] * im2col(in)   both MN-major
+// Loaders hand the main loop 16-byte chunks (one tap's V consecutive channels) when channel
+// counts, pitches and pointers allow, and gather element by element otherwise (the 3-channel
+// first layer, channel slices at odd offsets); the reduction is padded with zeros to the stage.
+#include <algorithm>
+#include <string>
+
+#include "kernels/conv.h"
+#include "kernels/conv_geometry.cuh"
+#include "kernels/tc_tiles.cuh"
+
+namespace yolo {
+
+namespace {
+
+using namespace tc;
+
+// ---- loaders ----------------------------------------------------------------------------------
+
+// Forward A: rows = output pixels, K = (r, s, ci) of the receptive field (K-major).
+template <typename T, int R>
+struct ForwardInput {
+  using S = Smem<T, true, R>;
+  static constexpr int CP = S::chunks_per_thread, V = S::V;
+  const ConvGeom& g;
+  const T* data;
+  int pitch, k_size;
+  int img_row0[CP], iy0[CP], ix0[CP], k_pos[CP], r[CP], s[CP], ci[CP];
+  bool row_ok[CP];
+
+  __device__ ForwardInput(const ConvGeom& geom, NhwcView<const T> in, int m0, int k_begin)
+      : g(geom), data(in.data), pitch(in.stride), k_size(geom.k * geom.k * geom.c_in) {
+#pragma unroll
+    for (int i = 0; i < CP; ++i) {
+      const typename S::Chunk ch = S::chunk(i);
+      const int p = m0 + ch.row;
+      row_ok[i] = p < g.n * g.oh * g.ow;
+      const int q = row_ok[i] ? p : 0, ox = q % g.ow, t = q / g.ow, oy = t % g.oh;
+      img_row0[i] = t / g.oh * g.h, iy0[i] = oy * g.stride - g.pad, ix0[i] = ox * g.stride - g.pad;
+      k_pos[i] = k_begin + ch.k, ci[i] = k_pos[i] % g.c_in;
+      const int rs = k_pos[i] / g.c_in;
+      s[i] = rs % g.k, r[i] = rs / g.k;
+    }
+  }
+  __device__ const T* pixel(int i, int rr, int ss) const {
+    const int iy = iy0[i] + rr, ix = ix0[i] + ss;
+    if (unsigned(iy) >= unsigned(g.h) || unsigned(ix) >= unsigned(g.w)) return nullptr;
+    return data + (size_t(img_row0[i] + iy) * g.w + ix) * pitch;
+  }
+  __device__ const T* vec_ptr(int i) const {
+    const T* p = row_ok[i] && k_pos[i] < k_size ? pixel(i, r[i], s[i]) : nullptr;
+    return p ? p + ci[i] : nullptr;
+  }
+  __device__ void gather(int i, T (&v)[V]) const {
+    int a = r[i], b = s[i], c = ci[i];
+#pragma unroll
+    for (int e = 0; e < V; ++e) {
+      const T* p = row_ok[i] && k_pos[i] + e < k_size ? pixel(i, a, b) : nullptr;
+      v[e] = p ? p[c] : T{};
+      advance3(a, b, c, 1, g.k, g.c_in);
+    }
+  }
+  __device__ void advance() {
+#pragma unroll
+    for (int i = 0; i < CP; ++i) {
+      k_pos[i] += Tc<T>::BK;
+      advance3(r[i], s[i], ci[i], Tc<T>::BK, g.k, g.c_in);
+    }
+  }
+};
+
+// Backward data A: rows = the class's input pixels, K = (jr, js, co) (K-major gather of grad_out).
+template <typename T, int R>
+struct BackwardDataGrad {
+  using S = Smem<T, true, R>;
+  static constexpr int CP = S::chunks_per_thread, V = S::V;
+  const ConvGeom& g;
+  const T* data;
+  int pitch, ns, k_size;
+  int img_row0[CP], oy0[CP], ox0[CP], k_pos[CP], jr[CP], js[CP], co[CP];
+  bool row_ok[CP];
+
+  __device__ BackwardDataGrad(const ConvGeom& geom, const ParityClass& pc, NhwcView<const T> grad_out, int m0,
+                              int k_begin)
+      : g(geom), data(grad_out.data), pitch(grad_out.stride), ns(max(pc.ns, 1)), k_size(pc.k_size(geom)) {
+#pragma unroll
+    for (int i = 0; i < CP; ++i) {
+      const typename S::Chunk ch = S::chunk(i);
+      const int m = m0 + ch.row;
+      row_ok[i] = m < pc.rows(g);
+      const int q = row_ok[i] ? m : 0, xq = q % pc.wc, t = q / pc.wc, yq = t % pc.hc;
+      img_row0[i] = t / pc.hc * g.oh, oy0[i] = yq + pc.dy, ox0[i] = xq + pc.dx;
+      k_pos[i] = k_begin + ch.k, co[i] = k_pos[i] % g.c_out;
+      const int t2 = k_pos[i] / g.c_out;
+      js[i] = t2 % ns, jr[i] = t2 / ns;
+    }
+  }
+  __device__ const T* pixel(int i, int a, int b) const {
+    const int oy = oy0[i] - a, ox = ox0[i] - b;
+    if (unsigned(oy) >= unsigned(g.oh) || unsigned(ox) >= unsigned(g.ow)) return nullptr;
+    return data + (size_t(img_row0[i] + oy) * g.ow + ox) * pitch;
+  }
+  __device__ const T* vec_ptr(int i) const {
+    const T* p = row_ok[i] && k_pos[i] < k_size ? pixel(i, jr[i], js[i]) : nullptr;
+    return p ? p + co[i] : nullptr;
+  }
+  __device__ void gather(int i, T (&v)[V]) const {
+    int a = jr[i], b = js[i], c = co[i];
+#pragma unroll
+    for (int e = 0; e < V; ++e) {
+      const T* p = row_ok[i] && k_pos[i] + e < k_size ? pixel(i, a, b) : nullptr;
+      v[e] = p ? p[c] : T{};
+      advance3(a, b, c, 1, ns, g.c_out);
+    }
+  }
+  __device__ void advance() {
+#pragma unroll
+    for (int i = 0; i < CP; ++i) {
+      k_pos[i] += Tc<T>::BK;
+      advance3(jr[i], js[i], co[i], Tc<T>::BK, ns, g.c_out);
+    }
+  }
+};
+
+// Backward data B: K = (jr, js, co), columns = ci: weights[co][r][s][ci..] (MN-major).
+template <typename T, int R>
+struct BackwardDataWeights {
+  using S = Smem<T, false, R>;
+  static constexpr int CP = S::chunks_per_thread, V = S::V;
+  const ConvGeom& g;
+  const T* weights;
+  int ry0, rx0, ns, k_size;
+  int ci[CP], k_pos[CP], jr[CP], js[CP], co[CP];
+
+  __device__ BackwardDataWeights(const ConvGeom& geom, const ParityClass& pc, const T* w, int n0, int k_begin)
+      : g(geom), weights(w), ry0(pc.ry0), rx0(pc.rx0), ns(max(pc.ns, 1)), k_size(pc.k_size(geom)) {
+#pragma unroll
+    for (int i = 0; i < CP; ++i) {
+      const typename S::Chunk ch = S::chunk(i);
+      ci[i] = n0 + ch.row;
+      k_pos[i] = k_begin + ch.k, co[i] = k_pos[i] % g.c_out;
+      const int t = k_pos[i] / g.c_out;
+      js[i] = t % ns, jr[i] = t / ns;
+    }
+  }
+  __device__ const T* row(int i) const {
+    const int r = ry0 + g.stride * jr[i], s = rx0 + g.stride * js[i];
+    return weights + ((size_t(co[i]) * g.k + r) * g.k + s) * g.c_in;
+  }
+  __device__ const T* vec_ptr(int i) const { return k_pos[i] < k_size && ci[i] < g.c_in ? row(i) + ci[i] : nullptr; }
+  __device__ void gather(int i, T (&v)[V]) const {
+    const bool ok = k_pos[i] < k_size;
+    const T* p = ok ? row(i) : nullptr;
+#pragma unroll
+    for (int e = 0; e < V; ++e) v[e] = ok && ci[i] + e < g.c_in ? p[ci[i] + e] : T{};
+  }
+  __device__ void advance() {
+#pragma unroll
+    for (int i = 0; i < CP; ++i) {
+      k_pos[i] += Tc<T>::BK;
+      advance3(jr[i], js[i], co[i], Tc<T>::BK, ns, g.c_out);
+    }
+  }
+};
+
+// Backward weights B: K = output pixels (b, oy, ox), columns = (r, s, ci) (MN-major gather of in).
+template <typename T, int R>
+struct BackwardWeightsInput {
+  using S = Smem<T, false, R>;
+  static constexpr int CP = S::chunks_per_thread, V = S::V;
+  const ConvGeom& g;
+  const T* data;
+  int pitch, cols, pixels;
+  int col[CP], r[CP], s[CP], ci[CP], k_pos[CP], b[CP], oy[CP], ox[CP];
+
+  __device__ BackwardWeightsInput(const ConvGeom& geom, NhwcView<const T> in, int n0, int k_begin)
+      : g(geom), data(in.data), pitch(in.stride), cols(geom.k * geom.k * geom.c_in), pixels(geom.n * geom.oh * geom.ow) {
+#pragma unroll
+    for (int i = 0; i < CP; ++i) {
+      const typename S::Chunk ch = S::chunk(i);
+      col[i] = n0 + ch.row, ci[i] = col[i] % g.c_in;
+      const int rs = col[i] / g.c_in;
+      s[i] = rs % g.k, r[i] = rs / g.k;
+      k_pos[i] = k_begin + ch.k, ox[i] = k_pos[i] % g.ow;
+      const int t = k_pos[i] / g.ow;
+      oy[i] = t % g.oh, b[i] = t / g.oh;
+    }
+  }
+  __device__ const T* pixel(int i, int rr, int ss) const {
+    const int iy = oy[i] * g.stride - g.pad + rr, ix = ox[i] * g.stride - g.pad + ss;
+    if (unsigned(iy) >= unsigned(g.h) || unsigned(ix) >= unsigned(g.w)) return nullptr;
+    return data + (size_t(b[i] * g.h + iy) * g.w + ix) * pitch;
+  }
+  __device__ const T* vec_ptr(int i) const {
+    const T* p = k_pos[i] < pixels && col[i] < cols ? pixel(i, r[i], s[i]) : nullptr;
+    return p ? p + ci[i] : nullptr;
+  }
+  __device__ void gather(int i, T (&v)[V]) const {
+    int rr = r[i], ss = s[i], c = ci[i];
+#pragma unroll
+    for (int e = 0; e < V; ++e) {
+      const T* p = k_pos[i] < pixels && col[i] + e < cols ? pixel(i, rr, ss) : nullptr;
+      v[e] = p ? p[c] : T{};
+      advance3(rr, ss, c, 1, g.k, g.c_in);
+    }
+  }
+  __device__ void advance() {
+#pragma unroll
+    for (int i = 0; i < CP; ++i) {
+      k_pos[i] += Tc<T>::BK;
+      advance3(b[i], oy[i], ox[i], Tc<T>::BK, g.oh, g.ow);
+    }
+  }
+};
+
+// ---- epilogues ----------------------------------------------------------------------------------
+
+// Forward: out (+ bias) as T, or this split's FP32 partial sums [P][c_out].
+template <typename T>
+struct ForwardEpilogue {
+  T* out;
+  float* partials;  // non-null: write here instead
+  const float* bias;
+  int pitch, pixels, c_out;
+  __device__ void put2(int p, int co, float v0, float v1) const {
+    if (p >= pixels || co >= c_out) return;
+    const bool pair = co + 1 < c_out;
+    if (partials) return store2<float>(partials + size_t(p) * c_out + co, v0, v1, pair, false);
+    if (bias) v0 += bias[co], v1 += pair ? bias[co + 1] : 0.0f;
+    store2<T>(out + size_t(p) * pitch + co, v0, v1, pair, false);
+  }
+};
+
+// Backward data: grad_in (= or +=) as T, or this split's FP32 partials [input pixel][c_in].
+template <typename T>
+struct BackwardDataEpilogue {
+  const ConvGeom& g;
+  const ParityClass& pc;
+  T* grad_in;
+  float* partials;
+  int pitch, rows;
+  bool accumulate;
+  __device__ void put2(int m, int ci, float v0, float v1) const {
+    if (m >= rows || ci >= g.c_in) return;
+    const bool pair = ci + 1 < g.c_in;
+    const size_t pixel = size_t(pc.input_pixel(g, m));
+    if (partials) return store2<float>(partials + pixel * g.c_in + ci, v0, v1, pair, false);
+    store2<T>(grad_in + pixel * pitch + ci, v0, v1, pair, accumulate);
+  }
+};
+
+// Backward weights: dW [c_out][KK] in FP32 (or this split's partials, same layout).
+struct BackwardWeightsEpilogue {
+  float* dst;
+  int c_out, cols;
+  __device__ void put2(int co, int col, float v0, float v1) const {
+    if (co >= c_out || col >= cols) return;
+    store2<float>(dst + size_t(co) * cols + col, v0, v1, col + 1 < cols, false);
+  }
+};
+
+// ---- kernels: grid (M tiles, N tiles, splits [x classes]) -----------------------------------------
+
+struct Split {
+  int k_begin, k_end;
+};
+__device__ __forceinline__ Split split_range(int k_size, int splits, int split, int bk) {
+  const int chunk = int(tc_split_chunk(k_size, splits, bk));
+  const int begin = min(k_size, split * chunk);
+  return {begin, min(k_size, begin + chunk)};
+}
+
+// Runs the main loop the launcher chose: cp.async (Async; vector loads) or register-staged.
+template <typename T, bool AK, bool BKm, int BM, int BN, bool Async, class LA, class LB>
+__device__ __forceinline__ void run_mainloop(LA& la, LB& lb, Split k, bool vec_a, bool vec_b,
+                                             float (&acc)[WarpTile<BM, BN>::MI][WarpTile<BM, BN>::NI][4]) {
+  DYNAMIC_SHARED(unsigned char, smem);
+  clear<BM, BN>(acc);
+  if constexpr (Async) {
+    mainloop_async<T, AK, BKm, BM, BN>(la, lb, k.k_begin, k.k_end, smem, acc);
+  } else {
+    if (vec_a && vec_b) mainloop_registers<T, AK, BKm, BM, BN, true, true>(la, lb, k.k_begin, k.k_end, smem, acc);
+    else if (vec_a) mainloop_registers<T, AK, BKm, BM, BN, true, false>(la, lb, k.k_begin, k.k_end, smem, acc);
+    else if (vec_b) mainloop_registers<T, AK, BKm, BM, BN, false, true>(la, lb, k.k_begin, k.k_end, smem, acc);
+    else mainloop_registers<T, AK, BKm, BM, BN, false, false>(la, lb, k.k_begin, k.k_end, smem, acc);
+  }
+}
+
+template <typename T, int BM, int BN, bool Async>
+__global__ void __launch_bounds__(kThreads)
+    conv_forward_tc_kernel(ConvGeom g, NhwcView<const T> in, const T* weights, const float* bias, NhwcView<T> out,
+                           float* partials, int splits, bool vec_in, bool vec_w) {
+  const int m0 = int(blockIdx.x) * BM, n0 = int(blockIdx.y) * BN, split = int(blockIdx.z);
+  const int k_size = g.k * g.k * g.c_in, pixels = g.n * g.oh * g.ow;
+  const Split k = split_range(k_size, splits, split, Tc<T>::BK);
+  ForwardInput<T, BM> la(g, in, m0, k.k_begin);
+  MatrixLoader<T, true, BN> lb(weights, k_size, g.c_out, k_size, n0, k.k_begin);
+  float acc[WarpTile<BM, BN>::MI][WarpTile<BM, BN>::NI][4];
+  run_mainloop<T, true, true, BM, BN, Async>(la, lb, k, vec_in, vec_w, acc);
+  const ForwardEpilogue<T> epilogue{out.data, splits > 1 ? partials + size_t(split) * pixels * g.c_out : nullptr,
+                                    bias, out.stride, pixels, g.c_out};
+  write_tile<BM, BN>(acc, m0, n0, epilogue);
+}
+
+template <typename T, int BM, int BN, bool Async>
+__global__ void __launch_bounds__(kThreads)
+    conv_backward_data_tc_kernel(ConvGeom g, NhwcView<const T> grad_out, const T* weights, NhwcView<T> grad_in,
+                                 bool accumulate, float* partials, int splits, bool vec_grad, bool vec_w) {
+  const ParityClass pc(g, int(blockIdx.z) / splits);
+  const int split = int(blockIdx.z) % splits, rows = pc.rows(g);
+  const int m0 = int(blockIdx.x) * BM, n0 = int(blockIdx.y) * BN;
+  if (m0 >= rows) return;  // a smaller class: the whole block leaves
+  const Split k = split_range(pc.k_size(g), splits, split, Tc<T>::BK);
+  BackwardDataGrad<T, BM> la(g, pc, grad_out, m0, k.k_begin);
+  BackwardDataWeights<T, BN> lb(g, pc, weights, n0, k.k_begin);
+  float acc[WarpTile<BM, BN>::MI][WarpTile<BM, BN>::NI][4];
+  run_mainloop<T, true, false, BM, BN, Async>(la, lb, k, vec_grad, vec_w, acc);
+  float* part = splits > 1 ? partials + size_t(split) * g.n * g.h * g.w * g.c_in : nullptr;
+  const BackwardDataEpilogue<T> epilogue{g, pc, grad_in.data, part, grad_in.stride, rows, accumulate};
+  write_tile<BM, BN>(acc, m0, n0, epilogue);
+}
+
+template <typename T, int BM, int BN, bool Async>
+__global__ void __launch_bounds__(kThreads)
+    conv_backward_weights_tc_kernel(ConvGeom g, NhwcView<const T> in, NhwcView<const T> grad_out, float* grad_weights,
+                                    float* partials, int splits, bool vec_grad, bool vec_in) {
+  const int m0 = int(blockIdx.x) * BM, n0 = int(blockIdx.y) * BN, split = int(blockIdx.z);
+  const int pixels = g.n * g.oh * g.ow, cols = g.k * g.k * g.c_in;
+  const Split k = split_range(pixels, splits, split, Tc<T>::BK);
+  MatrixLoader<T, false, BM> la(grad_out.data, grad_out.stride, g.c_out, pixels, m0, k.k_begin);
+  BackwardWeightsInput<T, BN> lb(g, in, n0, k.k_begin);
+  float acc[WarpTile<BM, BN>::MI][WarpTile<BM, BN>::NI][4];
+  run_mainloop<T, false, false, BM, BN, Async>(la, lb, k, vec_grad, vec_in, acc);
+  const BackwardWeightsEpilogue epilogue{splits > 1 ? partials + size_t(split) * g.c_out * cols : grad_weights,
+                                         g.c_out, cols};
+  write_tile<BM, BN>(acc, m0, n0, epilogue);
+}
+
+// ---- host side -----------------------------------------------------------------------------------
+
+template <typename V>
+bool vec_view(const V& v, int elems) {
+  return v.c % elems == 0 && v.stride % elems == 0 && reinterpret_cast<uintptr_t>(v.data) % 16 == 0;
+}
+bool vec_pointer(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+template <typename V>
+void check_view_shape(const char* op, const char* name, const V& v, int n, int h, int w, int c) {
+  check_view_arg(v, op, name);
+  if (v.n != n || v.h != h || v.w != w || v.c != c)
+    throw Error(std::string(op) + ": " + name + " is " + view_dims(v) + ", expected " + std::to_string(n) + "x" +
+                std::to_string(h) + "x" + std::to_string(w) + "x" + std::to_string(c));
+}
+
+// Calls launch.template operator()<BM, BN, Async>() for the plan.
+template <typename F>
+void with_plan(const TcPlan& plan, F&& launch) {
+  if (plan.tile == 0) {
+    if (plan.async) return launch.template operator()<128, 128, true>();
+    return launch.template operator()<128, 128, false>();
+  }
+  if (plan.async) return launch.template operator()<64, 64, true>();
+  return launch.template operator()<64, 64, false>();
+}
+
+template <typename T, bool AK, bool BKm, int BM, int BN, bool Async>
+size_t smem_bytes() {
+  return stage_bytes<T, AK, BKm, BM, BN>() * (Async ? kAsyncStages : 2);
+}
+
+size_t partials_bytes(const TcPlan& plan, long long rows, long long cols) {
+  return plan.splits > 1 ? (size_t(plan.splits) * size_t(rows) * size_t(cols) * sizeof(float) + 255) / 256 * 256 : 0;
+}
+
+void check_workspace_tc(const char* op, size_t need, const void* workspace, size_t bytes) {
+  if (need == 0) return;
+  if (workspace == nullptr || bytes < need)
+    throw Error(std::string(op) + ": needs " + std::to_string(need) + " bytes of workspace, got " +
+                std::to_string(workspace ? bytes : 0));
+  if (!vec_pointer(workspace)) throw Error(std::string(op) + ": workspace is not 16-byte aligned");
+}
+
+constexpr int kMaxSplits = 64;
+
+template <typename T>
+TcPlan forward_plan(const Conv2dShape& s, bool vec) {
+  return plan_tc((long long)s.n * s.out_h() * s.out_w(), s.c_out, (long long)s.k * s.k * s.c_in, 1, kMaxSplits, vec,
+                 int(sizeof(T)));
+}
+template <typename T>
+TcPlan backward_data_plan(const Conv2dShape& s, bool vec) {
+  const int S = s.stride, classes = S * S;
+  const long long rows = (long long)s.n * ((s.h + S - 1) / S) * ((s.w + S - 1) / S);
+  return plan_tc(rows, s.c_in, (long long)s.k * s.k * s.c_out / classes + 1, classes,
+                 std::min(kMaxSplits, 65535 / classes), vec, int(sizeof(T)));
+}
+template <typename T>
+TcPlan backward_weights_plan(const Conv2dShape& s, bool vec) {
+  return plan_tc(s.c_out, (long long)s.k * s.k * s.c_in, (long long)s.n * s.out_h() * s.out_w(), 1, kMaxSplits, vec,
+                 int(sizeof(T)));
+}
+
+// Workspace sizes may not depend on pointers: plan them as if every operand were aligned
+// (alignment only switches the pipeline, never the tile or split count).
+template <typename T>
+size_t forward_workspace(const Conv2dShape& s) {
+  return s.n == 0 ? 0 : partials_bytes(forward_plan<T>(s, true), (long long)s.n * s.out_h() * s.out_w(), s.c_out);
+}
+
+}  // namespace
+
+template <typename T>
+size_t conv2d_forward_tc_workspace_bytes(const Conv2dShape& s) {
+  s.validate();
+  return forward_workspace<T>(s);
+}
+
+template <typename T>
+void conv2d_forward_tc(const Conv2dShape& s, NhwcView<const T> in, const T* weights, const float* bias,
+                       NhwcView<T> out, void* workspace, size_t workspace_bytes, cudaStream_t stream) {
+  const char* op = "conv2d_forward_tc";
+  s.validate();
+  require_precision(tc_precision<T>(), op);
+  check_view_shape(op, "in", in, s.n, s.h, s.w, s.c_in);
+  check_view_shape(op, "out", out, s.n, s.out_h(), s.out_w(), s.c_out);
+  if (weights == nullptr) throw Error(std::string(op) + ": weights is null");
+  if (s.n == 0) return;
+  constexpr int V = Tc<T>::V;
+  const bool vec_in = vec_view(in, V), vec_w = (s.k * s.k * s.c_in) % V == 0 && vec_pointer(weights);
+  TcPlan plan = forward_plan<T>(s, vec_in && vec_w);
+  check_workspace_tc(op, forward_workspace<T>(s), workspace, workspace_bytes);
+  const ConvGeom g = geometry(s);
+  const long long pixels = (long long)s.n * g.oh * g.ow;
+  float* partials = static_cast<float*>(workspace);
+  with_plan(plan, [&]<int BM, int BN, bool Async>() {
+    auto kernel = conv_forward_tc_kernel<T, BM, BN, Async>;
+    const size_t smem = smem_bytes<T, true, true, BM, BN, Async>();
+    allow_shared(kernel, smem);
+    LAUNCH(kernel, dim3(ceil_div(pixels, BM), ceil_div(s.c_out, BN), unsigned(plan.splits)), dim3(kThreads), smem,
+           stream, g, in, weights, bias, out, partials, plan.splits, vec_in, vec_w);
+  });
+  if (plan.splits > 1)
+    launch_sum_splits_tc(partials, plan.splits, int(pixels), s.c_out, out.data, out.stride, false, bias, stream);
+}
+
+template <typename T>
+size_t conv2d_backward_data_tc_workspace_bytes(const Conv2dShape& s) {
+  s.validate();
+  return s.n == 0 ? 0 : partials_bytes(backward_data_plan<T>(s, true), (long long)s.n * s.h * s.w, s.c_in);
+}
+
+template <typename T>
+void conv2d_backward_data_tc(const Conv2dShape& s, NhwcView<const T> grad_out, const T* weights, NhwcView<T> grad_in,
+                             bool accumulate, void* workspace, size_t workspace_bytes, cudaStream_t stream) {
+  const char* op = "conv2d_backward_data_tc";
+  s.validate();
+  require_precision(tc_precision<T>(), op);
+  check_view_shape(op, "grad_out", grad_out, s.n, s.out_h(), s.out_w(), s.c_out);
+  check_view_shape(op, "grad_in", grad_in, s.n, s.h, s.w, s.c_in);
+  if (weights == nullptr) throw Error(std::string(op) + ": weights is null");
+  if (s.n == 0) return;
+  constexpr int V = Tc<T>::V;
+  const bool vec_grad = vec_view(grad_out, V), vec_w = s.c_in % V == 0 && vec_pointer(weights);
+  const TcPlan plan = backward_data_plan<T>(s, vec_grad && vec_w);
+  check_workspace_tc(op, conv2d_backward_data_tc_workspace_bytes<T>(s), workspace, workspace_bytes);
+  const ConvGeom g = geometry(s);
+  const int S = s.stride;
+  float* partials = static_cast<float*>(workspace);
+  const long long class_rows = (long long)s.n * ((s.h + S - 1) / S) * ((s.w + S - 1) / S);  // class (0, 0): the largest
+  with_plan(plan, [&]<int BM, int BN, bool Async>() {
+    auto kernel = conv_backward_data_tc_kernel<T, BM, BN, Async>;
+    const size_t smem = smem_bytes<T, true, false, BM, BN, Async>();
+    allow_shared(kernel, smem);
+    LAUNCH(kernel, dim3(ceil_div(class_rows, BM), ceil_div(s.c_in, BN), unsigned(S * S * plan.splits)),
+           dim3(kThreads), smem, stream, g, grad_out, weights, grad_in, accumulate, partials, plan.splits, vec_grad,
+           vec_w);
+  });
+  if (plan.splits > 1)
+    launch_sum_splits_tc(partials, plan.splits, s.n * s.h * s.w, s.c_in, grad_in.data, grad_in.stride, accumulate,
+                         static_cast<const float*>(nullptr), stream);
+}
+
+template <typename T>
+size_t conv2d_backward_weights_tc_workspace_bytes(const Conv2dShape& s) {
+  s.validate();
+  return partials_bytes(backward_weights_plan<T>(s, true), s.c_out, (long long)s.k * s.k * s.c_in) +
+         bias_partials_bytes(s);
+}
+
+template <typename T>
+void conv2d_backward_weights_tc(const Conv2dShape& s, NhwcView<const T> in, NhwcView<const T> grad_out,
+                                float* grad_weights, float* grad_bias, void* workspace, size_t workspace_bytes,
+                                cudaStream_t stream) {
+  const char* op = "conv2d_backward_weights_tc";
+  s.validate();
+  require_precision(tc_precision<T>(), op);
+  check_view_shape(op, "in", in, s.n, s.h, s.w, s.c_in);
+  check_view_shape(op, "grad_out", grad_out, s.n, s.out_h(), s.out_w(), s.c_out);
+  if (grad_weights == nullptr) throw Error(std::string(op) + ": grad_weights is null");
+  constexpr int V = Tc<T>::V;
+  const bool vec_grad = vec_view(grad_out, V), vec_in = vec_view(in, V);
+  const TcPlan plan = backward_weights_plan<T>(s, vec_grad && vec_in);
+  check_workspace_tc(op, conv2d_backward_weights_tc_workspace_bytes<T>(s), workspace, workspace_bytes);
+  const ConvGeom g = geometry(s);
+  const int cols = s.k * s.k * s.c_in;
+  float* partials = static_cast<float*>(workspace);
+  float* bias_partials = reinterpret_cast<float*>(static_cast<char*>(workspace) + partials_bytes(plan, s.c_out, cols));
+  with_plan(plan, [&]<int BM, int BN, bool Async>() {
+    auto kernel = conv_backward_weights_tc_kernel<T, BM, BN, Async>;
+    const size_t smem = smem_bytes<T, false, false, BM, BN, Async>();
+    allow_shared(kernel, smem);
+    LAUNCH(kernel, dim3(ceil_div(s.c_out, BM), ceil_div(cols, BN), unsigned(plan.splits)), dim3(kThreads), smem,
+           stream, g, in, grad_out, grad_weights, partials, plan.splits, vec_grad, vec_in);
+  });
+  if (plan.splits > 1)
+    launch_sum_splits_tc(partials, plan.splits, s.c_out, cols, grad_weights, cols, false,
+                         static_cast<const float*>(nullptr), stream);
+  if (grad_bias) launch_bias_gradient(s, grad_out, grad_bias, bias_partials, stream);
+}
+
+#define YOLO_CONV_TC(T)                                                                                            \
+  template size_t conv2d_forward_tc_workspace_bytes<T>(const Conv2dShape&);                                        \
+  template void conv2d_forward_tc<T>(const Conv2dShape&, NhwcView<const T>, const T*, const float*, NhwcView<T>,   \
+                                     void*, size_t, cudaStream_t);                                                 \
+  template size_t conv2d_backward_data_tc_workspace_bytes<T>(const Conv2dShape&);                                  \
+  template void conv2d_backward_data_tc<T>(const Conv2dShape&, NhwcView<const T>, const T*, NhwcView<T>, bool,     \
+                                           void*, size_t, cudaStream_t);                                           \
+  template size_t conv2d_backward_weights_tc_workspace_bytes<T>(const Conv2dShape&);                               \
+  template void conv2d_backward_weights_tc<T>(const Conv2dShape&, NhwcView<const T>, NhwcView<const T>, float*,    \
+                                              float*, void*, size_t, cudaStream_t);
+YOLO_CONV_TC(float)
+YOLO_CONV_TC(Bf16)
+YOLO_CONV_TC(Fp16)
+#undef YOLO_CONV_TC
+
+}  // namespace yolo

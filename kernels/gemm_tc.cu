@@ -1,0 +1,210 @@
+// Dense matrix products on tensor cores (kernels/tc_tiles.cuh's main loop over plain matrix
+// operands), and the tile/split/pipeline planner every tensor-core pass uses.
+//
+// The three operand layouts [connected] layers need, which are also the conv passes' layouts:
+//   out = in * W^T         (A K-major, B' = W^T with W stored n x k: K-major; C in T)
+//   d_in = d_out * W       (A K-major, B stored k x n: MN-major; C in T)
+//   dW = d_out^T * in      (A' = A^T stored k x m: MN-major, B MN-major; C in FP32)
+// trans_a with trans_b (A MN-major, B K-major) is refused: no layer multiplies that way.
+#include <algorithm>
+#include <atomic>
+#include <limits>
+#include <string>
+
+#include "kernels/gemm.h"
+#include "kernels/gemm_tiles.cuh"
+#include "kernels/tc_tiles.cuh"
+
+namespace yolo {
+
+namespace {
+
+std::atomic<int> g_tc_tile{-1}, g_tc_splits{0}, g_tc_pipeline{0};
+
+}  // namespace
+
+void set_tc_tiling_for_tests(int tile, int splits, int pipeline) {
+  if (tile < -1 || tile > 1) throw Error("set_tc_tiling_for_tests: tile must be -1..1, got " + std::to_string(tile));
+  if (splits < 0) throw Error("set_tc_tiling_for_tests: negative split count");
+  if (pipeline < 0 || pipeline > 2) throw Error("set_tc_tiling_for_tests: pipeline must be 0..2");
+  g_tc_tile = tile, g_tc_splits = splits, g_tc_pipeline = pipeline;
+}
+
+namespace tc {
+
+TcPlan plan_tc(long long m, long long n, long long k, int groups, int max_splits, bool vec, int elem) {
+  // 128x128 tiles read half the shared memory per MMA that 64x64 tiles do; with mma.sync the
+  // smaller tile runs at roughly 0.6 of the larger's rate (an estimate until measured).
+  static const double kEfficiency[2] = {1.0, 0.6};
+  constexpr double kPassPerElement = 0.05, kPassLaunch = 6e5;  // as plan_tiles, per MMA-time
+  const int bk = elem == 4 ? Tc<float>::BK : Tc<Bf16>::BK;
+  const long long min_chunk = 8LL * bk;
+  const long long sms = tiled::multiprocessor_count(), wave = 2 * sms;  // two blocks per SM
+  const int forced_tile = g_tc_tile.load(), forced_splits = g_tc_splits.load(), pipeline = g_tc_pipeline.load();
+  TcPlan best;
+  double best_cost = std::numeric_limits<double>::infinity();
+  for (int tile = 0; tile < 2; ++tile) {
+    if (forced_tile >= 0 && tile != forced_tile) continue;
+    TcPlan plan;
+    plan.tile = tile;
+    const long long tiles = (m + plan.bm() - 1) / plan.bm() * ((n + plan.bn() - 1) / plan.bn()) * groups;
+    const int split_limit = k > 0 ? std::max(1, max_splits) : 1;
+    for (int s = 1; s <= split_limit; ++s) {
+      if (forced_splits > 0 && s != std::min(forced_splits, split_limit)) continue;
+      const long long chunk = tc_split_chunk(k, s, bk);
+      if (forced_splits == 0 && s > 1 && chunk < min_chunk) break;
+      const long long blocks = tiles * s;
+      const double waves = double((blocks + wave - 1) / wave);
+      double cost = waves * plan.bm() * plan.bn() * double(std::max<long long>(chunk, 1)) / kEfficiency[tile];
+      if (s > 1) cost += kPassPerElement * s * double(m) * double(n) * groups + kPassLaunch;
+      if (cost < best_cost * 0.98) {
+        best_cost = cost;
+        best.tile = tile, best.splits = s;
+      }
+    }
+  }
+  // cp.async needs sm_80 and whole 16-byte chunks; the pipeline never changes tiles or splits
+  // (workspace sizes must not depend on pointer alignment).
+  best.async = vec && current_compute_capability() >= 80 && pipeline != 1;
+  return best;
+}
+
+}  // namespace tc
+
+namespace {
+
+using namespace tc;
+
+// C (pitch ldc) as Out, or this split's FP32 partials [m][n]; bias per column.
+template <typename Out>
+struct GemmEpilogue {
+  Out* c;
+  float* partials;
+  const float* bias;
+  int m, n, ldc;
+  bool accumulate;
+  __device__ void put2(int row, int col, float v0, float v1) const {
+    if (row >= m || col >= n) return;
+    const bool pair = col + 1 < n;
+    if (partials) return store2<float>(partials + size_t(row) * n + col, v0, v1, pair, false);
+    if (bias) v0 += bias[col], v1 += pair ? bias[col + 1] : 0.0f;
+    store2<Out>(c + size_t(row) * ldc + col, v0, v1, pair, accumulate);
+  }
+};
+
+template <typename T, typename Out, bool AK, bool BKm, int BM, int BN, bool Async>
+__global__ void __launch_bounds__(kThreads)
+    gemm_tc_kernel(GemmShape s, const T* a, const T* b, const float* bias, Out* c, bool accumulate, float* partials,
+                   int splits, bool vec_a, bool vec_b) {
+  const int m0 = int(blockIdx.x) * BM, n0 = int(blockIdx.y) * BN, split = int(blockIdx.z);
+  const int chunk = int(tc_split_chunk(s.k, splits, Tc<T>::BK));
+  const int k_begin = min(s.k, split * chunk), k_end = min(s.k, k_begin + chunk);
+  MatrixLoader<T, AK, BM> la(a, s.a_pitch(), s.m, s.k, m0, k_begin);
+  MatrixLoader<T, BKm, BN> lb(b, s.b_pitch(), s.n, s.k, n0, k_begin);
+  float acc[WarpTile<BM, BN>::MI][WarpTile<BM, BN>::NI][4];
+  DYNAMIC_SHARED(unsigned char, smem);
+  clear<BM, BN>(acc);
+  if constexpr (Async) {
+    mainloop_async<T, AK, BKm, BM, BN>(la, lb, k_begin, k_end, smem, acc);
+  } else {
+    if (vec_a && vec_b) mainloop_registers<T, AK, BKm, BM, BN, true, true>(la, lb, k_begin, k_end, smem, acc);
+    else if (vec_a) mainloop_registers<T, AK, BKm, BM, BN, true, false>(la, lb, k_begin, k_end, smem, acc);
+    else if (vec_b) mainloop_registers<T, AK, BKm, BM, BN, false, true>(la, lb, k_begin, k_end, smem, acc);
+    else mainloop_registers<T, AK, BKm, BM, BN, false, false>(la, lb, k_begin, k_end, smem, acc);
+  }
+  const GemmEpilogue<Out> epilogue{c, splits > 1 ? partials + size_t(split) * s.m * s.n : nullptr, bias, s.m, s.n,
+                                   s.c_pitch(), accumulate};
+  write_tile<BM, BN>(acc, m0, n0, epilogue);
+}
+
+// Which layouts the (T, Out) pair serves: Out = T for the K-major-A products, float for dW.
+template <typename T, typename Out>
+void check_layout(const GemmShape& s) {
+  const char* op = "gemm_tc";
+  if (s.trans_a && s.trans_b)
+    throw Error(std::string(op) + ": trans_a with trans_b is not supported (no layer multiplies that way)");
+  if (s.trans_a != std::is_same_v<Out, float> && !std::is_same_v<T, float>)
+    throw Error(std::string(op) + ": with 16-bit inputs, C is FP32 exactly for trans_a (weight gradients)");
+}
+
+template <typename T>
+bool vec_matrix(const T* p, int pitch, int contiguous) {
+  constexpr int V = Tc<T>::V;
+  return pitch % V == 0 && contiguous % V == 0 && reinterpret_cast<uintptr_t>(p) % 16 == 0;
+}
+
+template <typename T>
+TcPlan gemm_plan(const GemmShape& s, bool vec) {
+  return plan_tc(s.m, s.n, s.k, 1, 64, vec, int(sizeof(T)));
+}
+
+}  // namespace
+
+template <typename T, typename Out>
+size_t gemm_tc_workspace_bytes(const GemmShape& s) {
+  s.validate("gemm_tc");
+  const TcPlan plan = gemm_plan<T>(s, true);
+  return plan.splits > 1 ? (size_t(plan.splits) * s.m * s.n * sizeof(float) + 255) / 256 * 256 : 0;
+}
+
+template <typename T, typename Out>
+void gemm_tc(const GemmShape& s, const T* a, const T* b, const float* bias, Out* c, bool accumulate, void* workspace,
+             size_t workspace_bytes, cudaStream_t stream) {
+  const char* op = "gemm_tc";
+  s.validate(op);
+  require_precision(tc_precision<T>(), op);
+  check_layout<T, Out>(s);
+  if (s.m == 0 || s.n == 0) return;
+  if (c == nullptr || (s.k > 0 && (a == nullptr || b == nullptr))) throw Error(std::string(op) + ": null matrix");
+  const bool ak = !s.trans_a, bk = s.trans_b;
+  const bool vec_a = vec_matrix(a, s.a_pitch(), ak ? s.k : s.m), vec_b = vec_matrix(b, s.b_pitch(), bk ? s.k : s.n);
+  const TcPlan plan = gemm_plan<T>(s, vec_a && vec_b);
+  const size_t need = gemm_tc_workspace_bytes<T, Out>(s);
+  if (need > 0 && (workspace == nullptr || workspace_bytes < need || reinterpret_cast<uintptr_t>(workspace) % 16))
+    throw Error(std::string(op) + ": needs " + std::to_string(need) + " bytes of 16-byte aligned workspace, got " +
+                std::to_string(workspace ? workspace_bytes : 0));
+  float* partials = static_cast<float*>(workspace);
+  auto launch = [&]<bool AK, bool BKm>() {
+    auto run = [&]<int BM, int BN, bool Async>() {
+      auto kernel = gemm_tc_kernel<T, Out, AK, BKm, BM, BN, Async>;
+      const size_t smem = stage_bytes<T, AK, BKm, BM, BN>() * (Async ? kAsyncStages : 2);
+      allow_shared(kernel, smem);
+      LAUNCH(kernel, dim3(ceil_div(size_t(s.m), BM), ceil_div(size_t(s.n), BN), unsigned(plan.splits)),
+             dim3(kThreads), smem, stream, s, a, b, bias, c, accumulate, partials, plan.splits, vec_a, vec_b);
+    };
+    if (plan.tile == 0) {
+      if (plan.async) return run.template operator()<128, 128, true>();
+      return run.template operator()<128, 128, false>();
+    }
+    if (plan.async) return run.template operator()<64, 64, true>();
+    return run.template operator()<64, 64, false>();
+  };
+  // Only the three layouts of the header (check_layout), and per (T, Out) only those it serves.
+  constexpr bool wide = std::is_same_v<T, float>, dw = std::is_same_v<Out, float>;
+  if constexpr (wide || dw) {
+    if (!ak) launch.template operator()<false, false>();
+  }
+  if constexpr (wide || !dw) {
+    if (ak && bk) launch.template operator()<true, true>();
+    else if (ak) launch.template operator()<true, false>();
+  }
+  if (plan.splits > 1) launch_sum_splits_tc(partials, plan.splits, s.m, s.n, c, s.c_pitch(), accumulate, bias, stream);
+}
+
+template size_t gemm_tc_workspace_bytes<float, float>(const GemmShape&);
+template size_t gemm_tc_workspace_bytes<Bf16, Bf16>(const GemmShape&);
+template size_t gemm_tc_workspace_bytes<Bf16, float>(const GemmShape&);
+template size_t gemm_tc_workspace_bytes<Fp16, Fp16>(const GemmShape&);
+template size_t gemm_tc_workspace_bytes<Fp16, float>(const GemmShape&);
+template void gemm_tc<float, float>(const GemmShape&, const float*, const float*, const float*, float*, bool, void*,
+                                    size_t, cudaStream_t);
+template void gemm_tc<Bf16, Bf16>(const GemmShape&, const Bf16*, const Bf16*, const float*, Bf16*, bool, void*, size_t,
+                                  cudaStream_t);
+template void gemm_tc<Bf16, float>(const GemmShape&, const Bf16*, const Bf16*, const float*, float*, bool, void*,
+                                   size_t, cudaStream_t);
+template void gemm_tc<Fp16, Fp16>(const GemmShape&, const Fp16*, const Fp16*, const float*, Fp16*, bool, void*, size_t,
+                                  cudaStream_t);
+template void gemm_tc<Fp16, float>(const GemmShape&, const Fp16*, const Fp16*, const float*, float*, bool, void*,
+                                   size_t, cudaStream_t);
+
+}  // namespace yolo

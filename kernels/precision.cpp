@@ -1,0 +1,53 @@
+// Precision names and the device checks (precision.h).
+#include "kernels/precision.h"
+
+#include <string>
+
+#if defined(__CUDACC__) || YOLO_CUDA
+#include <cuda_runtime_api.h>
+#endif
+#if !YOLO_CUDA
+#include "runtime/emu/device.h"
+#endif
+
+namespace yolo {
+
+const char* precision_name(Precision p) {
+  switch (p) {
+    case Precision::Fp32: return "fp32";
+    case Precision::Tf32: return "tf32";
+    case Precision::Bf16: return "bf16";
+    case Precision::Fp16: return "fp16";
+  }
+  return "?";
+}
+
+int min_compute_capability(Precision p) {
+  switch (p) {
+    case Precision::Fp32: return 0;
+    case Precision::Fp16: return 75;
+    default: return 80;
+  }
+}
+
+int current_compute_capability() {
+#if YOLO_CUDA
+  int device = 0, major = 0, minor = 0;
+  CHECKED(cudaGetDevice(&device));
+  CHECKED(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  CHECKED(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+  return major * 10 + minor;
+#else
+  return emu::current_compute_capability();
+#endif
+}
+
+void require_precision(Precision p, const char* op) {
+  const int cc = current_compute_capability(), need = min_compute_capability(p);
+  if (cc < need)
+    throw Error(std::string(op) + ": precision " + precision_name(p) + " needs tensor cores of sm_" +
+                std::to_string(need) + " or newer; this device is sm_" + std::to_string(cc) +
+                (p == Precision::Bf16 || p == Precision::Tf32 ? " (on a T4, sm_75, use --precision fp16)" : ""));
+}
+
+}  // namespace yolo

@@ -1,0 +1,403 @@
+// The tensor-core tiled main loop that kernels/conv_tc.cu and kernels/gemm_tc.cu share: block
+// tiles, shared-memory layouts, the two pipelines (register-staged double buffering, and a
+// 3-stage cp.async pipeline on sm_80+), fragment loads and MMAs per precision, the epilogue
+// hand-off and the fixed-order split-K second pass. Internal to those files.
+//
+// A block of 256 threads (8 warps, 2 along M x 4 along N) computes a BM x BN tile of
+// C = A' * B' (A' is M x K, B' is K x N), marching along K one stage of BK at a time.
+// Operands reach shared memory in one of two layouts, chosen by how they lie in global memory:
+//   K-major  [R][BK + pad]: rows (of A', or columns of B') contiguous along K, e.g. NHWC
+//            activations gathered for the forward pass, KRSC weights;
+//   MN-major [BK][R + pad]: contiguous along the tile's rows/columns, e.g. weights read for the
+//            backward-data pass, activations for the backward-weights pass.
+// 16-bit fragments come out of shared memory with ldmatrix (.trans for MN-major); TF32
+// fragments with plain 32-bit loads (ldmatrix moves 16-bit elements only). The pads (16 bytes)
+// make every fragment load conflict-free: K-major rows are 80 bytes apart, so the 8 rows an
+// ldmatrix phase (or the 8 groups of a TF32 load) touch fall in distinct banks; MN-major rows are
+// R + 8 elements apart for the same reason.
+#pragma once
+#include <cstdint>
+#include <cstring>
+
+#include "kernels/common.cuh"
+#include "kernels/half_types.h"
+#include "kernels/mma.cuh"
+
+namespace yolo::tc {
+
+constexpr int kThreads = 256;
+
+// Per element type: BK (K per stage: 64 bytes of each row), V (elements per 16-byte chunk),
+// KStep (the MMA's k).
+template <typename T>
+struct Tc {
+  static constexpr int BK = 32, V = 8, KStep = 16;
+};
+template <>
+struct Tc<float> {
+  static constexpr int BK = 16, V = 4, KStep = 8;
+};
+
+// A stage of one operand in shared memory. Chunks (16 bytes each) are numbered so that thread
+// t fills chunks t, t + 256, ...: R / 64 per thread (BK / V = 4 chunks per K-major row).
+template <typename T, bool KMajor, int R>
+struct Smem {
+  static constexpr int BK = Tc<T>::BK, V = Tc<T>::V;
+  static constexpr int pitch = KMajor ? BK + 16 / int(sizeof(T)) : R + 8;
+  static constexpr int elements = (KMajor ? R : BK) * pitch;
+  static constexpr int chunks_per_thread = R / 64;
+  static_assert(R % 64 == 0, "tile sides are multiples of 64");
+  static_assert(pitch * sizeof(T) % 16 == 0, "rows stay 16-byte aligned");
+
+  // Position of this thread's chunk i: (row within the tile's R, k within the stage). For
+  // MN-major operands the chunk covers rows row..row+V-1 at one k; for K-major, k..k+V-1 of a row.
+  struct Chunk {
+    int row, k;
+  };
+  __device__ static Chunk chunk(int i) {
+    const int c = int(threadIdx.x) + i * kThreads;
+    if constexpr (KMajor) return {c / (BK / V), (c % (BK / V)) * V};
+    else return {(c % (R / V)) * V, c / (R / V)};
+  }
+  __device__ static T* chunk_address(T* stage, int i) {
+    const Chunk ch = chunk(i);
+    return KMajor ? stage + ch.row * pitch + ch.k : stage + ch.k * pitch + ch.row;
+  }
+  __device__ static const T* at(const T* stage, int row, int k) {
+    return KMajor ? stage + row * pitch + k : stage + k * pitch + row;
+  }
+};
+
+// Plain matrices as operands. K-major: element (row, k) at data[row * pitch + k]; MN-major:
+// element (k, row) at data[k * pitch + row]. Elements outside rows x K read as zero. `vec`
+// (host-decided) promises 16-byte chunks: the contiguous extent and pitch multiples of V, data
+// 16-byte aligned.
+template <typename T, bool KMajor, int R>
+struct MatrixLoader {
+  using S = Smem<T, KMajor, R>;
+  static constexpr int CP = S::chunks_per_thread, V = S::V;
+  const T* data;
+  int pitch, rows, k_size;
+  int row[CP], k[CP];
+
+  __device__ MatrixLoader(const T* matrix, int row_pitch, int row_count, int k_count, int r0, int k_begin)
+      : data(matrix), pitch(row_pitch), rows(row_count), k_size(k_count) {
+#pragma unroll
+    for (int i = 0; i < CP; ++i) {
+      const typename S::Chunk ch = S::chunk(i);
+      row[i] = r0 + ch.row, k[i] = k_begin + ch.k;
+    }
+  }
+  __device__ const T* element(int r, int kk) const {
+    return KMajor ? data + size_t(r) * pitch + kk : data + size_t(kk) * pitch + r;
+  }
+  __device__ const T* vec_ptr(int i) const { return row[i] < rows && k[i] < k_size ? element(row[i], k[i]) : nullptr; }
+  __device__ void gather(int i, T (&v)[V]) const {
+#pragma unroll
+    for (int e = 0; e < V; ++e) {
+      const int r = KMajor ? row[i] : row[i] + e, kk = KMajor ? k[i] + e : k[i];
+      v[e] = r < rows && kk < k_size ? *element(r, kk) : T{};
+    }
+  }
+  __device__ void advance() {
+#pragma unroll
+    for (int i = 0; i < CP; ++i) k[i] += Tc<T>::BK;
+  }
+};
+
+// ---- fragments and MMAs -------------------------------------------------------------------------
+
+// The warp's 2 x 4 position in the block and its WM x WN sub-tile.
+template <int BM, int BN>
+struct WarpTile {
+  static constexpr int WM = BM / 2, WN = BN / 4, MI = WM / 16, NI = WN / 8;
+  static_assert(NI % 2 == 0, "16-bit B fragments load two n8 tiles at once");
+  int m0, n0, lane;
+  __device__ WarpTile() {
+    const int warp = int(threadIdx.x) / 32;
+    lane = int(threadIdx.x) % 32;
+    m0 = (warp / 4) * WM, n0 = (warp % 4) * WN;
+  }
+};
+
+// acc += the stage's A' (rows of this warp) * B' (its columns), one MMA k-step after another.
+template <typename T, bool AK, bool BKm, int BM, int BN>
+__device__ __forceinline__ void compute_stage(const T* as, const T* bs, const WarpTile<BM, BN>& w,
+                                              float (&acc)[WarpTile<BM, BN>::MI][WarpTile<BM, BN>::NI][4]) {
+  using SA = Smem<T, AK, BM>;
+  using SB = Smem<T, BKm, BN>;
+  constexpr int MI = WarpTile<BM, BN>::MI, NI = WarpTile<BM, BN>::NI, KS = Tc<T>::KStep;
+  const int g = w.lane / 4, t = w.lane % 4, l = w.lane;
+#pragma unroll
+  for (int kk = 0; kk < Tc<T>::BK; kk += KS) {
+    uint32_t a[MI][4], b[NI][2];
+    if constexpr (std::is_same_v<T, float>) {
+#pragma unroll
+      for (int i = 0; i < MI; ++i) {
+        const int r = w.m0 + i * 16 + g;
+        a[i][0] = mma::to_tf32(*SA::at(as, r, kk + t));
+        a[i][1] = mma::to_tf32(*SA::at(as, r + 8, kk + t));
+        a[i][2] = mma::to_tf32(*SA::at(as, r, kk + t + 4));
+        a[i][3] = mma::to_tf32(*SA::at(as, r + 8, kk + t + 4));
+      }
+#pragma unroll
+      for (int j = 0; j < NI; ++j) {
+        const int c = w.n0 + j * 8 + g;
+        b[j][0] = mma::to_tf32(*SB::at(bs, c, kk + t));
+        b[j][1] = mma::to_tf32(*SB::at(bs, c, kk + t + 4));
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < MI; ++i) {
+        const int base = w.m0 + i * 16;
+        if constexpr (AK) mma::ldmatrix<4, false>(a[i], SA::at(as, base + l % 16, kk + (l / 16) * 8));
+        else mma::ldmatrix<4, true>(a[i], SA::at(as, base + ((l / 8) % 2) * 8, kk + l % 8 + (l / 16) * 8));
+      }
+#pragma unroll
+      for (int j = 0; j < NI; j += 2) {
+        const int base = w.n0 + j * 8;
+        uint32_t r[4];
+        if constexpr (BKm) mma::ldmatrix<4, false>(r, SB::at(bs, base + (l / 16) * 8 + l % 8, kk + ((l / 8) % 2) * 8));
+        else mma::ldmatrix<4, true>(r, SB::at(bs, base + (l / 16) * 8, kk + l % 8 + ((l / 8) % 2) * 8));
+        b[j][0] = r[0], b[j][1] = r[1], b[j + 1][0] = r[2], b[j + 1][1] = r[3];
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < MI; ++i)
+#pragma unroll
+      for (int j = 0; j < NI; ++j) {
+        if constexpr (std::is_same_v<T, float>) mma::mma_tf32_m16n8k8(acc[i][j], a[i], b[j], acc[i][j]);
+        else mma::mma_m16n8k16<T>(acc[i][j], a[i], b[j], acc[i][j]);
+      }
+  }
+}
+
+// ---- the two pipelines -------------------------------------------------------------------------
+
+// Shared memory bytes of `stages` stages of both operands.
+template <typename T, bool AK, bool BKm, int BM, int BN>
+constexpr size_t stage_bytes() {
+  return (size_t(Smem<T, AK, BM>::elements) + Smem<T, BKm, BN>::elements) * sizeof(T);
+}
+constexpr int kAsyncStages = 3;
+
+// V gathered elements as one 16-byte chunk, built in registers (a memcpy of the array would go
+// through local memory).
+__device__ __forceinline__ uint4 pack_chunk(const float (&v)[4]) {
+  return make_uint4(float_bits(v[0]), float_bits(v[1]), float_bits(v[2]), float_bits(v[3]));
+}
+template <typename T>
+__device__ __forceinline__ uint4 pack_chunk(const T (&v)[8]) {
+  auto pair = [&](int i) { return uint32_t(v[i].bits) | uint32_t(v[i + 1].bits) << 16; };
+  return make_uint4(pair(0), pair(2), pair(4), pair(6));
+}
+
+// Moves one stage's chunks of a loader into registers (16 bytes each), vector or gathered.
+template <typename T, bool Vec, class Loader, int CP>
+__device__ __forceinline__ void fetch_chunks(const Loader& loader, uint4 (&regs)[CP]) {
+#pragma unroll
+  for (int i = 0; i < CP; ++i) {
+    if constexpr (Vec) {
+      const T* p = loader.vec_ptr(i);
+      regs[i] = p ? *reinterpret_cast<const uint4*>(p) : make_uint4(0, 0, 0, 0);
+    } else {
+      T v[Tc<T>::V];
+      loader.gather(i, v);
+      regs[i] = pack_chunk(v);
+    }
+  }
+}
+template <typename T, bool KMajor, int R, int CP>
+__device__ __forceinline__ void stash_chunks(T* stage, const uint4 (&regs)[CP]) {
+#pragma unroll
+  for (int i = 0; i < CP; ++i) *reinterpret_cast<uint4*>(Smem<T, KMajor, R>::chunk_address(stage, i)) = regs[i];
+}
+
+// acc = A'[m0.., k_begin..k_end) * B'[.., n0..] for this thread's fragment elements; `smem`
+// holds 2 stages. Register-staged double buffering: the next stage's global loads are in
+// flight during this stage's MMAs. Works on every architecture and with gathered loads.
+template <typename T, bool AK, bool BKm, int BM, int BN, bool VecA, bool VecB, class LA, class LB>
+__device__ __forceinline__ void mainloop_registers(LA& la, LB& lb, int k_begin, int k_end, unsigned char* smem,
+                                                   float (&acc)[WarpTile<BM, BN>::MI][WarpTile<BM, BN>::NI][4]) {
+  using SA = Smem<T, AK, BM>;
+  using SB = Smem<T, BKm, BN>;
+  T* as[2] = {reinterpret_cast<T*>(smem), reinterpret_cast<T*>(smem) + SA::elements + SB::elements};
+  T* bs[2] = {as[0] + SA::elements, as[1] + SA::elements};
+  const WarpTile<BM, BN> w;
+  if (k_begin >= k_end) return;
+  uint4 ra[SA::chunks_per_thread], rb[SB::chunks_per_thread];
+  fetch_chunks<T, VecA>(la, ra);
+  fetch_chunks<T, VecB>(lb, rb);
+  la.advance(), lb.advance();
+  stash_chunks<T, AK, BM>(as[0], ra);
+  stash_chunks<T, BKm, BN>(bs[0], rb);
+  __syncthreads();
+  int buf = 0;
+  for (int k0 = k_begin; k0 < k_end; k0 += Tc<T>::BK) {
+    const bool more = k0 + Tc<T>::BK < k_end;
+    if (more) {
+      fetch_chunks<T, VecA>(la, ra);
+      fetch_chunks<T, VecB>(lb, rb);
+      la.advance(), lb.advance();
+    }
+    compute_stage<T, AK, BKm>(as[buf], bs[buf], w, acc);
+    if (more) {
+      stash_chunks<T, AK, BM>(as[buf ^ 1], ra);
+      stash_chunks<T, BKm, BN>(bs[buf ^ 1], rb);
+    }
+    __syncthreads();  // the stores are visible, and nobody still reads `buf` when it is refilled
+    buf ^= 1;
+  }
+}
+
+// Issues one stage's cp.async copies (16-byte chunks; null chunks zero-filled).
+template <typename T, bool KMajor, int R, class Loader>
+__device__ __forceinline__ void issue_stage(const Loader& loader, T* stage) {
+#pragma unroll
+  for (int i = 0; i < Smem<T, KMajor, R>::chunks_per_thread; ++i) {
+    const T* p = loader.vec_ptr(i);
+    mma::cp_async_16(Smem<T, KMajor, R>::chunk_address(stage, i), p, p != nullptr);
+  }
+}
+
+// The same product with a kAsyncStages-deep cp.async pipeline (sm_80+, vector loaders only):
+// stage s + 2 is in flight while stage s is multiplied. `smem` holds kAsyncStages stages.
+template <typename T, bool AK, bool BKm, int BM, int BN, class LA, class LB>
+__device__ __forceinline__ void mainloop_async(LA& la, LB& lb, int k_begin, int k_end, unsigned char* smem,
+                                               float (&acc)[WarpTile<BM, BN>::MI][WarpTile<BM, BN>::NI][4]) {
+  using SA = Smem<T, AK, BM>;
+  using SB = Smem<T, BKm, BN>;
+  constexpr int S = kAsyncStages, per_stage = SA::elements + SB::elements;
+  T* base = reinterpret_cast<T*>(smem);
+  const WarpTile<BM, BN> w;
+  const int tiles = (k_end - k_begin + Tc<T>::BK - 1) / Tc<T>::BK;
+  if (tiles <= 0) return;
+#pragma unroll
+  for (int s = 0; s < S - 1; ++s) {
+    if (s < tiles) {
+      issue_stage<T, AK, BM>(la, base + s * per_stage);
+      issue_stage<T, BKm, BN>(lb, base + s * per_stage + SA::elements);
+      la.advance(), lb.advance();
+    }
+    mma::cp_async_commit();  // empty groups keep the count uniform
+  }
+  for (int kt = 0; kt < tiles; ++kt) {
+    mma::cp_async_wait<S - 2>();  // this thread's copies of stage kt have landed
+    __syncthreads();              // everyone's have; and stage kt - 1's buffer is free again
+    const int next = kt + S - 1;
+    if (next < tiles) {
+      T* stage = base + (next % S) * per_stage;
+      issue_stage<T, AK, BM>(la, stage);
+      issue_stage<T, BKm, BN>(lb, stage + SA::elements);
+      la.advance(), lb.advance();
+    }
+    mma::cp_async_commit();
+    const T* stage = base + (kt % S) * per_stage;
+    compute_stage<T, AK, BKm>(stage, stage + SA::elements, w, acc);
+  }
+  mma::cp_async_wait<0>();
+}
+
+// Hands the thread's accumulators to epilogue.put2(row, col, v0, v1) (columns col and col + 1
+// of row; tile origin included; the epilogue checks bounds).
+template <int BM, int BN, class Epilogue>
+__device__ __forceinline__ void write_tile(const float (&acc)[WarpTile<BM, BN>::MI][WarpTile<BM, BN>::NI][4], int m0,
+                                           int n0, Epilogue& epilogue) {
+  const WarpTile<BM, BN> w;
+  const int g = w.lane / 4, t = w.lane % 4;
+#pragma unroll
+  for (int i = 0; i < WarpTile<BM, BN>::MI; ++i)
+#pragma unroll
+    for (int j = 0; j < WarpTile<BM, BN>::NI; ++j)
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+        epilogue.put2(m0 + w.m0 + i * 16 + g + 8 * h, n0 + w.n0 + j * 8 + 2 * t, acc[i][j][2 * h], acc[i][j][2 * h + 1]);
+}
+
+// Zeroes the accumulators (before either main loop).
+template <int BM, int BN>
+__device__ __forceinline__ void clear(float (&acc)[WarpTile<BM, BN>::MI][WarpTile<BM, BN>::NI][4]) {
+#pragma unroll
+  for (int i = 0; i < WarpTile<BM, BN>::MI; ++i)
+#pragma unroll
+    for (int j = 0; j < WarpTile<BM, BN>::NI; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
+}
+
+// Stores two adjacent values of a row: dst[0], dst[1] (only dst[0] when `pair` is false), as
+// Out; one 32-bit (16-bit Out) or 64-bit (float) store when aligned.
+template <typename Out>
+__device__ __forceinline__ void store2(Out* dst, float v0, float v1, bool pair, bool accumulate) {
+  if (accumulate) {
+    v0 += to_float(dst[0]);
+    if (pair) v1 += to_float(dst[1]);
+  }
+  if (pair && reinterpret_cast<uintptr_t>(dst) % (2 * sizeof(Out)) == 0) {
+    if constexpr (std::is_same_v<Out, float>) *reinterpret_cast<float2*>(dst) = make_float2(v0, v1);
+    else *reinterpret_cast<uint32_t*>(dst) = mma::pack2<Out>(v0, v1);
+    return;
+  }
+  dst[0] = from_float<Out>(v0);
+  if (pair) dst[1] = from_float<Out>(v1);
+}
+
+// ---- host side: tiles, splits, pipelines --------------------------------------------------------
+
+struct TcPlan {
+  int tile = 0;          // 0: 128x128, 1: 64x64
+  int splits = 1;        // K chunks (1: no second pass)
+  bool async = false;    // the cp.async pipeline (sm_80+, vector loaders)
+  int bm() const { return tile == 0 ? 128 : 64; }
+  int bn() const { return tile == 0 ? 128 : 64; }
+};
+
+// Plans `groups` independent m x n x k products (conv backward-data parity classes) of element
+// type size `elem` (4: TF32, 2: 16-bit), at most max_splits chunks; vec: both operands allow
+// 16-byte chunks. Honours set_tc_tiling_for_tests.
+TcPlan plan_tc(long long m, long long n, long long k, int groups, int max_splits, bool vec, int elem);
+
+// K per split: a multiple of bk, so splits fall on stage boundaries.
+__host__ __device__ inline long long tc_split_chunk(long long k, int splits, int bk) {
+  const long long stages = (k + bk - 1) / bk;
+  return (stages + splits - 1) / splits * bk;
+}
+
+// out[row][col] (pitch out_pitch; rows mapped through row_of when given) = (accumulate ? out : 0)
+// + sum over s < splits, in order, of parts[s][row][col] + (bias ? bias[col] : 0), as Out.
+template <typename Out>
+__global__ void sum_splits_kernel(const float* parts, int splits, int rows, int cols, Out* out, int out_pitch,
+                                  bool accumulate, const float* bias) {
+  const size_t total = size_t(rows) * cols, stride = size_t(gridDim.x) * blockDim.x;
+  for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += stride) {
+    const int row = int(i / cols), col = int(i % cols);
+    float sum = 0.0f;
+    for (int s = 0; s < splits; ++s) sum += parts[size_t(s) * total + i];
+    if (bias) sum += bias[col];
+    Out* dst = out + size_t(row) * out_pitch + col;
+    if (accumulate) sum += to_float(*dst);
+    *dst = from_float<Out>(sum);
+  }
+}
+template <typename Out>
+void launch_sum_splits_tc(const float* parts, int splits, int rows, int cols, Out* out, int out_pitch, bool accumulate,
+                          const float* bias, cudaStream_t stream) {
+  const size_t total = size_t(rows) * cols;
+  if (total == 0) return;
+  const unsigned blocks = unsigned(std::min<size_t>((total + 255) / 256, 4096));
+  LAUNCH(sum_splits_kernel<Out>, dim3(blocks), dim3(256), 0, stream, parts, splits, rows, cols, out, out_pitch,
+         accumulate, bias);
+}
+
+// Lets `kernel` use `bytes` of dynamic shared memory (beyond 48 KiB needs the opt-in).
+template <typename Kernel>
+void allow_shared(Kernel kernel, size_t bytes) {
+  if (bytes <= 48 * 1024) return;
+#if defined(__CUDACC__)
+  CHECKED(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
+#else
+  emu::allow_dynamic_shared(reinterpret_cast<const void*>(kernel), bytes);
+#endif
+}
+
+}  // namespace yolo::tc

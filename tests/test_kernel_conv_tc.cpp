@@ -1,0 +1,255 @@
+// conv2d on tensor cores (kernels/conv_tc.cu), every pass in TF32, BF16 and FP16, against the
+// FP64 reference of the inputs as stored (16-bit inputs rounded first; TF32 inputs as FP32):
+//   - every element within (c*u + K*2^-23) * (|A|*|B|)_ij of the reference, with c = 3 and u the
+//     unit roundoff of the input precision (2^-11 TF32 and FP16, 2^-8 BF16), K the reduction
+//     length: the MMA's input rounding (TF32: both operands), the output's rounding to 16 bits
+//     and FP32 accumulation, measured against sums of magnitudes, so a single wrong element
+//     fails and cancellation cannot hide one; NaN never passes;
+//   - the relative norm ||out - ref|| / ||ref|| at most 1e-3 (TF32) or 1e-2 (BF16, FP16);
+//   - nothing written outside an output's channel slice; the same bits on a second run;
+// on fresh random inputs with odd sizes, the 3-channel first layer, stride 2, 1x1 kernels,
+// channel slices at unaligned offsets, every tile, split counts and both pipelines. Precisions a
+// device cannot run are refused (BF16/TF32 on sm_75).
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "kernels/conv.h"
+#include "kernels/gemm.h"
+#include "runtime/check.h"
+#include "tests/kernel_harness.h"
+#include "tests/tc_check.h"
+#include "tests/test_support.h"
+
+#if YOLO_EMULATED_KERNELS
+#include "runtime/emu/device.h"
+#include "tests/emu_fixtures.h"
+#endif
+
+using namespace yolo;
+using namespace yolo::testing;
+
+namespace {
+
+struct TcConvCase {
+  Conv2dShape s;
+  int in_stride = 0, in_offset = 0;    // the input view inside a wider buffer (0: dense)
+  int out_stride = 0, out_offset = 0;  // the output view (forward out, backward grad_in)
+  bool bias = true, accumulate = false;
+  int tile = -1, splits = 0, pipeline = 0;
+};
+
+std::string describe(const TcConvCase& c) {
+  const Conv2dShape& s = c.s;
+  return std::to_string(s.n) + "x" + std::to_string(s.h) + "x" + std::to_string(s.w) + " " + std::to_string(s.c_in) +
+         "->" + std::to_string(s.c_out) + " k" + std::to_string(s.k) + " s" + std::to_string(s.stride) +
+         " in_stride " + std::to_string(c.in_stride) + "+" + std::to_string(c.in_offset) + " out_stride " +
+         std::to_string(c.out_stride) + "+" + std::to_string(c.out_offset) + " tile " + std::to_string(c.tile) +
+         " splits " + std::to_string(c.splits) + " pipeline " + std::to_string(c.pipeline);
+}
+
+// Restores automatic tiling when a test ends (also on failure).
+struct TcTiling {
+  TcTiling(int tile, int splits, int pipeline) { set_tc_tiling_for_tests(tile, splits, pipeline); }
+  ~TcTiling() { set_tc_tiling_for_tests(-1, 0, 0); }
+};
+
+template <typename T>
+void check_conv_tc(Device device, const TcConvCase& c) {
+  CAPTURE(describe(c));
+  CAPTURE(precision_name(tc_precision<T>()));
+  const Conv2dShape& s = c.s;
+  const int oh = s.out_h(), ow = s.out_w();
+  Rng rng;
+  CAPTURE(rng.seed());
+  TcTiling tiling(c.tile, c.splits, c.pipeline);
+
+  // Inputs as stored (T), and their exact values in double.
+  const NhwcBuffer<T> in = random_buffer<T>(rng, s.n, s.h, s.w, s.c_in, c.in_stride, c.in_offset);
+  const NhwcBuffer<T> grad_out = random_buffer<T>(rng, s.n, oh, ow, s.c_out, 0, 0);
+  const std::vector<T> weights = stored<T>(rng.floats(s.weight_count(), -0.5f, 0.5f));
+  const std::vector<float> bias = rng.floats(size_t(s.c_out));
+  const std::vector<double> w64 = exact(weights), b64(bias.begin(), bias.end());
+  const std::vector<double> in64 = in.dense_values(), g64 = grad_out.dense_values();
+  const NhwcView<const double> in_ref = nhwc<const double>(in64.data(), s.n, s.h, s.w, s.c_in);
+  const NhwcView<const double> g_ref = nhwc<const double>(g64.data(), s.n, oh, ow, s.c_out);
+  const std::vector<double> in_abs = absolute(in64), g_abs = absolute(g64), w_abs = absolute(w64);
+  const NhwcView<const double> in_mag = nhwc<const double>(in_abs.data(), s.n, s.h, s.w, s.c_in);
+  const NhwcView<const double> g_mag = nhwc<const double>(g_abs.data(), s.n, oh, ow, s.c_out);
+
+  DeviceArray<T> d_in(device, in.data), d_grad_out(device, grad_out.data), d_w(device, weights);
+  DeviceArray<float> d_bias(device, bias);
+  const float* bias_ptr = c.bias ? d_bias.data() : nullptr;
+
+  // ---- forward ----
+  {
+    NhwcBuffer<T> out = poisoned_buffer<T>(s.n, oh, ow, s.c_out, c.out_stride, c.out_offset);
+    DeviceArray<T> d_out(device, out.data);
+    const size_t ws_bytes = conv2d_forward_tc_workspace_bytes<T>(s);
+    DeviceArray<unsigned char> ws(device, ws_bytes + 16);
+    auto run = [&] {
+      d_out.poison();
+      conv2d_forward_tc<T>(s, in.cview(d_in.data()), d_w.data(), bias_ptr, out.view(d_out.data()),
+                           ws_bytes ? ws.data() : nullptr, ws_bytes, nullptr);
+      return d_out.download();
+    };
+    const std::vector<T> got = run();
+    std::vector<double> ref(out.dense_count()), mag(out.dense_count());
+    conv2d_forward_reference<double>(s, in_ref, w64.data(), c.bias ? b64.data() : nullptr,
+                                     nhwc(ref.data(), s.n, oh, ow, s.c_out), nullptr, 0);
+    const std::vector<double> b_abs = absolute(b64);
+    conv2d_forward_reference<double>(s, in_mag, w_abs.data(), c.bias ? b_abs.data() : nullptr,
+                                     nhwc(mag.data(), s.n, oh, ow, s.c_out), nullptr, 0);
+    INFO("forward");
+    check_tc_output<T>(out.elements_of(got), ref, mag, s.k * s.k * s.c_in);
+    CHECK(out.gap_writes(got) == 0);
+    CHECK(same_bits(got, run()));
+  }
+
+  // ---- backward data (accumulate: onto random values already there) ----
+  {
+    NhwcBuffer<T> start = c.accumulate ? random_buffer<T>(rng, s.n, s.h, s.w, s.c_in, c.out_stride, c.out_offset)
+                                       : poisoned_buffer<T>(s.n, s.h, s.w, s.c_in, c.out_stride, c.out_offset);
+    DeviceArray<T> d_grad_in(device, start.data);
+    const size_t ws_bytes = conv2d_backward_data_tc_workspace_bytes<T>(s);
+    DeviceArray<unsigned char> ws(device, ws_bytes + 16);
+    auto run = [&] {
+      d_grad_in.upload(start.data);
+      conv2d_backward_data_tc<T>(s, grad_out.cview(d_grad_out.data()), d_w.data(),
+                                 start.view(d_grad_in.data()), c.accumulate, ws_bytes ? ws.data() : nullptr,
+                                 ws_bytes, nullptr);
+      return d_grad_in.download();
+    };
+    const std::vector<T> got = run();
+    std::vector<double> ref = c.accumulate ? start.dense_values() : std::vector<double>(start.dense_count(), 0.0);
+    // With accumulate the start's rounding into the 16-bit sum counts too: |start| joins the magnitudes.
+    std::vector<double> mag = absolute(ref);
+    conv2d_backward_data_reference<double>(s, g_ref, w64.data(), nhwc(ref.data(), s.n, s.h, s.w, s.c_in),
+                                           c.accumulate, nullptr, 0);
+    conv2d_backward_data_reference<double>(s, g_mag, w_abs.data(), nhwc(mag.data(), s.n, s.h, s.w, s.c_in),
+                                           c.accumulate, nullptr, 0);
+    INFO("backward data");
+    check_tc_output<T>(start.elements_of(got), ref, mag, s.k * s.k * s.c_out);
+    CHECK(start.gap_writes(got) == 0);
+    CHECK(same_bits(got, run()));
+  }
+
+  // ---- backward weights (FP32 gradients) ----
+  {
+    DeviceArray<float> d_gw(device, s.weight_count()), d_gb(device, size_t(s.c_out));
+    const size_t ws_bytes = conv2d_backward_weights_tc_workspace_bytes<T>(s);
+    DeviceArray<unsigned char> ws(device, ws_bytes + 16);
+    auto run = [&] {
+      d_gw.poison();
+      d_gb.poison();
+      conv2d_backward_weights_tc<T>(s, in.cview(d_in.data()), grad_out.cview(d_grad_out.data()),
+                                    d_gw.data(), c.bias ? d_gb.data() : nullptr, ws_bytes ? ws.data() : nullptr,
+                                    ws_bytes, nullptr);
+      return std::make_pair(d_gw.download(), d_gb.download());
+    };
+    const auto got = run();
+    std::vector<double> ref(s.weight_count()), mag(s.weight_count()), ref_b(size_t(s.c_out)), mag_b(size_t(s.c_out));
+    conv2d_backward_weights_reference<double>(s, in_ref, g_ref, ref.data(), ref_b.data(), nullptr, 0);
+    conv2d_backward_weights_reference<double>(s, in_mag, g_mag, mag.data(), mag_b.data(), nullptr, 0);
+    INFO("backward weights");
+    check_tc_output<float, T>(got.first, ref, mag, s.n * oh * ow);
+    if (c.bias) check_tc_output<float, T>(got.second, ref_b, mag_b, s.n * oh * ow);
+    const auto again = run();
+    CHECK(same_bits(got.first, again.first));
+    CHECK(same_bits(got.second, again.second));
+  }
+}
+
+template <typename T>
+void check_cases(Device device, const std::vector<TcConvCase>& cases) {
+  for (const TcConvCase& c : cases) check_conv_tc<T>(device, c);
+}
+
+// Odd sizes on both gather paths, the first layer's 3 channels, stride 2, 1x1, channel slices
+// at unaligned offsets, accumulate, and forced tiles, splits and pipelines.
+std::vector<TcConvCase> conv_cases() {
+  std::vector<TcConvCase> cases;
+  auto add = [&](Conv2dShape s, auto... tweak) {
+    TcConvCase c;
+    c.s = s;
+    (tweak(c), ...);
+    cases.push_back(c);
+  };
+  add(Conv2dShape{2, 9, 11, 13, 21, 3, 1});                                           // gathered (13 channels)
+  add(Conv2dShape{1, 13, 10, 3, 16, 3, 2}, [](TcConvCase& c) { c.accumulate = true; });  // first layer, stride 2
+  add(Conv2dShape{2, 7, 9, 32, 24, 3, 1}, [](TcConvCase& c) { c.splits = 3; });         // 16-byte chunks, split K
+  add(Conv2dShape{2, 8, 7, 16, 40, 1, 1}, [](TcConvCase& c) { c.tile = 0; c.bias = false; });
+  add(Conv2dShape{1, 11, 11, 24, 8, 3, 2}, [](TcConvCase& c) { c.pipeline = 1; c.accumulate = true; });
+  add(Conv2dShape{1, 6, 5, 16, 24, 3, 1}, [](TcConvCase& c) {  // slices at odd offsets
+    c.in_stride = 27, c.in_offset = 5, c.out_stride = 31, c.out_offset = 3, c.accumulate = true;
+  });
+  add(Conv2dShape{1, 9, 7, 64, 72, 3, 1}, [](TcConvCase& c) { c.tile = 1; c.splits = 2; c.pipeline = 2; });
+  add(Conv2dShape{2, 5, 5, 40, 8, 5, 1});
+  return cases;
+}
+
+}  // namespace
+
+TEST_CASE("kernel: conv2d on tensor cores, TF32, every pass against the FP64 reference") {
+  KERNEL_TEST_DEVICE(device);
+  if (current_compute_capability() < 80) SKIP_TEST("TF32 needs sm_80");
+  check_cases<float>(device, conv_cases());
+}
+
+TEST_CASE("kernel: conv2d on tensor cores, BF16, every pass against the FP64 reference") {
+  KERNEL_TEST_DEVICE(device);
+  if (current_compute_capability() < 80) SKIP_TEST("BF16 needs sm_80");
+  check_cases<Bf16>(device, conv_cases());
+}
+
+TEST_CASE("kernel: conv2d on tensor cores, FP16, every pass against the FP64 reference") {
+  KERNEL_TEST_DEVICE(device);
+  check_cases<Fp16>(device, conv_cases());
+}
+
+#if YOLO_EMULATED_KERNELS
+TEST_CASE("kernel: conv2d on tensor cores on an emulated sm_75: FP16 runs register-staged, BF16 and TF32 are refused") {
+  KERNEL_TEST_DEVICE(device);
+  (void)device;  // emu:1 below, configured as a T4
+  EmulatedDevicesReset reset;
+  emu::configure_device(1, emu::preset_for(75));
+  emu::set_current_device(1);
+  const std::vector<TcConvCase> cases = {TcConvCase{Conv2dShape{1, 7, 9, 32, 24, 3, 1}},
+                                         TcConvCase{Conv2dShape{2, 5, 6, 3, 16, 3, 2}}};
+  check_cases<Fp16>(Device::emu(1), cases);
+  const Conv2dShape s{1, 4, 4, 8, 8, 3, 1};
+  DeviceArray<Bf16> x(Device::emu(1), 128), w(Device::emu(1), s.weight_count()), y(Device::emu(1), 128);
+  CHECK_THROWS_WITH_AS(conv2d_forward_tc<Bf16>(s, nhwc<const Bf16>(x.data(), 1, 4, 4, 8), w.data(), nullptr,
+                                               nhwc(y.data(), 1, 4, 4, 8), nullptr, 0, nullptr),
+                       doctest::Contains("precision bf16 needs tensor cores of sm_80 or newer; this device is sm_75"),
+                       Error);
+  DeviceArray<float> xf(Device::emu(1), 128), wf(Device::emu(1), s.weight_count());
+  CHECK_THROWS_WITH_AS(conv2d_backward_weights_tc<float>(s, nhwc<const float>(xf.data(), 1, 4, 4, 8),
+                                                         nhwc<const float>(xf.data(), 1, 4, 4, 8), wf.data(), nullptr,
+                                                         nullptr, 0, nullptr),
+                       doctest::Contains("precision tf32 needs tensor cores of sm_80"), Error);
+}
+#endif
+
+TEST_CASE("kernel: conv2d on tensor cores rejects bad arguments with the op's name") {
+  KERNEL_TEST_DEVICE(device);
+  if (current_compute_capability() < 75) SKIP_TEST("needs tensor cores");
+  const Conv2dShape s{1, 4, 4, 8, 8, 3, 1};
+  DeviceArray<Fp16> x(device, 128), w(device, s.weight_count()), y(device, 128);
+  CHECK_THROWS_WITH_AS(conv2d_forward_tc<Fp16>(s, nhwc<const Fp16>(x.data(), 1, 4, 5, 8), w.data(), nullptr,
+                                               nhwc(y.data(), 1, 4, 4, 8), nullptr, 0, nullptr),
+                       doctest::Contains("conv2d_forward_tc: in is 1x4x5x8, expected 1x4x4x8"), Error);
+  CHECK_THROWS_WITH_AS(conv2d_backward_data_tc<Fp16>(s, nhwc<const Fp16>(x.data(), 1, 4, 4, 8), nullptr,
+                                                     nhwc(y.data(), 1, 4, 4, 8), false, nullptr, 0, nullptr),
+                       doctest::Contains("conv2d_backward_data_tc: weights is null"), Error);
+  const Conv2dShape big{16, 52, 52, 128, 256, 3, 1};
+  if (conv2d_forward_tc_workspace_bytes<Fp16>(big) > 0) {
+    DeviceArray<Fp16> bx(device, 1), bw(device, 1), by(device, 1);
+    CHECK_THROWS_WITH_AS(conv2d_forward_tc<Fp16>(big, nhwc<const Fp16>(bx.data(), 16, 52, 52, 128), bw.data(),
+                                                 nullptr, nhwc(by.data(), 16, 52, 52, 256), nullptr, 0, nullptr),
+                         doctest::Contains("bytes of workspace"), Error);
+  }
+}
