@@ -293,7 +293,7 @@ __device__ __forceinline__ void run_mainloop(LA& la, LB& lb, Split k, bool vec_a
 }
 
 template <typename T, int BM, int BN, bool Async>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, Async ? 2 : 1)
     conv_forward_tc_kernel(ConvGeom g, NhwcView<const T> in, const T* weights, const float* bias, NhwcView<T> out,
                            float* partials, int splits, bool vec_in, bool vec_w) {
   const int m0 = int(blockIdx.x) * BM, n0 = int(blockIdx.y) * BN, split = int(blockIdx.z);
@@ -308,8 +308,10 @@ __global__ void __launch_bounds__(kThreads)
   write_tile<BM, BN>(acc, m0, n0, epilogue);
 }
 
+// One block per SM: its loaders' state (the parity class and per-chunk tap positions) does not
+// fit the 128 registers two resident blocks would leave (ptxas spilled at that bound).
 template <typename T, int BM, int BN, bool Async>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, 1)
     conv_backward_data_tc_kernel(ConvGeom g, NhwcView<const T> grad_out, const T* weights, NhwcView<T> grad_in,
                                  bool accumulate, float* partials, int splits, bool vec_grad, bool vec_w) {
   const ParityClass pc(g, int(blockIdx.z) / splits);
@@ -327,7 +329,7 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 template <typename T, int BM, int BN, bool Async>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, Async ? 2 : 1)
     conv_backward_weights_tc_kernel(ConvGeom g, NhwcView<const T> in, NhwcView<const T> grad_out, float* grad_weights,
                                     float* partials, int splits, bool vec_grad, bool vec_in) {
   const int m0 = int(blockIdx.x) * BM, n0 = int(blockIdx.y) * BN, split = int(blockIdx.z);

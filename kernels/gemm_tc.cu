@@ -93,7 +93,7 @@ struct GemmEpilogue {
 };
 
 template <typename T, typename Out, bool AK, bool BKm, int BM, int BN, bool Async>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, Async ? 2 : 1)
     gemm_tc_kernel(GemmShape s, const T* a, const T* b, const float* bias, Out* c, bool accumulate, float* partials,
                    int splits, bool vec_a, bool vec_b) {
   const int m0 = int(blockIdx.x) * BM, n0 = int(blockIdx.y) * BN, split = int(blockIdx.z);

@@ -221,16 +221,18 @@ __device__ __forceinline__ void mainloop_registers(LA& la, LB& lb, int k_begin, 
                                                    float (&acc)[WarpTile<BM, BN>::MI][WarpTile<BM, BN>::NI][4]) {
   using SA = Smem<T, AK, BM>;
   using SB = Smem<T, BKm, BN>;
-  T* as[2] = {reinterpret_cast<T*>(smem), reinterpret_cast<T*>(smem) + SA::elements + SB::elements};
-  T* bs[2] = {as[0] + SA::elements, as[1] + SA::elements};
+  // Stage s at base + s * per_stage (arithmetic, not an array of pointers indexed at run time,
+  // which would live in local memory).
+  constexpr int per_stage = SA::elements + SB::elements;
+  T* const base = reinterpret_cast<T*>(smem);
   const WarpTile<BM, BN> w;
   if (k_begin >= k_end) return;
   uint4 ra[SA::chunks_per_thread], rb[SB::chunks_per_thread];
   fetch_chunks<T, VecA>(la, ra);
   fetch_chunks<T, VecB>(lb, rb);
   la.advance(), lb.advance();
-  stash_chunks<T, AK, BM>(as[0], ra);
-  stash_chunks<T, BKm, BN>(bs[0], rb);
+  stash_chunks<T, AK, BM>(base, ra);
+  stash_chunks<T, BKm, BN>(base + SA::elements, rb);
   __syncthreads();
   int buf = 0;
   for (int k0 = k_begin; k0 < k_end; k0 += Tc<T>::BK) {
@@ -240,10 +242,12 @@ __device__ __forceinline__ void mainloop_registers(LA& la, LB& lb, int k_begin, 
       fetch_chunks<T, VecB>(lb, rb);
       la.advance(), lb.advance();
     }
-    compute_stage<T, AK, BKm>(as[buf], bs[buf], w, acc);
+    const T* stage = base + buf * per_stage;
+    compute_stage<T, AK, BKm>(stage, stage + SA::elements, w, acc);
     if (more) {
-      stash_chunks<T, AK, BM>(as[buf ^ 1], ra);
-      stash_chunks<T, BKm, BN>(bs[buf ^ 1], rb);
+      T* next = base + (buf ^ 1) * per_stage;
+      stash_chunks<T, AK, BM>(next, ra);
+      stash_chunks<T, BKm, BN>(next + SA::elements, rb);
     }
     __syncthreads();  // the stores are visible, and nobody still reads `buf` when it is refilled
     buf ^= 1;
