@@ -160,7 +160,7 @@ $(BUILD)/tests_emu: $(EMU_TEST) $(EMU_LIB)
 $(BUILD)/train_yolo_emu: $(call obj,emu,tools/train_yolo.cpp) $(EMU_LIB)
 	$(CXX) $(SANITIZE) $^ -o $@ -pthread -ldl
 
-$(BUILD)/bench_kernels: $(call obj,native,tools/bench_kernels.cpp tools/ceilings.cu $(BENCH_CU)) $(NATIVE_LIB)
+$(BUILD)/bench_kernels: $(call obj,native,tools/bench_kernels.cpp tools/ceilings.cu tools/cublas_loader.cpp $(BENCH_CU)) $(NATIVE_LIB)
 	$(CXX) $^ -o $@ $(LDLIBS_NATIVE)
 
 $(BUILD)/bench_loader: $(call obj,native,tools/bench_loader.cpp) $(NATIVE_LIB)
@@ -170,7 +170,7 @@ $(BUILD)/scaling_model: $(call obj,native,tools/scaling_model.cpp) $(NATIVE_LIB)
 	$(CXX) $^ -o $@ $(LDLIBS_NATIVE)
 
 test: $(BUILD)/tests $(BUILD)/tests_emu $(BUILD)/train_yolo_emu
-	@BUILD=$(BUILD) tools/run_tests.sh $(BUILD)/tests_emu $(BUILD)/tests tools/adversarial_tests.sh tools/emu_cli_check.sh
+	@BUILD=$(BUILD) tools/run_tests.sh $(BUILD)/tests_emu $(BUILD)/tests tools/adversarial_tests.sh tools/emu_cli_check.sh tools/sass_test.sh
 
 clean:
 	rm -rf $(BUILD) train_yolo
