@@ -14,7 +14,20 @@ namespace yolo::bench {
 struct Ceilings {
   double copy_gbs = 0;      // bytes read + written per second, large copy
   double fp32_tflops = 0;   // FMA-bound FP32 rate
+  // mma.sync throughput (FP32 accumulators; 2*M*N*K flops per MMA): TF32 m16n8k8, BF16 and FP16
+  // m16n8k16 (on sm_75 FP16 issues two m16n8k8). 0 where not measured; mma_note says why.
+  double tf32_mma_tflops = 0, bf16_mma_tflops = 0, fp16_mma_tflops = 0;
+  std::string mma_note;     // empty when all three were measured
   std::string where;        // "gpu:0 NVIDIA H200" or "cpu (2 threads)"
+
+  // The ceiling a Result names ("fp32", "tf32", "bf16", "fp16"); 0 when unknown or not measured.
+  double tflops(const std::string& name) const {
+    if (name == "fp32") return fp32_tflops;
+    if (name == "tf32") return tf32_mma_tflops;
+    if (name == "bf16") return bf16_mma_tflops;
+    if (name == "fp16") return fp16_mma_tflops;
+    return 0;
+  }
 };
 Ceilings measure_ceilings(Device device);
 
@@ -32,6 +45,8 @@ struct Result {
   double ms = 0;            // median
   double bytes = 0;         // minimum bytes moved through memory (each input read, output written once)
   double flops = 0;         // 0 for memory-bound ops
+  std::string ceiling = "fp32";  // the TFLOP/s ceiling the % column compares with (Ceilings::tflops)
+  double cublas_ms = 0;     // median of the cuBLAS yardstick at the equivalent GEMM (0: none, "-")
 };
 
 // Median milliseconds of `run` (after one warm-up): CUDA events on a GPU, a steady clock on

@@ -1,6 +1,9 @@
 // bench_kernels: times every op (forward and backward) at YOLOv3-416 shapes and prints achieved
-// GB/s and TFLOP/s next to this device's measured ceilings. CUDA kernels on gpu:0 when there is
-// a GPU, the fast CPU versions otherwise (with a smaller batch, printed).
+// GB/s and TFLOP/s next to this device's measured ceilings (copy, FP32 FMA, and mma.sync per
+// tensor-core precision: %peak is against the ceiling named in the next column), and for the
+// rows that have one, a cuBLAS yardstick (cuBLAS loaded at run time, tools/cublas_loader.h):
+// its median ms at the equivalent GEMM and our time / its time. CUDA kernels on gpu:0 when
+// there is a GPU, the fast CPU versions otherwise (with a smaller batch, printed).
 //   bench_kernels [--filter TEXT] [--batch N] [--repeats N] [--cpu] [--ceilings-only]
 #include <cstdio>
 #include <cstdlib>
@@ -9,6 +12,7 @@
 #include "runtime/check.h"
 #include "runtime/device.h"
 #include "tools/bench.h"
+#include "tools/cublas_loader.h"
 
 using namespace yolo;
 
@@ -47,8 +51,19 @@ int main(int argc, char** argv) {
     bench::Ceilings ceilings = bench::measure_ceilings(context.device);
     std::printf("device: %s   ceilings: copy %.0f GB/s, FP32 %.3f TFLOP/s   batch %d, median of %d\n",
                 ceilings.where.c_str(), ceilings.copy_gbs, ceilings.fp32_tflops, context.batch, context.repeats);
+    auto mma = [](double tflops) { return tflops > 0 ? std::to_string(int(tflops + 0.5)) : std::string("-"); };
+    std::string mma_line = "mma.sync ceilings: tf32 " + mma(ceilings.tf32_mma_tflops) + ", bf16 " +
+                           mma(ceilings.bf16_mma_tflops) + ", fp16 " + mma(ceilings.fp16_mma_tflops) + " TFLOP/s";
+    if (!ceilings.mma_note.empty()) mma_line += " (" + ceilings.mma_note + ")";
+    std::printf("%s\n", mma_line.c_str());
+    if (gpu) {
+      const bench::CublasStatusInfo& cublas = bench::cublas_status();
+      if (cublas.loaded) std::printf("cuBLAS yardstick: %s (cuBLAS %s)\n", cublas.path.c_str(), cublas.version.c_str());
+      else std::printf("cuBLAS yardstick: not loaded, the cuBLAS columns show -: %s\n", cublas.why_not.c_str());
+    }
     if (ceilings_only) return 0;
-    std::printf("%-22s %-34s %10s %9s %6s %9s %6s\n", "op", "shape", "ms", "GB/s", "%copy", "TFLOP/s", "%fp32");
+    std::printf("%-22s %-34s %10s %9s %6s %9s %6s %-4s %10s %7s\n", "op", "shape", "ms", "GB/s", "%copy", "TFLOP/s",
+                "%peak", "peak", "cuBLAS ms", "/cuBLAS");
     for (const auto& [family, entry] : bench::entries()) {
       std::vector<bench::Result> results;
       entry(context, results);
@@ -58,8 +73,12 @@ int main(int argc, char** argv) {
         double gbs = r.bytes / r.ms / 1e6, tflops = r.flops / r.ms / 1e9;
         std::printf("%-22s %-34s %10.3f %9.1f %5.0f%% ", r.op.c_str(), r.shape.c_str(), r.ms, gbs,
                     100.0 * gbs / ceilings.copy_gbs);
-        if (r.flops > 0) std::printf("%9.2f %5.0f%%\n", tflops, 100.0 * tflops / ceilings.fp32_tflops);
-        else std::printf("%9s %6s\n", "-", "-");
+        const double peak = ceilings.tflops(r.ceiling);
+        if (r.flops > 0 && peak > 0) std::printf("%9.2f %5.0f%% %-4s ", tflops, 100.0 * tflops / peak, r.ceiling.c_str());
+        else if (r.flops > 0) std::printf("%9.2f %6s %-4s ", tflops, "-", r.ceiling.c_str());
+        else std::printf("%9s %6s %-4s ", "-", "-", "-");
+        if (r.cublas_ms > 0) std::printf("%10.3f %7.2f\n", r.cublas_ms, r.ms / r.cublas_ms);
+        else std::printf("%10s %7s\n", "-", "-");
       }
       std::fflush(stdout);
     }

@@ -1,5 +1,6 @@
-// Measured ceilings (see bench.h): on a GPU a device-to-device copy and an FMA-bound kernel;
-// on the CPU a large memcpy and FMA chains on every pool thread. Also the benchmark timer and
+// Measured ceilings (see bench.h): on a GPU a device-to-device copy, an FMA-bound kernel and
+// mma.sync-bound kernels (one per tensor-core precision the device has); on the CPU a large
+// memcpy and FMA chains on every pool thread. Also the benchmark timer and
 // registry, which must live in one translation unit compiled the same way as the entries.
 #include <algorithm>
 #include <chrono>
@@ -8,6 +9,9 @@
 
 #include "kernels/common.cuh"
 #include "kernels/cpu_parallel.h"
+#if defined(__CUDACC__)
+#include "kernels/mma.cuh"
+#endif
 #include "runtime/memory.h"
 #include "tools/bench.h"
 
@@ -29,6 +33,56 @@ __global__ void fma_chains(float* out, float a, float b) {
   if (sum == 1234.5f) out[0] = sum;  // practically never true; keeps the work alive
 }
 
+// mma.sync throughput: every warp runs kMmaChains independent accumulator tiles (so the tensor
+// pipe never waits on one MMA's latency), 8 warps a block and 4 blocks an SM, all resident at
+// once (__launch_bounds__ keeps the registers under 64), through a long loop; the accumulators
+// are summed and kept alive. The operands vary by lane (not zeros), like real data.
+enum class MmaKind { Tf32, Bf16, Fp16 };
+constexpr int kMmaChains = 8, kMmaIterations = 16384, kMmaThreads = 256, kMmaBlocksPerSm = 4;
+
+template <MmaKind Kind>
+__global__ void __launch_bounds__(kMmaThreads, kMmaBlocksPerSm) mma_chains(float* out, int iterations) {
+  const float x = 1e-3f * float(threadIdx.x % 32 + 1);
+  uint32_t a[4], b[2];
+  for (int i = 0; i < 4; ++i) {
+    if constexpr (Kind == MmaKind::Tf32) a[i] = mma::to_tf32(x * float(i + 1));
+    else if constexpr (Kind == MmaKind::Bf16) a[i] = mma::pack_bf16x2(x * float(i + 1), -x);
+    else a[i] = mma::pack_f16x2(x * float(i + 1), -x);
+  }
+  for (int i = 0; i < 2; ++i) {
+    if constexpr (Kind == MmaKind::Tf32) b[i] = mma::to_tf32(0.5f - x * float(i));
+    else if constexpr (Kind == MmaKind::Bf16) b[i] = mma::pack_bf16x2(0.5f - x * float(i), x);
+    else b[i] = mma::pack_f16x2(0.5f - x * float(i), x);
+  }
+  float acc[kMmaChains][4];
+  for (int c = 0; c < kMmaChains; ++c)
+    for (int i = 0; i < 4; ++i) acc[c][i] = 0.0f;
+  for (int it = 0; it < iterations; ++it) {
+#pragma unroll
+    for (int c = 0; c < kMmaChains; ++c) {
+      if constexpr (Kind == MmaKind::Tf32) mma::mma_tf32_m16n8k8(acc[c], a, b, acc[c]);
+      else if constexpr (Kind == MmaKind::Bf16) mma::mma_bf16_m16n8k16(acc[c], a, b, acc[c]);
+      else mma::mma_f16_m16n8k16(acc[c], a, b, acc[c]);  // sm_75: two m16n8k8
+    }
+  }
+  float sum = 0.0f;
+  for (int c = 0; c < kMmaChains; ++c)
+    for (int i = 0; i < 4; ++i) sum += acc[c][i];
+  if (sum == 1234.5f) out[0] = sum;  // practically never true; keeps the work alive
+}
+
+// TFLOP/s of one mma_chains<Kind> launch filling every SM.
+template <MmaKind Kind>
+double mma_tflops(const GpuInfo& gpu, const Context& context, float* sink) {
+  const unsigned blocks = unsigned(gpu.multiprocessors) * kMmaBlocksPerSm;
+  const double flops_per_mma = Kind == MmaKind::Tf32 ? 2.0 * 16 * 8 * 8 : 2.0 * 16 * 8 * 16;
+  const double ms = time_ms(context, [&] {
+    LAUNCH(mma_chains<Kind>, dim3(blocks), dim3(kMmaThreads), 0, context.stream, sink, kMmaIterations);
+  });
+  const double mmas = double(blocks) * (kMmaThreads / 32) * kMmaChains * double(kMmaIterations);
+  return mmas * flops_per_mma / ms / 1e9;
+}
+
 Ceilings gpu_ceilings(Device device, const Context& context) {
   const GpuInfo& gpu = discover_gpus().gpus[size_t(device.index)];
   const size_t bytes = size_t(1) << 30;
@@ -44,6 +98,16 @@ Ceilings gpu_ceilings(Device device, const Context& context) {
     LAUNCH(fma_chains, dim3(blocks), dim3(256), 0, context.stream, static_cast<float*>(b.data()), 0.999f, 1e-3f);
   });
   c.fp32_tflops = 2.0 * kChains * kFmaIterations * double(blocks) * 256 / fma_ms / 1e9;
+  const int cc = gpu.cc_major * 10 + gpu.cc_minor;
+  float* sink = static_cast<float*>(b.data());
+  if (cc >= 80) {
+    c.tf32_mma_tflops = mma_tflops<MmaKind::Tf32>(gpu, context, sink);
+    c.bf16_mma_tflops = mma_tflops<MmaKind::Bf16>(gpu, context, sink);
+  } else {
+    c.mma_note = "tf32 and bf16 need sm_80, this GPU is sm_" + std::to_string(cc);
+  }
+  if (cc >= 75) c.fp16_mma_tflops = mma_tflops<MmaKind::Fp16>(gpu, context, sink);
+  else c.mma_note = "no mma.sync before sm_75, this GPU is sm_" + std::to_string(cc);
   c.where = device.name() + " " + gpu.name;
   return c;
 }
@@ -78,6 +142,7 @@ Ceilings cpu_ceilings(const Context& context) {
     });
   });
   c.fp32_tflops = 2.0 * lanes * double(iterations) * double(threads) / fma_ms / 1e9;
+  c.mma_note = "tensor cores need a GPU";
   c.where = "cpu (" + std::to_string(threads) + " threads)";
   return c;
 }

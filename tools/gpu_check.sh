@@ -14,17 +14,20 @@
 #   yolov3     YOLOv3-416 (batch 16), 50 steps, with a trace of one step                ~5 min
 #   nccl       the demo without a communicator and as an NCCL job of one; the NCCL tests ~3 min
 #   nccl2      2 NCCL ranks sharing gpu:0 (NCCL 2.30+), and that job with rank 1 killed  ~4 min
+#   tc         tensor cores: the mma / tensor-core tests natively, under memcheck and
+#              racecheck, then bench_kernels --filter conv_tc (cuBLAS yardstick)       ~5 min
+#              (expected ~2: bounds 45 + 75 + 105 + 60 s; TC_RACECHECK_FILTER narrows racecheck)
 # Writes full logs to OUTDIR and prints a summary table last. A tool that is missing is
 # reported as unavailable, not as a failure. Needs the binaries built beforehand (here or
 # elsewhere: make ARCH=90).
 set -u
-usage="usage: tools/gpu_check.sh OUTDIR [tests|sanitizer|bench|loader|train|yolov3|nccl|nccl2 ...]"
+usage="usage: tools/gpu_check.sh OUTDIR [tests|sanitizer|bench|loader|train|yolov3|nccl|nccl2|tc ...]"
 OUT=${1:?$usage}
 shift
 sections=("$@")
-(( ${#sections[@]} )) || sections=(tests sanitizer bench loader train yolov3 nccl nccl2)
+(( ${#sections[@]} )) || sections=(tests sanitizer bench loader train yolov3 nccl nccl2 tc)
 for s in "${sections[@]}"; do
-  case $s in tests|sanitizer|bench|loader|train|yolov3|nccl|nccl2) ;;
+  case $s in tests|sanitizer|bench|loader|train|yolov3|nccl|nccl2|tc) ;;
     *) echo "unknown section '$s'; $usage" >&2; exit 2 ;;
   esac
 done
@@ -37,6 +40,25 @@ record() { summary+=("$(printf '%-28s %-12s %s' "$1" "$2" "$3")"); }
 if [[ -z "${YOLO_NCCL_LIB:-}" ]] && command -v python3 >/dev/null; then
   dir=$(python3 -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], "lib"))' 2>/dev/null)
   [[ -n "$dir" && -d "$dir" ]] && export YOLO_NCCL_LIB="$dir"
+fi
+# cuBLAS, bench_kernels' yardstick, likewise (a folder: the loader tries libcublas.so.13, .12,
+# .so in it): Python's nvidia-cublas package (nvidia/cublas/lib; CUDA 13 wheels: nvidia/cu13/lib).
+# Not found: the loader's default paths, and bench_kernels prints "-" in the cuBLAS columns.
+if [[ -z "${YOLO_CUBLAS_LIB:-}" ]] && command -v python3 >/dev/null; then
+  dir=$(python3 -c '
+import glob, importlib, os
+for name in ("nvidia.cublas", "nvidia"):
+    try:
+        bases = list(importlib.import_module(name).__path__)
+    except Exception:
+        continue
+    for base in bases:
+        for lib in [os.path.join(base, "lib")] + sorted(glob.glob(os.path.join(base, "*", "lib"))):
+            if glob.glob(os.path.join(lib, "libcublas.so*")):
+                print(lib)
+                raise SystemExit(0)
+' 2>/dev/null)
+  [[ -n "$dir" && -d "$dir" ]] && export YOLO_CUBLAS_LIB="$dir"
 fi
 
 run_step() {  # name, log file, timeout seconds, command...
@@ -132,6 +154,39 @@ section_nccl2() {
   rm -f "$OUT"/dp_*/*.weights "$OUT"/dp_*/*.ckpt
 }
 
+# Tensor cores: the mma.sync / ldmatrix / cp.async tests and the tensor-core conv and gemm tests,
+# natively, then under memcheck and racecheck (racecheck, the slow one, by default on the TF32
+# and FP16 cases: BF16 runs the same tiles with another MMA), then the benchmark's conv_tc rows
+# (mma.sync ceilings in the header; every YOLOv3 conv shape, pass and precision, with cuBLAS).
+section_tc() {
+  # doctest filters: comma-separated, case-insensitive wildcards ('?' stands for the commas in
+  # the names); "*mma*" also matches a batchnorm test ("gamma"), hence the exclusion.
+  local filter='*tensor cores*,*mma*,*ldmatrix*,*cp.async*' exclude='*batchnorm*'
+  local race_filter=${TC_RACECHECK_FILTER:-'*tensor cores? TF32*,*tensor cores? FP16*,*ldmatrix*,*cp.async*'}
+  if [[ -x build/tests ]]; then
+    run_step "tc tests (native)" tc_tests.log 45 build/tests -tc="$filter" -tce="$exclude"
+    tail -n 1 "$OUT/tc_tests.log" | grep -q '^tests:' && summary[-1]+=" | $(tail -n 1 "$OUT/tc_tests.log")"
+    if command -v compute-sanitizer >/dev/null; then
+      run_step "tc memcheck" tc_memcheck.log 75 compute-sanitizer --tool memcheck --error-exitcode 99 \
+        build/tests -tc="$filter" -tce="$exclude"
+      summary[-1]+=" | $(grep -m1 -E 'ERROR SUMMARY' "$OUT/tc_memcheck.log" || echo 'no summary')"
+      run_step "tc racecheck" tc_racecheck.log 105 compute-sanitizer --tool racecheck --error-exitcode 99 \
+        build/tests -tc="$race_filter" -tce="$exclude"
+      summary[-1]+=" | $(grep -m1 -E 'RACECHECK SUMMARY' "$OUT/tc_racecheck.log" || echo 'no summary')"
+    else
+      record "tc compute-sanitizer" "unavailable" "not on PATH"
+    fi
+  else
+    record "tc tests" "unavailable" "build/tests not built"
+  fi
+  if [[ -x build/bench_kernels ]]; then
+    run_step "bench conv_tc" bench_tc.log 60 build/bench_kernels --filter conv_tc
+    summary[-1]+=" | $(grep -m1 '^mma.sync ceilings' "$OUT/bench_tc.log") | $(grep -m1 '^cuBLAS yardstick' "$OUT/bench_tc.log")"
+  else
+    record "bench conv_tc" "unavailable" "not built"
+  fi
+}
+
 { nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,power.draw,temperature.gpu --format=csv; nvidia-smi -L; } >"$OUT/gpu.txt" 2>&1 || true
 for s in "${sections[@]}"; do
   start=$SECONDS
@@ -144,6 +199,7 @@ cat "$OUT/gpu.txt"
 echo
 [[ -f "$OUT/bench_kernels.log" ]] && cat "$OUT/bench_kernels.log" && echo
 [[ -f "$OUT/bench_loader.log" ]] && cat "$OUT/bench_loader.log" && echo
+[[ -f "$OUT/bench_tc.log" ]] && cat "$OUT/bench_tc.log" && echo
 cat "$OUT/sections.txt"
 printf '%-28s %-12s %s\n' "step" "status" "detail"
 printf '%s\n' "${summary[@]}"
