@@ -360,17 +360,6 @@ void check_view_shape(const char* op, const char* name, const V& v, int n, int h
                 std::to_string(h) + "x" + std::to_string(w) + "x" + std::to_string(c));
 }
 
-// Calls launch.template operator()<BM, BN, Async>() for the plan.
-template <typename F>
-void with_plan(const TcPlan& plan, F&& launch) {
-  if (plan.tile == 0) {
-    if (plan.async) return launch.template operator()<128, 128, true>();
-    return launch.template operator()<128, 128, false>();
-  }
-  if (plan.async) return launch.template operator()<64, 64, true>();
-  return launch.template operator()<64, 64, false>();
-}
-
 template <typename T, bool AK, bool BKm, int BM, int BN, bool Async>
 size_t smem_bytes() {
   return stage_bytes<T, AK, BKm, BM, BN>() * (Async ? kAsyncStages : 2);

@@ -172,12 +172,7 @@ void gemm_tc(const GemmShape& s, const T* a, const T* b, const float* bias, Out*
       LAUNCH(kernel, dim3(ceil_div(size_t(s.m), BM), ceil_div(size_t(s.n), BN), unsigned(plan.splits)),
              dim3(kThreads), smem, stream, s, a, b, bias, c, accumulate, partials, plan.splits, vec_a, vec_b);
     };
-    if (plan.tile == 0) {
-      if (plan.async) return run.template operator()<128, 128, true>();
-      return run.template operator()<128, 128, false>();
-    }
-    if (plan.async) return run.template operator()<64, 64, true>();
-    return run.template operator()<64, 64, false>();
+    with_plan(plan, run);
   };
   // Only the three layouts of the header (check_layout), and per (T, Out) only those it serves.
   constexpr bool wide = std::is_same_v<T, float>, dw = std::is_same_v<Out, float>;

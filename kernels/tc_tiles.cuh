@@ -361,6 +361,17 @@ struct TcPlan {
 // 16-byte chunks. Honours set_tc_tiling_for_tests.
 TcPlan plan_tc(long long m, long long n, long long k, int groups, int max_splits, bool vec, int elem);
 
+// Calls launch.template operator()<BM, BN, Async>() for the plan.
+template <typename F>
+void with_plan(const TcPlan& plan, F&& launch) {
+  if (plan.tile == 0) {
+    if (plan.async) return launch.template operator()<128, 128, true>();
+    return launch.template operator()<128, 128, false>();
+  }
+  if (plan.async) return launch.template operator()<64, 64, true>();
+  return launch.template operator()<64, 64, false>();
+}
+
 // K per split: a multiple of bk, so splits fall on stage boundaries.
 __host__ __device__ inline long long tc_split_chunk(long long k, int splits, int bk) {
   const long long stages = (k + bk - 1) / bk;
