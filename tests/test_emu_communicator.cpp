@@ -114,8 +114,10 @@ TEST_CASE("emulated GPUs: an abort ends every rank's pending collectives, naming
       comm.abort("out of memory");
       return;
     }
-    Stream stream(Device::emu(0), StreamPriority::High, "comm");
+    // The buffer outlives the stream, whose destructor runs what is still queued (cudaFree would
+    // synchronise the device first; the emulation's free does not).
     DeviceMemory buffer(Device::emu(0), 8 * sizeof(float));
+    Stream stream(Device::emu(0), StreamPriority::High, "comm");
     comm.all_reduce_sum(static_cast<float*>(buffer.data()), 8, stream);
     enqueued.release();
     try {
@@ -147,8 +149,10 @@ TEST_CASE("emulated GPUs: a rank that never joins is given up on after the timeo
   std::string stream_error;
   std::vector<std::string> errors = on_ranks(2, 0.5, [&](int r, Communicator& comm) {
     if (r == 1) return;  // never takes part
-    Stream stream(Device::emu(0), StreamPriority::High, "comm");
+    // The buffer outlives the stream, whose destructor runs what is still queued (cudaFree would
+    // synchronise the device first; the emulation's free does not).
     DeviceMemory buffer(Device::emu(0), 8 * sizeof(float));
+    Stream stream(Device::emu(0), StreamPriority::High, "comm");
     comm.all_reduce_sum(static_cast<float*>(buffer.data()), 8, stream);
     try {
       comm.wait(stream);
@@ -170,8 +174,10 @@ TEST_CASE("emulated GPUs: a rank that never joins is given up on after the timeo
   std::string queued_error;
   std::vector<std::string> gather = on_ranks(2, 0.5, [&](int r, Communicator& comm) {
     if (r == 1) return;  // joins nothing
-    Stream stream(Device::emu(0), StreamPriority::High, "comm");
+    // The buffer outlives the stream, whose destructor runs what is still queued (cudaFree would
+    // synchronise the device first; the emulation's free does not).
     DeviceMemory buffer(Device::emu(0), 8 * sizeof(float));
+    Stream stream(Device::emu(0), StreamPriority::High, "comm");
     comm.all_reduce_sum(static_cast<float*>(buffer.data()), 8, stream);
     try {
       comm.all_gather(1);
@@ -188,8 +194,8 @@ TEST_CASE("emulated GPUs: a rank that never joins is given up on after the timeo
   CHECK(queued_error.find("never joined") != std::string::npos);
 
   std::vector<std::string> step = on_ranks(2, 20, [&](int r, Communicator& comm) {
+    DeviceMemory buffer(Device::emu(r), 16 * sizeof(float));  // outlives the stream (see above)
     Stream stream(Device::emu(r), StreamPriority::High, "comm");
-    DeviceMemory buffer(Device::emu(r), 16 * sizeof(float));
     comm.all_reduce_sum(static_cast<float*>(buffer.data()), r == 0 ? 10 : 11, stream);
     comm.wait(stream);
     stream.synchronize();
