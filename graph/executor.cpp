@@ -186,7 +186,7 @@ ActivationPlan plan_activations(const Graph& graph, int n) {
 
 // The largest workspace any op of the graph needs on the current device (the CPU ops only
 // use one for BatchNorm).
-size_t workspace_bytes(const Graph& graph, int n, bool kernels) {
+size_t workspace_bytes(const Graph& graph, int n, bool kernels, Precision precision) {
   size_t workspace = 0;
   for (const Node& node : graph.nodes) {
     if (node.spec.type == LayerType::Convolutional && node.spec.batch_normalize)
@@ -194,17 +194,16 @@ size_t workspace_bytes(const Graph& graph, int n, bool kernels) {
     if (!kernels) continue;
     if (node.spec.type == LayerType::Convolutional) {
       Conv2dShape s{n, node.in.h, node.in.w, node.in.c, node.out.c, node.spec.size, node.spec.stride};
-      workspace = std::max({workspace, conv2d_forward_workspace_bytes(s), conv2d_backward_data_workspace_bytes(s),
-                            conv2d_backward_weights_workspace_bytes(s)});
+      workspace = std::max(workspace, conv2d_workspace_bytes(precision, s));
     }
     if (node.spec.type == LayerType::Yolo)
       workspace = std::max(workspace, yolo_loss_workspace_bytes(n, node.in.h, node.in.w, node.yolo));
     if (node.spec.type == LayerType::Connected) {
       int in = static_cast<int>(node.in.elements()), out = node.out.c;
-      workspace = std::max({workspace, gemm_workspace_bytes(GemmShape{n, out, in, false, true}),
-                            gemm_workspace_bytes(GemmShape{out, in, n, true, false}),
-                            gemm_workspace_bytes(GemmShape{n, in, out, false, false}),
-                            gemm_workspace_bytes(GemmShape{1, out, n, false, false})});
+      workspace = std::max({workspace, gemm_workspace_bytes(precision, GemmShape{n, out, in, false, true}),
+                            gemm_workspace_bytes(precision, GemmShape{out, in, n, true, false}),
+                            gemm_workspace_bytes(precision, GemmShape{n, in, out, false, false}),
+                            gemm_workspace_bytes(precision, GemmShape{1, out, n, false, false})});
     }
   }
   return workspace;
@@ -236,6 +235,7 @@ struct Executor::Impl {
   float* ones = nullptr;    // micro_batch ones (bias gradients of connected layers)
   void* workspace = nullptr;
   size_t workspace_bytes = 0;
+  Precision precision = Precision::Fp32;
   YoloLossStats* yolo_stats = nullptr;  // one per node (only [yolo] entries used)
   float* softmax_loss = nullptr;
   const float* current_images = nullptr;  // the micro-batch being trained (for the first layer's backward)
@@ -269,7 +269,7 @@ struct Executor::Impl {
 
   Stream* stream = nullptr;  // the executor's compute stream
 
-  OpContext context(Stream& on) const { return OpContext{&on, workspace, workspace_bytes}; }
+  OpContext context(Stream& on) const { return OpContext{&on, workspace, workspace_bytes, precision}; }
   // A copy between host and device memory in the stream's order, done when it returns.
   void copy(void* dst, const void* src, size_t bytes) { copy_and_wait(dst, src, bytes, *stream); }
   void zero(void* dst, size_t bytes) { fill_bytes(dst, 0, bytes, *stream); }
@@ -279,12 +279,22 @@ struct Executor::Impl {
 // ---- construction: parameters, plan, arena ----------------------------------------------------
 
 Executor::Executor(const Graph& graph, Device device, int micro_batch, uint64_t seed,
-                   std::vector<std::pair<int, int>> other_sizes)
-    : graph_(graph), device_(device), micro_batch_(micro_batch), impl_(std::make_unique<Impl>()) {
+                   std::vector<std::pair<int, int>> other_sizes, Precision precision)
+    : graph_(graph), device_(device), precision_(precision), micro_batch_(micro_batch), impl_(std::make_unique<Impl>()) {
   if (micro_batch < 1) throw Error("micro-batch must be at least 1 image per device");
   Impl& m = *impl_;
   m.kernels = device.runs_kernels();
+  m.precision = precision;
   set_current_device(device);
+  if (precision != Precision::Fp32) {
+    if (precision != Precision::Tf32)
+      throw Error(std::string("--precision ") + precision_name(precision) +
+                  ": 16-bit activations are not built yet; use fp32 or tf32");
+    if (!m.kernels)
+      throw Error(std::string("--precision tf32 runs on tensor cores, but ") + device.name() +
+                  " is the CPU backend (fp32 only)");
+    require_precision(precision, ("--precision on " + device.name()).c_str());
+  }
   stream_ = std::make_unique<Stream>(device, StreamPriority::Normal, "compute");
   m.stream = stream_.get();
   const int L = static_cast<int>(graph.nodes.size());
@@ -342,7 +352,7 @@ Executor::Executor(const Graph& graph, Device device, int micro_batch, uint64_t 
   size_t activation_bytes = m.plan.bytes;
 
   size_t workspace = 0;
-  for (const Graph& g : candidates) workspace = std::max(workspace, workspace_bytes(g, n, m.kernels));
+  for (const Graph& g : candidates) workspace = std::max(workspace, workspace_bytes(g, n, m.kernels, precision));
 
   memory_ = estimate_memory(*largest, n);
   memory_.workspace = workspace;

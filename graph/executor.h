@@ -16,6 +16,7 @@
 #include "graph/graph.h"
 #include "graph/plan.h"
 #include "graph/weights.h"
+#include "kernels/precision.h"
 #include "kernels/sgd.h"
 #include "runtime/arena.h"
 #include "runtime/device.h"
@@ -68,8 +69,10 @@ class Executor {
   // `seed` (darknet's scheme: uniform, scaled by fan-in). Throws yolo::Error, with the numbers
   // and what to change, when the plan does not fit the device.
   // other_sizes: further input sizes (multi-scale training) the plan must also hold.
+  // precision: what convolutions and connected layers run in (fp32, or tf32 on a GPU of sm_80
+  // or newer; kernels/ops.h); it throws yolo::Error for what the device cannot run.
   Executor(const Graph& graph, Device device, int micro_batch, uint64_t seed,
-           std::vector<std::pair<int, int>> other_sizes = {});
+           std::vector<std::pair<int, int>> other_sizes = {}, Precision precision = Precision::Fp32);
   ~Executor();
   Executor(const Executor&) = delete;
   Executor& operator=(const Executor&) = delete;
@@ -78,6 +81,7 @@ class Executor {
   // Switches to another planned input size (multi-scale): shapes and the [yolo] losses follow.
   void set_input_size(int width, int height);
   Device device() const { return device_; }
+  Precision precision() const { return precision_; }
   int micro_batch() const { return micro_batch_; }
   Stream& compute_stream() { return *stream_; }
   const MemoryReport& memory() const { return memory_; }
@@ -141,6 +145,7 @@ class Executor {
 
   Graph graph_;
   Device device_;
+  Precision precision_ = Precision::Fp32;
   int micro_batch_;
   std::unique_ptr<Stream> stream_;
   std::unique_ptr<Impl> impl_;

@@ -683,8 +683,11 @@ TrainResult train_detector_replica(const ModelSpec& spec, const data::Dataset& d
     }
   std::vector<std::pair<int, int>> sizes;
   if (multiscale) sizes = data::multiscale_sizes(graph.net.width, graph.net.height);
-  Executor executor(graph, device, setup.micro, options.seed, sizes);
+  Executor executor(graph, device, setup.micro, options.seed, sizes, options.precision);
   if (leader) std::printf("train_yolo: %s\n", executor.memory().text().c_str());
+  if (leader && options.precision == Precision::Tf32)
+    std::printf("train_yolo: precision tf32: convolutions and connected layers on tensor cores (FP32 tensors, "
+                "inputs rounded to TF32)\n");
   if (multiscale && leader)
     std::printf("train_yolo: multi-scale training (random=1): %dx%d .. %dx%d, a new size every 10 steps\n",
                 sizes.front().first, sizes.front().second, sizes.back().first, sizes.back().second);
@@ -793,7 +796,7 @@ TrainResult train_classifier_replica(const ModelSpec& spec, const data::MnistSet
   int classes = graph.nodes.back().out.c;
   if (classes < 10) throw Error(spec.path + ": the last layer has " + std::to_string(classes) + " outputs; MNIST has 10 classes");
   Setup setup = batch_setup(spec, options, world);
-  Executor executor(graph, device, setup.micro, options.seed);
+  Executor executor(graph, device, setup.micro, options.seed, {}, options.precision);
   Start start = prepare_start(graph, executor, options);
   // MNIST batches are cheap: built on the host per micro-batch and copied synchronously.
   const int n = setup.micro;

@@ -13,6 +13,7 @@
 #include "data/mnist.h"
 #include "graph/cfg.h"
 #include "graph/graph.h"
+#include "kernels/precision.h"
 #include "runtime/device.h"
 
 namespace yolo::graph {
@@ -42,6 +43,7 @@ struct TrainOptions {
   double bucket_mb = -1;
   bool overlap = true;
   bool sync_bn = false;         // BatchNorm statistics over every replica's micro-batch (else per replica)
+  Precision precision = Precision::Fp32;  // convolutions and connected layers (graph/executor.h)
   int check_every = 100;
   double comm_timeout = 300;
   // One rank of a job started by a launcher (runtime/launch.h): this process's rank and the

@@ -23,7 +23,30 @@ void dispatch(const OpContext& c, const char* op, Cpu&& cpu, Gpu&& gpu) {
   else c.stream->enqueue(std::forward<Cpu>(cpu));
 }
 
+// Whether conv/gemm run on tensor cores (tf32); throws for what the float entry points cannot run.
+bool tensor_cores(const OpContext& c, const char* op) {
+  if (c.precision == Precision::Fp32) return false;
+  if (c.precision != Precision::Tf32)
+    throw Error(std::string(op) + ": precision " + precision_name(c.precision) +
+                " needs 16-bit activations, which this entry point does not take (use fp32 or tf32)");
+  if (c.stream && !c.stream->device().runs_kernels())
+    throw Error(std::string(op) + ": precision tf32 runs on tensor cores; the CPU backend computes fp32");
+  return true;
+}
+
 }  // namespace
+
+size_t conv2d_workspace_bytes(Precision precision, const Conv2dShape& s) {
+  if (precision == Precision::Tf32)
+    return std::max({conv2d_forward_tc_workspace_bytes<float>(s), conv2d_backward_data_tc_workspace_bytes<float>(s),
+                     conv2d_backward_weights_tc_workspace_bytes<float>(s)});
+  return std::max({conv2d_forward_workspace_bytes(s), conv2d_backward_data_workspace_bytes(s),
+                   conv2d_backward_weights_workspace_bytes(s)});
+}
+
+size_t gemm_workspace_bytes(Precision precision, const GemmShape& s) {
+  return precision == Precision::Tf32 ? gemm_tc_workspace_bytes<float, float>(s) : gemm_workspace_bytes(s);
+}
 
 void activation_forward(const OpContext& c, Activation kind, ConstAct x, Act y) {
   dispatch(c, "activation_forward", [=] { activation_forward_cpu(kind, x, y); },
@@ -148,34 +171,50 @@ void conv2d_forward(const OpContext& c, const Conv2dShape& shape, ConstAct in, c
                     Act out) {
   void* ws = c.workspace;
   size_t wsb = c.workspace_bytes;
+  const bool tc = tensor_cores(c, "conv2d_forward");
   dispatch(c, "conv2d_forward", [=] { conv2d_forward_cpu(shape, in, weights, bias, out, ws, wsb); },
-           [&](cudaStream_t s) { conv2d_forward_cuda(shape, in, weights, bias, out, ws, wsb, s); });
+           [&](cudaStream_t s) {
+             if (tc) conv2d_forward_tc<float>(shape, in, weights, bias, out, ws, wsb, s);
+             else conv2d_forward_cuda(shape, in, weights, bias, out, ws, wsb, s);
+           });
 }
 
 void conv2d_backward_data(const OpContext& c, const Conv2dShape& shape, ConstAct grad_out, const float* weights,
                           Act grad_in, bool accumulate) {
   void* ws = c.workspace;
   size_t wsb = c.workspace_bytes;
+  const bool tc = tensor_cores(c, "conv2d_backward_data");
   dispatch(c, "conv2d_backward_data",
            [=] { conv2d_backward_data_cpu(shape, grad_out, weights, grad_in, accumulate, ws, wsb); },
-           [&](cudaStream_t s) { conv2d_backward_data_cuda(shape, grad_out, weights, grad_in, accumulate, ws, wsb, s); });
+           [&](cudaStream_t s) {
+             if (tc) conv2d_backward_data_tc<float>(shape, grad_out, weights, grad_in, accumulate, ws, wsb, s);
+             else conv2d_backward_data_cuda(shape, grad_out, weights, grad_in, accumulate, ws, wsb, s);
+           });
 }
 
 void conv2d_backward_weights(const OpContext& c, const Conv2dShape& shape, ConstAct in, ConstAct grad_out,
                              float* grad_weights, float* grad_bias) {
   void* ws = c.workspace;
   size_t wsb = c.workspace_bytes;
+  const bool tc = tensor_cores(c, "conv2d_backward_weights");
   dispatch(c, "conv2d_backward_weights",
            [=] { conv2d_backward_weights_cpu(shape, in, grad_out, grad_weights, grad_bias, ws, wsb); },
-           [&](cudaStream_t s) { conv2d_backward_weights_cuda(shape, in, grad_out, grad_weights, grad_bias, ws, wsb, s); });
+           [&](cudaStream_t s) {
+             if (tc) conv2d_backward_weights_tc<float>(shape, in, grad_out, grad_weights, grad_bias, ws, wsb, s);
+             else conv2d_backward_weights_cuda(shape, in, grad_out, grad_weights, grad_bias, ws, wsb, s);
+           });
 }
 
 void gemm(const OpContext& c, const GemmShape& shape, const float* a, const float* b, const float* bias, float* out,
           bool accumulate) {
   void* ws = c.workspace;
   size_t wsb = c.workspace_bytes;
+  const bool tc = tensor_cores(c, "gemm");
   dispatch(c, "gemm", [=] { gemm_cpu(shape, a, b, bias, out, accumulate, ws, wsb); },
-           [&](cudaStream_t s) { gemm_cuda(shape, a, b, bias, out, accumulate, ws, wsb, s); });
+           [&](cudaStream_t s) {
+             if (tc) gemm_tc<float, float>(shape, a, b, bias, out, accumulate, ws, wsb, s);
+             else gemm_cuda(shape, a, b, bias, out, accumulate, ws, wsb, s);
+           });
 }
 
 void shortcut_forward(const OpContext& c, ConstAct a, ConstAct b, Act out) {

@@ -34,7 +34,15 @@ struct OpContext {
   Stream* stream = nullptr;       // where the op is queued; its device picks the implementation
   void* workspace = nullptr;      // device workspace for the ops that take one
   size_t workspace_bytes = 0;
+  // What conv2d_* and gemm run in on a GPU or an emulated GPU: fp32 (CUDA cores) or tf32 (tensor
+  // cores, FP32 tensors: the _tc kernels with T = float). bf16/fp16 need 16-bit tensors, which
+  // these float entry points do not take: they throw, as tf32 does on the CPU, which computes fp32.
+  Precision precision = Precision::Fp32;
 };
+
+// Workspace bytes conv2d_* (all three passes) and gemm need in `precision` on the current device.
+size_t conv2d_workspace_bytes(Precision precision, const Conv2dShape& shape);
+size_t gemm_workspace_bytes(Precision precision, const GemmShape& shape);
 
 // ---- activation.h ---------------------------------------------------------------------------
 void activation_forward(const OpContext& c, Activation kind, ConstAct x, Act y);

@@ -22,6 +22,12 @@ const char* precision_name(Precision p) {
   return "?";
 }
 
+Precision parse_precision(const std::string& name, const std::string& what) {
+  for (Precision p : {Precision::Fp32, Precision::Tf32, Precision::Bf16, Precision::Fp16})
+    if (name == precision_name(p)) return p;
+  throw Error(what + ": unknown precision '" + name + "' (fp32, tf32, bf16 or fp16)");
+}
+
 int min_compute_capability(Precision p) {
   switch (p) {
     case Precision::Fp32: return 0;

@@ -15,6 +15,9 @@ namespace yolo {
 enum class Precision { Fp32, Tf32, Bf16, Fp16 };
 
 const char* precision_name(Precision p);  // "fp32", "tf32", "bf16", "fp16"
+// The precision named `name` (as precision_name writes it); throws yolo::Error naming `what` (a
+// flag or cfg option) and the choices otherwise.
+Precision parse_precision(const std::string& name, const std::string& what);
 // The lowest compute capability (10*major + minor) that runs `p` (0 for fp32: any).
 int min_compute_capability(Precision p);
 // The compute capability of the device kernels launch on now: the current GPU's, or under

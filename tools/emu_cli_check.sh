@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The real CLI over emulated GPUs (build/train_yolo_emu), end to end and small: write a tiny
 # synthetic set, train the demo net on emu:0,1 at 64x64 for 2 steps (the step split printed),
-# evaluate it (map), detect on an image (a drawn copy written), and refuse a bad --devices with
-# the flag named. Prints "tests: N passed, M failed, 0 skipped" for tools/run_tests.sh.
+# evaluate it (map), detect on an image (a drawn copy written), train a step in tf32 (and have
+# it refused on an sm_75), and refuse a bad --devices with the flag named. Prints "tests: N passed, M failed, 0 skipped" for tools/run_tests.sh.
 # BUILD (env): the build folder (build).
 set -u
 cd "$(dirname "$0")/.."
@@ -41,6 +41,11 @@ check "map on emu:0" 0 "mAP@0.5 =" "$bin" map --cfg "$models/demo.cfg" --weights
   --size 64
 check "detect on emu:1@sm75" 0 "detections -> drawn/000000.png" "$bin" detect --devices emu:1@sm75 --cfg "$models/demo.cfg" \
   --weights out/last.weights --names set/shapes.names --size 64 --out drawn set/validation/images/000000.png
+check "train in tf32 on emu:0" 0 "precision tf32: convolutions and connected layers on tensor cores" "$bin" \
+  --devices emu:0 --precision tf32 --cfg "$models/demo.cfg" --data set/shapes.data --max-batches 1 --size 64 --batch 4 \
+  --out out_tf32
+check "tf32 refused on emu:0@sm75" 2 "precision tf32 needs tensor cores of sm_80 or newer; this device is sm_75" "$bin" \
+  --devices emu:0@sm75 --precision tf32 --cfg "$models/demo.cfg" --data set/shapes.data --max-batches 1 --size 64
 check "a bad --devices" 2 "--devices emu:0@sm61: no emulated GPU preset for sm_61" "$bin" --devices emu:0@sm61 \
   --cfg "$models/demo.cfg" --data set/shapes.data
 echo "tests: $passed passed, $failed failed, 0 skipped"
