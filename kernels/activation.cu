@@ -6,6 +6,7 @@
 
 #include "kernels/common.cuh"
 #include "kernels/cpu_parallel.h"
+#include "kernels/storage.cuh"
 
 namespace yolo {
 
@@ -86,30 +87,32 @@ constexpr int kThreads = 256;
 constexpr unsigned kMaxBlocks = 8192;  // grid-stride beyond this
 
 // Each thread handles V consecutive channels of one pixel per step; `units` = c / V per pixel.
-template <Activation A, int V>
-__global__ void forward_kernel(ConstAct x, Act y, size_t total_units, unsigned units) {
+// T: the storage type (float, Bf16, Fp16); the math is FP32, rounded once on the store.
+template <Activation A, typename T, int V>
+__global__ void forward_kernel(NhwcView<const T> x, NhwcView<T> y, size_t total_units, unsigned units) {
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < total_units; i += size_t(gridDim.x) * blockDim.x) {
     size_t p = i / units, ch = (i % units) * V;
     float v[V];
-    load_floats<V>(x.data + p * x.stride + ch, v);
+    load_values<T, V>(x.data + p * x.stride + ch, v);
 #pragma unroll
     for (int j = 0; j < V; ++j) v[j] = activate<A>(v[j]);
-    store_floats<V>(y.data + p * y.stride + ch, v);
+    store_values<T, V>(y.data + p * y.stride + ch, v);
   }
 }
 
-template <Activation A, int V>
-__global__ void backward_kernel(ConstAct y, ConstAct grad_y, Act grad_x, size_t total_units, unsigned units) {
+template <Activation A, typename T, int V>
+__global__ void backward_kernel(NhwcView<const T> y, NhwcView<const T> grad_y, NhwcView<T> grad_x, size_t total_units,
+                                unsigned units) {
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < total_units; i += size_t(gridDim.x) * blockDim.x) {
     size_t p = i / units, ch = (i % units) * V;
     float out[V], g[V];
-    if constexpr (A != Activation::Linear) load_floats<V>(y.data + p * y.stride + ch, out);
-    load_floats<V>(grad_y.data + p * grad_y.stride + ch, g);
+    if constexpr (A != Activation::Linear) load_values<T, V>(y.data + p * y.stride + ch, out);
+    load_values<T, V>(grad_y.data + p * grad_y.stride + ch, g);
 #pragma unroll
     for (int j = 0; j < V; ++j) {
       if constexpr (A != Activation::Linear) g[j] *= activation_gradient_from_output<A>(out[j]);
     }
-    store_floats<V>(grad_x.data + p * grad_x.stride + ch, g);
+    store_values<T, V>(grad_x.data + p * grad_x.stride + ch, g);
   }
 }
 
@@ -118,29 +121,31 @@ dim3 grid_for(size_t total_units) {
   return dim3(unsigned(blocks < kMaxBlocks ? blocks : kMaxBlocks));
 }
 
-template <Activation A>
-void forward_cuda(ConstAct x, Act y, cudaStream_t stream) {
+template <Activation A, typename T>
+void forward_cuda(NhwcView<const T> x, NhwcView<T> y, cudaStream_t stream) {
   if (x.elements() == 0) return;
-  if (float4_view(x) && float4_view(y)) {
-    size_t total = x.pixels() * size_t(x.c / 4);
-    LAUNCH((forward_kernel<A, 4>), grid_for(total), dim3(kThreads), 0, stream, x, y, total, unsigned(x.c / 4));
+  constexpr int V = kVector<T>;
+  if (vector_view(x) && vector_view(y)) {
+    size_t total = x.pixels() * size_t(x.c / V);
+    LAUNCH((forward_kernel<A, T, V>), grid_for(total), dim3(kThreads), 0, stream, x, y, total, unsigned(x.c / V));
   } else {
     size_t total = x.elements();
-    LAUNCH((forward_kernel<A, 1>), grid_for(total), dim3(kThreads), 0, stream, x, y, total, unsigned(x.c));
+    LAUNCH((forward_kernel<A, T, 1>), grid_for(total), dim3(kThreads), 0, stream, x, y, total, unsigned(x.c));
   }
 }
 
-template <Activation A>
-void backward_cuda(ConstAct y, ConstAct grad_y, Act grad_x, cudaStream_t stream) {
+template <Activation A, typename T>
+void backward_cuda(NhwcView<const T> y, NhwcView<const T> grad_y, NhwcView<T> grad_x, cudaStream_t stream) {
   if (y.elements() == 0) return;
-  bool vec = float4_view(grad_y) && float4_view(grad_x) && (A == Activation::Linear || float4_view(y));
+  constexpr int V = kVector<T>;
+  bool vec = vector_view(grad_y) && vector_view(grad_x) && (A == Activation::Linear || vector_view(y));
   if (vec) {
-    size_t total = y.pixels() * size_t(y.c / 4);
-    LAUNCH((backward_kernel<A, 4>), grid_for(total), dim3(kThreads), 0, stream, y, grad_y, grad_x, total,
-           unsigned(y.c / 4));
+    size_t total = y.pixels() * size_t(y.c / V);
+    LAUNCH((backward_kernel<A, T, V>), grid_for(total), dim3(kThreads), 0, stream, y, grad_y, grad_x, total,
+           unsigned(y.c / V));
   } else {
     size_t total = y.elements();
-    LAUNCH((backward_kernel<A, 1>), grid_for(total), dim3(kThreads), 0, stream, y, grad_y, grad_x, total,
+    LAUNCH((backward_kernel<A, T, 1>), grid_for(total), dim3(kThreads), 0, stream, y, grad_y, grad_x, total,
            unsigned(y.c));
   }
 }
@@ -180,15 +185,27 @@ void activation_backward_cpu(Activation kind, ConstAct y, ConstAct grad_y, Act g
   with_activation(kind, "activation", [&]<Activation A>() { backward_cpu<A>(y, grad_y, grad_x); });
 }
 
-void activation_forward_cuda(Activation kind, ConstAct x, Act y, cudaStream_t stream) {
+template <typename T>
+void activation_forward_cuda(Activation kind, NhwcView<const T> x, NhwcView<T> y, cudaStream_t stream) {
   check_forward("activation_forward_cuda", x, y);
-  with_activation(kind, "activation", [&]<Activation A>() { forward_cuda<A>(x, y, stream); });
+  with_activation(kind, "activation", [&]<Activation A>() { forward_cuda<A, T>(x, y, stream); });
 }
 
-void activation_backward_cuda(Activation kind, ConstAct y, ConstAct grad_y, Act grad_x, cudaStream_t stream) {
+template <typename T>
+void activation_backward_cuda(Activation kind, NhwcView<const T> y, NhwcView<const T> grad_y, NhwcView<T> grad_x,
+                              cudaStream_t stream) {
   check_backward("activation_backward_cuda", y, grad_y, grad_x);
-  with_activation(kind, "activation", [&]<Activation A>() { backward_cuda<A>(y, grad_y, grad_x, stream); });
+  with_activation(kind, "activation", [&]<Activation A>() { backward_cuda<A, T>(y, grad_y, grad_x, stream); });
 }
+
+#define YOLO_ACTIVATION_CUDA(T)                                                                                   \
+  template void activation_forward_cuda<T>(Activation, NhwcView<const T>, NhwcView<T>, cudaStream_t);             \
+  template void activation_backward_cuda<T>(Activation, NhwcView<const T>, NhwcView<const T>, NhwcView<T>,        \
+                                            cudaStream_t);
+YOLO_ACTIVATION_CUDA(float)
+YOLO_ACTIVATION_CUDA(Bf16)
+YOLO_ACTIVATION_CUDA(Fp16)
+#undef YOLO_ACTIVATION_CUDA
 
 template void activation_forward_reference<float>(Activation, NhwcView<const float>, NhwcView<float>);
 template void activation_forward_reference<double>(Activation, NhwcView<const double>, NhwcView<double>);

@@ -7,6 +7,7 @@
 #include <string>
 #include <type_traits>
 
+#include "kernels/half_types.h"
 #include "kernels/tensor.h"
 
 namespace yolo {
@@ -82,7 +83,10 @@ void with_activation(Activation kind, const char* op, F&& f) {
 template <typename T>
 void activation_forward_reference(Activation kind, NhwcView<const T> x, NhwcView<T> y);
 void activation_forward_cpu(Activation kind, ConstAct x, Act y);
-void activation_forward_cuda(Activation kind, ConstAct x, Act y, cudaStream_t stream);
+// T: float, or the 16-bit storage types Bf16 and Fp16 (--precision bf16/fp16): computed in FP32,
+// rounded once to T (round to nearest even).
+template <typename T>
+void activation_forward_cuda(Activation kind, NhwcView<const T> x, NhwcView<T> y, cudaStream_t stream);
 
 // Backward: grad_x = grad_y * act'(from y), y being the forward's output. grad_x may alias
 // grad_y (in place).
@@ -90,6 +94,8 @@ template <typename T>
 void activation_backward_reference(Activation kind, NhwcView<const T> y, NhwcView<const T> grad_y,
                                    NhwcView<T> grad_x);
 void activation_backward_cpu(Activation kind, ConstAct y, ConstAct grad_y, Act grad_x);
-void activation_backward_cuda(Activation kind, ConstAct y, ConstAct grad_y, Act grad_x, cudaStream_t stream);
+template <typename T>
+void activation_backward_cuda(Activation kind, NhwcView<const T> y, NhwcView<const T> grad_y, NhwcView<T> grad_x,
+                              cudaStream_t stream);
 
 }  // namespace yolo

@@ -1,7 +1,9 @@
 // Activations: darknet names, the reference backward against finite differences, and the fast
-// CPU version and the CUDA kernels against the reference on channel slices, in place too.
+// CPU version and the CUDA kernels against the reference on channel slices, in place too; the
+// CUDA kernels on 16-bit tensors (Bf16, Fp16): the FP32 result rounded once, Inf/NaN propagated.
 #include <doctest/doctest.h>
 
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -9,6 +11,7 @@
 #include "runtime/check.h"
 #include "tests/kernel_harness.h"
 #include "tests/op_check.h"
+#include "tests/storage_check.h"
 #include "tests/test_support.h"
 
 using namespace yolo;
@@ -181,4 +184,61 @@ TEST_CASE("activation: cuda launchers check their arguments") {
   CHECK_THROWS_AS(activation_backward_cuda(Activation::Leaky, nhwc<const float>(a.data(), 1, 2, 2, 8),
                                            nhwc<const float>(a.data(), 1, 2, 2, 7), nhwc(b.data(), 1, 2, 2, 8), nullptr),
                   Error);
+}
+
+namespace {
+
+// 16-bit storage: every kind on slices of both access paths (16-byte vectors where c, stride
+// and offset are multiples of 8), outputs poisoned and their gaps checked, against the FP32
+// result of the same (widened) inputs rounded once to T.
+template <typename T>
+void check_storage(Device device) {
+  Rng rng;
+  CAPTURE(rng.seed());
+  const Slice slices[] = {{3, 7, 5, 13, 16, 1}, {2, 3, 5, 16, 24, 8}, {1, 3, 3, 3, 3, 0}, {2, 2, 2, 32, 32, 0}};
+  for (const Slice& l : slices) {
+    for (Activation kind : kAllKinds) {
+      const std::string kind_name = activation_name(kind);
+      CAPTURE(kind_name);
+      CAPTURE(l);
+      const std::vector<T> x = random_storage<T>(rng, l.size(), -3.0f, 3.0f, true);
+      const std::vector<T> grad_y = random_storage<T>(rng, l.size(), -1.0f, 1.0f, true);
+      const std::vector<float> xf = widened(x), gf = widened(grad_y);
+      std::vector<T> poison(l.size());
+      std::memset(poison.data(), 0xff, poison.size() * sizeof(T));
+      DeviceArray<T> d_x(device, x), d_g(device, grad_y), d_y(device, poison), d_gx(device, poison);
+      activation_forward_cuda<T>(kind, l.on<const T>(d_x.data()), l.on<T>(d_y.data()), nullptr);
+      const std::vector<T> y = d_y.download();
+      // The backward's y: what the forward stored.
+      activation_backward_cuda<T>(kind, l.on<const T>(d_y.data()), l.on<const T>(d_g.data()), l.on<T>(d_gx.data()),
+                                  nullptr);
+      const std::vector<T> gx = d_gx.download();
+      std::vector<T> y_in, gx_in;
+      std::vector<float> y_fp32, gx_fp32;
+      size_t gap_writes = 0;
+      for (size_t i = 0; i < l.size(); ++i) {
+        const size_t ch = i % size_t(l.stride);
+        if (ch < size_t(l.offset) || ch >= size_t(l.offset + l.c)) {
+          gap_writes += y[i].bits != 0xffff || gx[i].bits != 0xffff;
+          continue;
+        }
+        y_in.push_back(y[i]), gx_in.push_back(gx[i]);
+        y_fp32.push_back(activate(kind, xf[i]));
+        gx_fp32.push_back(gf[i] * activation_gradient_from_output(kind, to_float(y[i])));
+      }
+      CHECK(gap_writes == 0);
+      // Logistic uses expf, whose last FP32 bit may differ between host and device.
+      const bool exact = kind != Activation::Logistic;
+      check_rounded_once(y_in, y_fp32, exact ? 0 : 1, exact ? 1.0 : 0.99);
+      check_rounded_once(gx_in, gx_fp32, exact ? 0 : 1, exact ? 1.0 : 0.99);
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("activation: cuda kernels on bf16 and fp16 tensors give the FP32 result rounded once; Inf/NaN propagate") {
+  KERNEL_TEST_DEVICE(device);
+  check_storage<Bf16>(device);
+  check_storage<Fp16>(device);
 }
