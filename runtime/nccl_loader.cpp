@@ -1,6 +1,8 @@
 // Run-time loading of NCCL (see nccl_loader.h).
 #include "runtime/nccl_loader.h"
 
+#include "runtime/dynamic_library.h"
+
 #include <dlfcn.h>
 
 #include <cstdlib>
@@ -22,23 +24,15 @@ void* open_library(std::string* path, std::string* why) {
   }
   candidates.push_back("libnccl.so.2");
   candidates.push_back("libnccl.so");
-  for (const std::string& name : candidates) {
-    if (void* handle = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL)) {
-      *path = name;
-      return handle;
-    }
-    const char* err = dlerror();
-    *why += (why->empty() ? "" : "; ") + std::string(err ? err : name + ": dlopen failed");
-  }
+  for (const std::string& name : candidates)
+    if (void* handle = try_dlopen(name, path, why)) return handle;
   *why += " (set YOLO_NCCL_LIB to the library or its folder)";
   return nullptr;
 }
 
 template <typename Fn>
 bool bind(void* handle, const char* symbol, Fn* slot, std::string* why) {
-  *slot = reinterpret_cast<Fn>(dlsym(handle, symbol));
-  if (!*slot) *why = std::string("symbol ") + symbol + " missing from the NCCL library";
-  return *slot != nullptr;
+  return bind_symbol(handle, symbol, slot, "NCCL", why);
 }
 
 NcclStatusInfo load() {

@@ -1,6 +1,8 @@
 // Run-time loading of cuBLAS for the benchmark (see cublas_loader.h).
 #include "tools/cublas_loader.h"
 
+#include "runtime/dynamic_library.h"
+
 #include <dlfcn.h>
 
 #include <cstdlib>
@@ -18,15 +20,6 @@ CublasApi g_api{};
 // The library names tried, newest first (cuBLAS 13 ships with CUDA 13, 12 with CUDA 12).
 const char* const kNames[] = {"libcublas.so.13", "libcublas.so.12", "libcublas.so"};
 
-void* try_open(const std::string& name, std::string* path, std::string* why) {
-  if (void* handle = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL)) {
-    *path = name;
-    return handle;
-  }
-  const char* err = dlerror();
-  *why += (why->empty() ? "" : "; ") + std::string(err ? err : name + ": dlopen failed");
-  return nullptr;
-}
 
 void* open_library(std::string* path, std::string* why) {
   if (const char* env = std::getenv("YOLO_CUBLAS_LIB"); env && *env) {
@@ -43,24 +36,22 @@ void* open_library(std::string* path, std::string* why) {
         const std::string suffix = std::string(name).substr(std::strlen("libcublas"));  // ".so.13"
         const std::string lt = (p / ("libcublasLt" + suffix)).string();
         if (std::filesystem::exists(lt, ec)) dlopen(lt.c_str(), RTLD_NOW | RTLD_LOCAL);
-        if (void* handle = try_open(file.string(), path, why)) return handle;
+        if (void* handle = try_dlopen(file.string(), path, why)) return handle;
       }
       if (!any) *why += std::string(why->empty() ? "" : "; ") + p.string() + " holds no libcublas.so.13, .so.12 or .so";
-    } else if (void* handle = try_open(p.string(), path, why)) {
+    } else if (void* handle = try_dlopen(p.string(), path, why)) {
       return handle;
     }
   }
   for (const char* name : kNames)
-    if (void* handle = try_open(name, path, why)) return handle;
+    if (void* handle = try_dlopen(name, path, why)) return handle;
   *why += " (set YOLO_CUBLAS_LIB to the library or its folder, e.g. Python's nvidia/cublas/lib)";
   return nullptr;
 }
 
 template <typename Fn>
 bool bind(void* handle, const char* symbol, Fn* slot, std::string* why) {
-  *slot = reinterpret_cast<Fn>(dlsym(handle, symbol));
-  if (!*slot) *why = std::string("symbol ") + symbol + " missing from the cuBLAS library";
-  return *slot != nullptr;
+  return bind_symbol(handle, symbol, slot, "cuBLAS", why);
 }
 
 CublasStatusInfo load() {
