@@ -23,6 +23,9 @@ using namespace tc;
 
 // ---- loaders ----------------------------------------------------------------------------------
 
+// Every loader keeps, per chunk of this thread, a Cursor3 along the reduction (its position and
+// split indices), stepped by a stage at a time; gathers step a copy by one element.
+
 // Forward A: rows = output pixels, K = (r, s, ci) of the receptive field (K-major).
 template <typename T, int R>
 struct ForwardInput {
@@ -31,8 +34,9 @@ struct ForwardInput {
   const ConvGeom& g;
   const T* data;
   int pitch, k_size;
-  int img_row0[CP], iy0[CP], ix0[CP], k_pos[CP], r[CP], s[CP], ci[CP];
+  int img_row0[CP], iy0[CP], ix0[CP];
   bool row_ok[CP];
+  Cursor3 k[CP];  // (r, s, ci)
 
   __device__ ForwardInput(const ConvGeom& geom, NhwcView<const T> in, int m0, int k_begin)
       : g(geom), data(in.data), pitch(in.stride), k_size(geom.k * geom.k * geom.c_in) {
@@ -43,9 +47,7 @@ struct ForwardInput {
       row_ok[i] = p < g.n * g.oh * g.ow;
       const int q = row_ok[i] ? p : 0, ox = q % g.ow, t = q / g.ow, oy = t % g.oh;
       img_row0[i] = t / g.oh * g.h, iy0[i] = oy * g.stride - g.pad, ix0[i] = ox * g.stride - g.pad;
-      k_pos[i] = k_begin + ch.k, ci[i] = k_pos[i] % g.c_in;
-      const int rs = k_pos[i] / g.c_in;
-      s[i] = rs % g.k, r[i] = rs / g.k;
+      k[i].start(k_begin + ch.k, g.k, g.c_in);
     }
   }
   __device__ const T* pixel(int i, int rr, int ss) const {
@@ -54,24 +56,20 @@ struct ForwardInput {
     return data + (size_t(img_row0[i] + iy) * g.w + ix) * pitch;
   }
   __device__ const T* vec_ptr(int i) const {
-    const T* p = row_ok[i] && k_pos[i] < k_size ? pixel(i, r[i], s[i]) : nullptr;
-    return p ? p + ci[i] : nullptr;
+    const T* p = row_ok[i] && k[i].pos < k_size ? pixel(i, k[i].major, k[i].middle) : nullptr;
+    return p ? p + k[i].minor : nullptr;
   }
   __device__ void gather(int i, T (&v)[V]) const {
-    int a = r[i], b = s[i], c = ci[i];
+    Cursor3 e = k[i];
 #pragma unroll
-    for (int e = 0; e < V; ++e) {
-      const T* p = row_ok[i] && k_pos[i] + e < k_size ? pixel(i, a, b) : nullptr;
-      v[e] = p ? p[c] : T{};
-      advance3(a, b, c, 1, g.k, g.c_in);
+    for (int j = 0; j < V; ++j, e.step(1, g.k, g.c_in)) {
+      const T* p = row_ok[i] && e.pos < k_size ? pixel(i, e.major, e.middle) : nullptr;
+      v[j] = p ? p[e.minor] : T{};
     }
   }
   __device__ void advance() {
 #pragma unroll
-    for (int i = 0; i < CP; ++i) {
-      k_pos[i] += Tc<T>::BK;
-      advance3(r[i], s[i], ci[i], Tc<T>::BK, g.k, g.c_in);
-    }
+    for (int i = 0; i < CP; ++i) k[i].step(Tc<T>::BK, g.k, g.c_in);
   }
 };
 
@@ -83,8 +81,9 @@ struct BackwardDataGrad {
   const ConvGeom& g;
   const T* data;
   int pitch, ns, k_size;
-  int img_row0[CP], oy0[CP], ox0[CP], k_pos[CP], jr[CP], js[CP], co[CP];
+  int img_row0[CP], oy0[CP], ox0[CP];
   bool row_ok[CP];
+  Cursor3 k[CP];  // (jr, js, co)
 
   __device__ BackwardDataGrad(const ConvGeom& geom, const ParityClass& pc, NhwcView<const T> grad_out, int m0,
                               int k_begin)
@@ -96,9 +95,7 @@ struct BackwardDataGrad {
       row_ok[i] = m < pc.rows(g);
       const int q = row_ok[i] ? m : 0, xq = q % pc.wc, t = q / pc.wc, yq = t % pc.hc;
       img_row0[i] = t / pc.hc * g.oh, oy0[i] = yq + pc.dy, ox0[i] = xq + pc.dx;
-      k_pos[i] = k_begin + ch.k, co[i] = k_pos[i] % g.c_out;
-      const int t2 = k_pos[i] / g.c_out;
-      js[i] = t2 % ns, jr[i] = t2 / ns;
+      k[i].start(k_begin + ch.k, ns, g.c_out);
     }
   }
   __device__ const T* pixel(int i, int a, int b) const {
@@ -107,24 +104,20 @@ struct BackwardDataGrad {
     return data + (size_t(img_row0[i] + oy) * g.ow + ox) * pitch;
   }
   __device__ const T* vec_ptr(int i) const {
-    const T* p = row_ok[i] && k_pos[i] < k_size ? pixel(i, jr[i], js[i]) : nullptr;
-    return p ? p + co[i] : nullptr;
+    const T* p = row_ok[i] && k[i].pos < k_size ? pixel(i, k[i].major, k[i].middle) : nullptr;
+    return p ? p + k[i].minor : nullptr;
   }
   __device__ void gather(int i, T (&v)[V]) const {
-    int a = jr[i], b = js[i], c = co[i];
+    Cursor3 e = k[i];
 #pragma unroll
-    for (int e = 0; e < V; ++e) {
-      const T* p = row_ok[i] && k_pos[i] + e < k_size ? pixel(i, a, b) : nullptr;
-      v[e] = p ? p[c] : T{};
-      advance3(a, b, c, 1, ns, g.c_out);
+    for (int j = 0; j < V; ++j, e.step(1, ns, g.c_out)) {
+      const T* p = row_ok[i] && e.pos < k_size ? pixel(i, e.major, e.middle) : nullptr;
+      v[j] = p ? p[e.minor] : T{};
     }
   }
   __device__ void advance() {
 #pragma unroll
-    for (int i = 0; i < CP; ++i) {
-      k_pos[i] += Tc<T>::BK;
-      advance3(jr[i], js[i], co[i], Tc<T>::BK, ns, g.c_out);
-    }
+    for (int i = 0; i < CP; ++i) k[i].step(Tc<T>::BK, ns, g.c_out);
   }
 };
 
@@ -136,7 +129,8 @@ struct BackwardDataWeights {
   const ConvGeom& g;
   const T* weights;
   int ry0, rx0, ns, k_size;
-  int ci[CP], k_pos[CP], jr[CP], js[CP], co[CP];
+  int ci[CP];
+  Cursor3 k[CP];  // (jr, js, co)
 
   __device__ BackwardDataWeights(const ConvGeom& geom, const ParityClass& pc, const T* w, int n0, int k_begin)
       : g(geom), weights(w), ry0(pc.ry0), rx0(pc.rx0), ns(max(pc.ns, 1)), k_size(pc.k_size(geom)) {
@@ -144,28 +138,23 @@ struct BackwardDataWeights {
     for (int i = 0; i < CP; ++i) {
       const typename S::Chunk ch = S::chunk(i);
       ci[i] = n0 + ch.row;
-      k_pos[i] = k_begin + ch.k, co[i] = k_pos[i] % g.c_out;
-      const int t = k_pos[i] / g.c_out;
-      js[i] = t % ns, jr[i] = t / ns;
+      k[i].start(k_begin + ch.k, ns, g.c_out);
     }
   }
   __device__ const T* row(int i) const {
-    const int r = ry0 + g.stride * jr[i], s = rx0 + g.stride * js[i];
-    return weights + ((size_t(co[i]) * g.k + r) * g.k + s) * g.c_in;
+    const int r = ry0 + g.stride * k[i].major, s = rx0 + g.stride * k[i].middle;
+    return weights + ((size_t(k[i].minor) * g.k + r) * g.k + s) * g.c_in;
   }
-  __device__ const T* vec_ptr(int i) const { return k_pos[i] < k_size && ci[i] < g.c_in ? row(i) + ci[i] : nullptr; }
+  __device__ const T* vec_ptr(int i) const { return k[i].pos < k_size && ci[i] < g.c_in ? row(i) + ci[i] : nullptr; }
   __device__ void gather(int i, T (&v)[V]) const {
-    const bool ok = k_pos[i] < k_size;
+    const bool ok = k[i].pos < k_size;
     const T* p = ok ? row(i) : nullptr;
 #pragma unroll
     for (int e = 0; e < V; ++e) v[e] = ok && ci[i] + e < g.c_in ? p[ci[i] + e] : T{};
   }
   __device__ void advance() {
 #pragma unroll
-    for (int i = 0; i < CP; ++i) {
-      k_pos[i] += Tc<T>::BK;
-      advance3(jr[i], js[i], co[i], Tc<T>::BK, ns, g.c_out);
-    }
+    for (int i = 0; i < CP; ++i) k[i].step(Tc<T>::BK, ns, g.c_out);
   }
 };
 
@@ -177,45 +166,38 @@ struct BackwardWeightsInput {
   const ConvGeom& g;
   const T* data;
   int pitch, cols, pixels;
-  int col[CP], r[CP], s[CP], ci[CP], k_pos[CP], b[CP], oy[CP], ox[CP];
+  Cursor3 col[CP];  // (r, s, ci) of the chunk's first column: fixed
+  Cursor3 k[CP];    // (b, oy, ox)
 
   __device__ BackwardWeightsInput(const ConvGeom& geom, NhwcView<const T> in, int n0, int k_begin)
       : g(geom), data(in.data), pitch(in.stride), cols(geom.k * geom.k * geom.c_in), pixels(geom.n * geom.oh * geom.ow) {
 #pragma unroll
     for (int i = 0; i < CP; ++i) {
       const typename S::Chunk ch = S::chunk(i);
-      col[i] = n0 + ch.row, ci[i] = col[i] % g.c_in;
-      const int rs = col[i] / g.c_in;
-      s[i] = rs % g.k, r[i] = rs / g.k;
-      k_pos[i] = k_begin + ch.k, ox[i] = k_pos[i] % g.ow;
-      const int t = k_pos[i] / g.ow;
-      oy[i] = t % g.oh, b[i] = t / g.oh;
+      col[i].start(n0 + ch.row, g.k, g.c_in);
+      k[i].start(k_begin + ch.k, g.oh, g.ow);
     }
   }
   __device__ const T* pixel(int i, int rr, int ss) const {
-    const int iy = oy[i] * g.stride - g.pad + rr, ix = ox[i] * g.stride - g.pad + ss;
+    const int iy = k[i].middle * g.stride - g.pad + rr, ix = k[i].minor * g.stride - g.pad + ss;
     if (unsigned(iy) >= unsigned(g.h) || unsigned(ix) >= unsigned(g.w)) return nullptr;
-    return data + (size_t(b[i] * g.h + iy) * g.w + ix) * pitch;
+    return data + (size_t(k[i].major * g.h + iy) * g.w + ix) * pitch;
   }
   __device__ const T* vec_ptr(int i) const {
-    const T* p = k_pos[i] < pixels && col[i] < cols ? pixel(i, r[i], s[i]) : nullptr;
-    return p ? p + ci[i] : nullptr;
+    const T* p = k[i].pos < pixels && col[i].pos < cols ? pixel(i, col[i].major, col[i].middle) : nullptr;
+    return p ? p + col[i].minor : nullptr;
   }
   __device__ void gather(int i, T (&v)[V]) const {
-    int rr = r[i], ss = s[i], c = ci[i];
+    Cursor3 e = col[i];
 #pragma unroll
-    for (int e = 0; e < V; ++e) {
-      const T* p = k_pos[i] < pixels && col[i] + e < cols ? pixel(i, rr, ss) : nullptr;
-      v[e] = p ? p[c] : T{};
-      advance3(rr, ss, c, 1, g.k, g.c_in);
+    for (int j = 0; j < V; ++j, e.step(1, g.k, g.c_in)) {
+      const T* p = k[i].pos < pixels && e.pos < cols ? pixel(i, e.major, e.middle) : nullptr;
+      v[j] = p ? p[e.minor] : T{};
     }
   }
   __device__ void advance() {
 #pragma unroll
-    for (int i = 0; i < CP; ++i) {
-      k_pos[i] += Tc<T>::BK;
-      advance3(b[i], oy[i], ox[i], Tc<T>::BK, g.oh, g.ow);
-    }
+    for (int i = 0; i < CP; ++i) k[i].step(Tc<T>::BK, g.oh, g.ow);
   }
 };
 
