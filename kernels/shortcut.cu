@@ -7,6 +7,7 @@
 
 #include "kernels/common.cuh"
 #include "kernels/cpu_parallel.h"
+#include "kernels/storage.cuh"
 
 namespace yolo {
 namespace {
@@ -37,35 +38,37 @@ void check_backward(const NhwcView<const T>& grad_out, const NhwcView<T>& grad_a
 // ---- CUDA (on the row grid of common.cuh) ------------------------------------------------
 // No __restrict__: out may alias a or b (each element is read before it is written, by the
 // same thread).
-template <int V>
-__global__ void shortcut_forward_kernel(ConstAct a, ConstAct b, Act out) {
+// T: the storage type (float, Bf16, Fp16); sums in FP32, rounded once on the store.
+template <typename T, int V>
+__global__ void shortcut_forward_kernel(NhwcView<const T> a, NhwcView<const T> b, NhwcView<T> out) {
   for_each_row_pack<V>(out.n * out.h, out.w, out.c, [&](int row, int x, int ch) {
     size_t pixel = size_t(row) * out.w + x;
-    FloatPack<V> sum =
-        add_packs(load_pack<V>(a.data + pixel * a.stride + ch), load_pack<V>(b.data + pixel * b.stride + ch));
-    store_pack<V>(out.data + pixel * out.stride + ch, sum);
+    Pack<T, V> sum = add_packs(load_pack_of<T, V>(a.data + pixel * a.stride + ch),
+                               load_pack_of<T, V>(b.data + pixel * b.stride + ch));
+    store_pack_of<T, V>(out.data + pixel * out.stride + ch, sum);
   });
 }
 
-template <int V>
-__global__ void shortcut_backward_kernel(ConstAct grad_out, Act grad_a, Act grad_b, bool accumulate_a,
-                                         bool accumulate_b) {
+template <typename T, int V>
+__global__ void shortcut_backward_kernel(NhwcView<const T> grad_out, NhwcView<T> grad_a, NhwcView<T> grad_b,
+                                         bool accumulate_a, bool accumulate_b) {
   for_each_row_pack<V>(grad_out.n * grad_out.h, grad_out.w, grad_out.c, [&](int row, int x, int ch) {
     size_t pixel = size_t(row) * grad_out.w + x;
-    FloatPack<V> g = load_pack<V>(grad_out.data + pixel * grad_out.stride + ch);
+    Pack<T, V> g = load_pack_of<T, V>(grad_out.data + pixel * grad_out.stride + ch);
     if (grad_a.data) {
-      float* target = grad_a.data + pixel * grad_a.stride + ch;
-      store_pack<V>(target, accumulate_a ? add_packs(load_pack<V>(target), g) : g);
+      T* target = grad_a.data + pixel * grad_a.stride + ch;
+      store_pack_of<T, V>(target, accumulate_a ? add_packs(load_pack_of<T, V>(target), g) : g);
     }
     if (grad_b.data) {
-      float* target = grad_b.data + pixel * grad_b.stride + ch;
-      store_pack<V>(target, accumulate_b ? add_packs(load_pack<V>(target), g) : g);
+      T* target = grad_b.data + pixel * grad_b.stride + ch;
+      store_pack_of<T, V>(target, accumulate_b ? add_packs(load_pack_of<T, V>(target), g) : g);
     }
   });
 }
 
 // A skipped gradient (null data) does not decide the access width.
-bool float4_or_skipped(const Act& grad) { return grad.data == nullptr || float4_view(grad); }
+template <typename T>
+bool vector_or_skipped(const NhwcView<T>& grad) { return grad.data == nullptr || vector_view(grad); }
 
 }  // namespace
 
@@ -141,29 +144,41 @@ void shortcut_backward_cpu(ConstAct grad_out, Act grad_a, Act grad_b, bool accum
 }
 
 // ---- CUDA launchers ---------------------------------------------------------------------
-void shortcut_forward_cuda(ConstAct a, ConstAct b, Act out, cudaStream_t stream) {
+template <typename T>
+void shortcut_forward_cuda(NhwcView<const T> a, NhwcView<const T> b, NhwcView<T> out, cudaStream_t stream) {
   check_forward(a, b, out);
   if (out.elements() == 0) return;
-  bool vec4 = float4_view(a) && float4_view(b) && float4_view(out);
-  RowLaunch shape = row_launch(size_t(out.n) * out.h, size_t(out.w) * (vec4 ? out.c / 4 : out.c));
-  if (vec4)
-    LAUNCH(shortcut_forward_kernel<4>, shape.grid, shape.block, 0, stream, a, b, out);
+  constexpr int V = kVector<T>;
+  bool vec = vector_view(a) && vector_view(b) && vector_view(out);
+  RowLaunch shape = row_launch(size_t(out.n) * out.h, size_t(out.w) * (vec ? out.c / V : out.c));
+  if (vec)
+    LAUNCH((shortcut_forward_kernel<T, V>), shape.grid, shape.block, 0, stream, a, b, out);
   else
-    LAUNCH(shortcut_forward_kernel<1>, shape.grid, shape.block, 0, stream, a, b, out);
+    LAUNCH((shortcut_forward_kernel<T, 1>), shape.grid, shape.block, 0, stream, a, b, out);
 }
 
-void shortcut_backward_cuda(ConstAct grad_out, Act grad_a, Act grad_b, bool accumulate_a, bool accumulate_b,
-                            cudaStream_t stream) {
+template <typename T>
+void shortcut_backward_cuda(NhwcView<const T> grad_out, NhwcView<T> grad_a, NhwcView<T> grad_b, bool accumulate_a,
+                            bool accumulate_b, cudaStream_t stream) {
   check_backward(grad_out, grad_a, grad_b);
   if (grad_out.elements() == 0 || (!grad_a.data && !grad_b.data)) return;
-  bool vec4 = float4_view(grad_out) && float4_or_skipped(grad_a) && float4_or_skipped(grad_b);
-  RowLaunch shape = row_launch(size_t(grad_out.n) * grad_out.h, size_t(grad_out.w) * (vec4 ? grad_out.c / 4 : grad_out.c));
-  if (vec4)
-    LAUNCH(shortcut_backward_kernel<4>, shape.grid, shape.block, 0, stream, grad_out, grad_a, grad_b, accumulate_a,
-           accumulate_b);
+  constexpr int V = kVector<T>;
+  bool vec = vector_view(grad_out) && vector_or_skipped(grad_a) && vector_or_skipped(grad_b);
+  RowLaunch shape = row_launch(size_t(grad_out.n) * grad_out.h, size_t(grad_out.w) * (vec ? grad_out.c / V : grad_out.c));
+  if (vec)
+    LAUNCH((shortcut_backward_kernel<T, V>), shape.grid, shape.block, 0, stream, grad_out, grad_a, grad_b,
+           accumulate_a, accumulate_b);
   else
-    LAUNCH(shortcut_backward_kernel<1>, shape.grid, shape.block, 0, stream, grad_out, grad_a, grad_b, accumulate_a,
-           accumulate_b);
+    LAUNCH((shortcut_backward_kernel<T, 1>), shape.grid, shape.block, 0, stream, grad_out, grad_a, grad_b,
+           accumulate_a, accumulate_b);
 }
+
+#define YOLO_SHORTCUT_CUDA(T)                                                                                     \
+  template void shortcut_forward_cuda<T>(NhwcView<const T>, NhwcView<const T>, NhwcView<T>, cudaStream_t);        \
+  template void shortcut_backward_cuda<T>(NhwcView<const T>, NhwcView<T>, NhwcView<T>, bool, bool, cudaStream_t);
+YOLO_SHORTCUT_CUDA(float)
+YOLO_SHORTCUT_CUDA(Bf16)
+YOLO_SHORTCUT_CUDA(Fp16)
+#undef YOLO_SHORTCUT_CUDA
 
 }  // namespace yolo

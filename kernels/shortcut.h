@@ -7,6 +7,7 @@
 // grad_b may alias grad_out when its accumulate flag is false.
 // Views may be channel slices (stride > c). Bad shapes or arguments throw yolo::Error.
 #pragma once
+#include "kernels/half_types.h"
 #include "kernels/tensor.h"
 
 namespace yolo {
@@ -14,13 +15,16 @@ namespace yolo {
 template <typename T>
 void shortcut_forward_reference(NhwcView<const T> a, NhwcView<const T> b, NhwcView<T> out);
 void shortcut_forward_cpu(ConstAct a, ConstAct b, Act out);
-void shortcut_forward_cuda(ConstAct a, ConstAct b, Act out, cudaStream_t stream);
+// T: float, or the 16-bit storage types Bf16/Fp16 (sums in FP32, rounded once to T).
+template <typename T>
+void shortcut_forward_cuda(NhwcView<const T> a, NhwcView<const T> b, NhwcView<T> out, cudaStream_t stream);
 
 template <typename T>
 void shortcut_backward_reference(NhwcView<const T> grad_out, NhwcView<T> grad_a, NhwcView<T> grad_b, bool accumulate_a,
                                  bool accumulate_b);
 void shortcut_backward_cpu(ConstAct grad_out, Act grad_a, Act grad_b, bool accumulate_a, bool accumulate_b);
-void shortcut_backward_cuda(ConstAct grad_out, Act grad_a, Act grad_b, bool accumulate_a, bool accumulate_b,
-                            cudaStream_t stream);
+template <typename T>
+void shortcut_backward_cuda(NhwcView<const T> grad_out, NhwcView<T> grad_a, NhwcView<T> grad_b, bool accumulate_a,
+                            bool accumulate_b, cudaStream_t stream);
 
 }  // namespace yolo

@@ -50,6 +50,41 @@ __device__ __forceinline__ void store_values(T* p, const float (&v)[V]) {
   }
 }
 
+// The same as one value for kernels that only move or add whole packs (common.cuh's FloatPack
+// style, which nvcc unrolls further than arrays): Pack<T, V> is FloatPack<V> for float (the
+// FP32 kernels' code is unchanged) and FP32 values for 16-bit storage.
+struct Floats8 {
+  float v[8];
+};
+template <typename T, int V>
+using Pack = std::conditional_t<std::is_same_v<T, float>, FloatPack<V>, std::conditional_t<V == 1, float, Floats8>>;
+
+__device__ __forceinline__ Floats8 add_packs(const Floats8& a, const Floats8& b) {
+  Floats8 r;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) r.v[i] = a.v[i] + b.v[i];
+  return r;
+}
+
+template <typename T, int V>
+__device__ __forceinline__ Pack<T, V> load_pack_of(const T* p) {
+  if constexpr (std::is_same_v<T, float>) {
+    return load_pack<V>(p);
+  } else if constexpr (V == 1) {
+    return to_float(*p);
+  } else {
+    Floats8 r;
+    load_values<T, 8>(p, r.v);
+    return r;
+  }
+}
+template <typename T, int V>
+__device__ __forceinline__ void store_pack_of(T* p, const Pack<T, V>& v) {
+  if constexpr (std::is_same_v<T, float>) store_pack<V>(p, v);
+  else if constexpr (V == 1) *p = from_float<T>(v);
+  else store_values<T, 8>(p, v.v);
+}
+
 // Whether every kVector<T> channels of the view, from channel 0, can be one 16-byte access.
 // Host side, for launchers choosing V.
 template <typename T>

@@ -8,6 +8,7 @@
 
 #include "kernels/common.cuh"
 #include "kernels/cpu_parallel.h"
+#include "kernels/storage.cuh"
 
 namespace yolo {
 namespace {
@@ -27,26 +28,27 @@ void check_shapes(const NhwcView<S>& small, const NhwcView<B>& big, int factor, 
 }
 
 // ---- CUDA (on the row grid of common.cuh) ------------------------------------------------
-// One thread per V channels of an output pixel.
-template <int V>
-__global__ void upsample_forward_kernel(ConstAct in, Act out, int factor) {
+// One thread per V channels of an output pixel. T: the storage type (a 16-bit copy is exact).
+template <typename T, int V>
+__global__ void upsample_forward_kernel(NhwcView<const T> in, NhwcView<T> out, int factor) {
   for_each_row_pack<V>(out.n * out.h, out.w, out.c, [&](int row, int x, int ch) {
     int b = row / out.h, y = row % out.h;
-    store_pack<V>(out.data + out.at(b, y, x, ch), load_pack<V>(in.data + in.at(b, y / factor, x / factor, ch)));
+    store_pack_of<T, V>(out.data + out.at(b, y, x, ch), load_pack_of<T, V>(in.data + in.at(b, y / factor, x / factor, ch)));
   });
 }
 
-// One thread per V channels of a grad_in pixel: gathers its factor x factor block in order.
-template <int V>
-__global__ void upsample_backward_kernel(ConstAct grad_out, Act grad_in, int factor, bool accumulate) {
+// One thread per V channels of a grad_in pixel: gathers its factor x factor block in order, in
+// FP32, rounded once to T.
+template <typename T, int V>
+__global__ void upsample_backward_kernel(NhwcView<const T> grad_out, NhwcView<T> grad_in, int factor, bool accumulate) {
   for_each_row_pack<V>(grad_in.n * grad_in.h, grad_in.w, grad_in.c, [&](int row, int x, int ch) {
     int b = row / grad_in.h, y = row % grad_in.h;
-    FloatPack<V> sum = load_pack<V>(grad_out.data + grad_out.at(b, y * factor, x * factor, ch));
+    Pack<T, V> sum = load_pack_of<T, V>(grad_out.data + grad_out.at(b, y * factor, x * factor, ch));
     for (int dy = 0; dy < factor; ++dy)
       for (int dx = dy == 0 ? 1 : 0; dx < factor; ++dx)
-        sum = add_packs(sum, load_pack<V>(grad_out.data + grad_out.at(b, y * factor + dy, x * factor + dx, ch)));
-    float* target = grad_in.data + grad_in.at(b, y, x, ch);
-    store_pack<V>(target, accumulate ? add_packs(load_pack<V>(target), sum) : sum);
+        sum = add_packs(sum, load_pack_of<T, V>(grad_out.data + grad_out.at(b, y * factor + dy, x * factor + dx, ch)));
+    T* target = grad_in.data + grad_in.at(b, y, x, ch);
+    store_pack_of<T, V>(target, accumulate ? add_packs(load_pack_of<T, V>(target), sum) : sum);
   });
 }
 
@@ -114,26 +116,39 @@ void upsample_backward_cpu(ConstAct grad_out, Act grad_in, int factor, bool accu
 }
 
 // ---- CUDA launchers ---------------------------------------------------------------------
-void upsample_forward_cuda(ConstAct in, Act out, int factor, cudaStream_t stream) {
+template <typename T>
+void upsample_forward_cuda(NhwcView<const T> in, NhwcView<T> out, int factor, cudaStream_t stream) {
   check_shapes(in, out, factor, "upsample_forward", "in", "out");
   if (out.elements() == 0) return;
-  bool vec4 = float4_view(out) && float4_view(in);
-  RowLaunch shape = row_launch(size_t(out.n) * out.h, size_t(out.w) * (vec4 ? out.c / 4 : out.c));
-  if (vec4)
-    LAUNCH(upsample_forward_kernel<4>, shape.grid, shape.block, 0, stream, in, out, factor);
+  constexpr int V = kVector<T>;
+  bool vec = vector_view(out) && vector_view(in);
+  RowLaunch shape = row_launch(size_t(out.n) * out.h, size_t(out.w) * (vec ? out.c / V : out.c));
+  if (vec)
+    LAUNCH((upsample_forward_kernel<T, V>), shape.grid, shape.block, 0, stream, in, out, factor);
   else
-    LAUNCH(upsample_forward_kernel<1>, shape.grid, shape.block, 0, stream, in, out, factor);
+    LAUNCH((upsample_forward_kernel<T, 1>), shape.grid, shape.block, 0, stream, in, out, factor);
 }
 
-void upsample_backward_cuda(ConstAct grad_out, Act grad_in, int factor, bool accumulate, cudaStream_t stream) {
+template <typename T>
+void upsample_backward_cuda(NhwcView<const T> grad_out, NhwcView<T> grad_in, int factor, bool accumulate,
+                            cudaStream_t stream) {
   check_shapes(grad_in, grad_out, factor, "upsample_backward", "grad_in", "grad_out");
   if (grad_in.elements() == 0) return;
-  bool vec4 = float4_view(grad_in) && float4_view(grad_out);
-  RowLaunch shape = row_launch(size_t(grad_in.n) * grad_in.h, size_t(grad_in.w) * (vec4 ? grad_in.c / 4 : grad_in.c));
-  if (vec4)
-    LAUNCH(upsample_backward_kernel<4>, shape.grid, shape.block, 0, stream, grad_out, grad_in, factor, accumulate);
+  constexpr int V = kVector<T>;
+  bool vec = vector_view(grad_in) && vector_view(grad_out);
+  RowLaunch shape = row_launch(size_t(grad_in.n) * grad_in.h, size_t(grad_in.w) * (vec ? grad_in.c / V : grad_in.c));
+  if (vec)
+    LAUNCH((upsample_backward_kernel<T, V>), shape.grid, shape.block, 0, stream, grad_out, grad_in, factor, accumulate);
   else
-    LAUNCH(upsample_backward_kernel<1>, shape.grid, shape.block, 0, stream, grad_out, grad_in, factor, accumulate);
+    LAUNCH((upsample_backward_kernel<T, 1>), shape.grid, shape.block, 0, stream, grad_out, grad_in, factor, accumulate);
 }
+
+#define YOLO_UPSAMPLE_CUDA(T)                                                                 \
+  template void upsample_forward_cuda<T>(NhwcView<const T>, NhwcView<T>, int, cudaStream_t); \
+  template void upsample_backward_cuda<T>(NhwcView<const T>, NhwcView<T>, int, bool, cudaStream_t);
+YOLO_UPSAMPLE_CUDA(float)
+YOLO_UPSAMPLE_CUDA(Bf16)
+YOLO_UPSAMPLE_CUDA(Fp16)
+#undef YOLO_UPSAMPLE_CUDA
 
 }  // namespace yolo

@@ -5,6 +5,7 @@
 // accumulate the sum is added to grad_in, otherwise it overwrites grad_in.
 // Views may be channel slices (stride > c). Bad shapes or arguments throw yolo::Error.
 #pragma once
+#include "kernels/half_types.h"
 #include "kernels/tensor.h"
 
 namespace yolo {
@@ -12,11 +13,15 @@ namespace yolo {
 template <typename T>
 void upsample_forward_reference(NhwcView<const T> in, NhwcView<T> out, int factor);
 void upsample_forward_cpu(ConstAct in, Act out, int factor);
-void upsample_forward_cuda(ConstAct in, Act out, int factor, cudaStream_t stream);
+// T: float, or the 16-bit storage types Bf16/Fp16 (sums in FP32, rounded once to T).
+template <typename T>
+void upsample_forward_cuda(NhwcView<const T> in, NhwcView<T> out, int factor, cudaStream_t stream);
 
 template <typename T>
 void upsample_backward_reference(NhwcView<const T> grad_out, NhwcView<T> grad_in, int factor, bool accumulate);
 void upsample_backward_cpu(ConstAct grad_out, Act grad_in, int factor, bool accumulate);
-void upsample_backward_cuda(ConstAct grad_out, Act grad_in, int factor, bool accumulate, cudaStream_t stream);
+template <typename T>
+void upsample_backward_cuda(NhwcView<const T> grad_out, NhwcView<T> grad_in, int factor, bool accumulate,
+                            cudaStream_t stream);
 
 }  // namespace yolo

@@ -9,6 +9,7 @@
 #include "runtime/check.h"
 #include "tests/kernel_harness.h"
 #include "tests/op_check.h"
+#include "tests/storage_check.h"
 
 using namespace yolo;
 using namespace yolo::testing;
@@ -191,4 +192,53 @@ TEST_CASE("shortcut: bad arguments are reported") {
   CHECK_THROWS_AS(shortcut_backward_cuda(as_const(vo), Act{}, nhwc(b.data(), 1, 2, 2, 5, 4), true, true, nullptr),
                   Error);
   CHECK_NOTHROW(shortcut_backward_cuda(as_const(vo), Act{}, Act{}, true, true, nullptr));  // nothing to write
+}
+
+namespace {
+
+// 16-bit storage: out = a + b and the gradients' (accumulated) copies, on a dense layout (16-byte
+// vectors) and a slice at an odd offset (element by element), against the FP32 sums of the
+// widened inputs rounded once: bit for bit (an FP32 add rounds the same on host and device).
+template <typename T>
+void check_shortcut_storage(Device device) {
+  Rng rng;
+  CAPTURE(rng.seed());
+  for (const Slice& l : {Slice{2, 3, 5, 16, 16, 0}, Slice{1, 4, 3, 13, 19, 3}}) {
+    for (bool accumulate : {false, true}) {
+      CAPTURE(l);
+      CAPTURE(accumulate);
+      const std::vector<T> a = random_storage<T>(rng, l.size(), -4.0f, 4.0f, true);
+      const std::vector<T> b = random_storage<T>(rng, l.size(), -4.0f, 4.0f, true);
+      const std::vector<T> start = random_storage<T>(rng, l.size(), -1.0f, 1.0f, false);
+      DeviceArray<T> d_a(device, a), d_b(device, b), d_out(device, l.size()), d_ga(device, start), d_gb(device, start);
+      d_out.poison();
+      shortcut_forward_cuda<T>(l.on<const T>(d_a.data()), l.on<const T>(d_b.data()), l.on<T>(d_out.data()), nullptr);
+      shortcut_backward_cuda<T>(l.on<const T>(d_a.data()), l.on<T>(d_ga.data()), l.on<T>(d_gb.data()), accumulate,
+                                accumulate, nullptr);
+      const std::vector<T> out = d_out.download(), ga = d_ga.download(), gb = d_gb.download();
+      std::vector<T> got_out, got_ga, got_gb;
+      std::vector<float> want_out, want_g;
+      for (size_t i = 0; i < l.size(); ++i) {
+        const int ch = int(i % size_t(l.stride));
+        if (ch < l.offset || ch >= l.offset + l.c) {
+          CHECK(out[i].bits == 0xffff);  // the gaps stay poisoned
+          continue;
+        }
+        got_out.push_back(out[i]), got_ga.push_back(ga[i]), got_gb.push_back(gb[i]);
+        want_out.push_back(to_float(a[i]) + to_float(b[i]));
+        want_g.push_back(accumulate ? to_float(start[i]) + to_float(a[i]) : to_float(a[i]));
+      }
+      check_rounded_once(got_out, want_out, 0, 1.0);
+      check_rounded_once(got_ga, want_g, 0, 1.0);
+      check_rounded_once(got_gb, want_g, 0, 1.0);
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("shortcut: cuda on bf16 and fp16 tensors: FP32 sums rounded once, Inf/NaN propagated") {
+  KERNEL_TEST_DEVICE(device);
+  check_shortcut_storage<Bf16>(device);
+  check_shortcut_storage<Fp16>(device);
 }

@@ -9,6 +9,7 @@
 #include "runtime/check.h"
 #include "tests/kernel_harness.h"
 #include "tests/op_check.h"
+#include "tests/storage_check.h"
 
 using namespace yolo;
 using namespace yolo::testing;
@@ -159,4 +160,63 @@ TEST_CASE("upsample: bad arguments are reported") {
   CHECK_THROWS_AS(upsample_backward_cpu(as_const(out), nhwc(a.data(), 1, 2, 3, 4), 2, false), Error);
   CHECK_THROWS_AS(upsample_backward_cuda(as_const(out), nhwc(a.data(), 2, 2, 2, 4), 2, true, nullptr), Error);
   CHECK_THROWS_AS(upsample_backward_reference<float>(as_const(out), nhwc(a.data(), 1, 2, 2, 5, 5), 2, false), Error);
+}
+
+namespace {
+
+// 16-bit storage: the forward copies exactly; the backward sums each factor x factor block in
+// FP32 (first element, then the rest in (dy, dx) order, then onto the old value when
+// accumulating) and rounds once: bit for bit against the same sums on the host.
+template <typename T>
+void check_upsample_storage(Device device) {
+  Rng rng;
+  CAPTURE(rng.seed());
+  const int factor = 2;
+  for (int c : {16, 5}) {
+    for (bool accumulate : {false, true}) {
+      CAPTURE(c);
+      CAPTURE(accumulate);
+      const int n = 2, h = 3, w = 4;
+      const size_t small = size_t(n) * h * w * c, big = small * factor * factor;
+      const std::vector<T> in = random_storage<T>(rng, small, -2.0f, 2.0f, true);
+      const std::vector<T> grad_out = random_storage<T>(rng, big, -1.0f, 1.0f, true);
+      const std::vector<T> start = random_storage<T>(rng, small, -1.0f, 1.0f, false);
+      DeviceArray<T> d_in(device, in), d_out(device, big), d_go(device, grad_out), d_gi(device, start);
+      d_out.poison();
+      upsample_forward_cuda<T>(nhwc<const T>(d_in.data(), n, h, w, c), nhwc(d_out.data(), n, h * factor, w * factor, c),
+                               factor, nullptr);
+      upsample_backward_cuda<T>(nhwc<const T>(d_go.data(), n, h * factor, w * factor, c), nhwc(d_gi.data(), n, h, w, c),
+                                factor, accumulate, nullptr);
+      const std::vector<T> out = d_out.download(), gi = d_gi.download();
+      std::vector<float> want_out(big), want_gi(small);
+      const NhwcView<const T> go = nhwc<const T>(grad_out.data(), n, h * factor, w * factor, c);
+      for (int b = 0; b < n; ++b)
+        for (int y = 0; y < h * factor; ++y)
+          for (int x = 0; x < w * factor; ++x)
+            for (int ch = 0; ch < c; ++ch)
+              want_out[((size_t(b) * h * factor + y) * w * factor + x) * c + ch] =
+                  to_float(in[((size_t(b) * h + y / factor) * w + x / factor) * c + ch]);
+      for (int b = 0; b < n; ++b)
+        for (int y = 0; y < h; ++y)
+          for (int x = 0; x < w; ++x)
+            for (int ch = 0; ch < c; ++ch) {
+              float sum = to_float(grad_out[go.at(b, y * factor, x * factor, ch)]);
+              for (int dy = 0; dy < factor; ++dy)
+                for (int dx = dy == 0 ? 1 : 0; dx < factor; ++dx)
+                  sum += to_float(grad_out[go.at(b, y * factor + dy, x * factor + dx, ch)]);
+              const size_t i = ((size_t(b) * h + y) * w + x) * c + ch;
+              want_gi[i] = accumulate ? to_float(start[i]) + sum : sum;
+            }
+      check_rounded_once(out, want_out, 0, 1.0);
+      check_rounded_once(gi, want_gi, 0, 1.0);
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("upsample: cuda on bf16 and fp16 tensors: exact copies, FP32 block sums rounded once") {
+  KERNEL_TEST_DEVICE(device);
+  check_upsample_storage<Bf16>(device);
+  check_upsample_storage<Fp16>(device);
 }
