@@ -10,14 +10,17 @@
 
 #include "kernels/common.cuh"
 #include "kernels/cpu_parallel.h"
+#include "kernels/storage.cuh"
 
 namespace yolo {
 namespace {
 
-// Up to four (src, dst) pairs of the same shape; the kernel takes it by value.
+// Up to four (src, dst) pairs of the same shape; the kernel takes it by value. T: the storage
+// type (float; Bf16 or Fp16 on the GPU).
+template <typename T>
 struct CopyPairs {
-  ConstAct src[kRouteMaxInputs];
-  Act dst[kRouteMaxInputs];
+  NhwcView<const T> src[kRouteMaxInputs];
+  NhwcView<T> dst[kRouteMaxInputs];
   int count = 0;
 };
 
@@ -49,32 +52,35 @@ void pair_up(std::span<const NhwcView<Part>> parts, NhwcView<Wide> wide, const c
                 wide_name + " has " + std::to_string(wide.c));
 }
 
-CopyPairs forward_pairs(std::span<const ConstAct> inputs, Act out) {
-  CopyPairs pairs;
-  pair_up<const float, float>(inputs, out, "route_forward", "inputs", "out", [&](ConstAct part, Act slice) {
+template <typename T>
+CopyPairs<T> forward_pairs(std::span<const NhwcView<const T>> inputs, NhwcView<T> out) {
+  CopyPairs<T> pairs;
+  pair_up<const T, T>(inputs, out, "route_forward", "inputs", "out", [&](NhwcView<const T> part, NhwcView<T> slice) {
     pairs.src[pairs.count] = part;
     pairs.dst[pairs.count++] = slice;
   });
   return pairs;
 }
 
-CopyPairs backward_pairs(ConstAct grad_out, std::span<const Act> grad_inputs) {
-  CopyPairs pairs;
-  pair_up<float, const float>(grad_inputs, grad_out, "route_backward", "grad_inputs", "grad_out",
-                              [&](Act part, ConstAct slice) {
-                                pairs.src[pairs.count] = slice;
-                                pairs.dst[pairs.count++] = part;
-                              });
+template <typename T>
+CopyPairs<T> backward_pairs(NhwcView<const T> grad_out, std::span<const NhwcView<T>> grad_inputs) {
+  CopyPairs<T> pairs;
+  pair_up<T, const T>(grad_inputs, grad_out, "route_backward", "grad_inputs", "grad_out",
+                      [&](NhwcView<T> part, NhwcView<const T> slice) {
+                        pairs.src[pairs.count] = slice;
+                        pairs.dst[pairs.count++] = part;
+                      });
   return pairs;
 }
 
 // A pair whose source already is its destination needs no copy (a producer that wrote straight
 // into its slice); with accumulate it would double, so only plain copies are skipped.
-YOLO_HOST_DEVICE inline bool in_place(const ConstAct& src, const Act& dst, bool accumulate) {
+template <typename T>
+YOLO_HOST_DEVICE inline bool in_place(const NhwcView<const T>& src, const NhwcView<T>& dst, bool accumulate) {
   return !accumulate && src.data == dst.data && src.stride == dst.stride;
 }
 
-void copy_pairs_cpu(const CopyPairs& pairs, bool accumulate) {
+void copy_pairs_cpu(const CopyPairs<float>& pairs, bool accumulate) {
   if (pairs.count == 0) return;
   const ConstAct& any = pairs.src[0];
   parallel_for(size_t(any.n) * any.h, [&](size_t row) {
@@ -96,34 +102,36 @@ void copy_pairs_cpu(const CopyPairs& pairs, bool accumulate) {
 }
 
 // ---- CUDA (on the row grid of common.cuh; grid z picks the pair) --------------------------
-template <int V>
-__global__ void copy_pairs_kernel(CopyPairs pairs, bool accumulate) {
-  ConstAct src = pairs.src[blockIdx.z];
-  Act dst = pairs.dst[blockIdx.z];
+template <typename T, int V>
+__global__ void copy_pairs_kernel(CopyPairs<T> pairs, bool accumulate) {
+  NhwcView<const T> src = pairs.src[blockIdx.z];
+  NhwcView<T> dst = pairs.dst[blockIdx.z];
   if (in_place(src, dst, accumulate)) return;
   for_each_row_pack<V>(src.n * src.h, src.w, src.c, [&](int row, int x, int ch) {
     size_t pixel = size_t(row) * src.w + x;
-    FloatPack<V> value = load_pack<V>(src.data + pixel * src.stride + ch);
-    float* target = dst.data + pixel * dst.stride + ch;
-    store_pack<V>(target, accumulate ? add_packs(load_pack<V>(target), value) : value);
+    Pack<T, V> value = load_pack_of<T, V>(src.data + pixel * src.stride + ch);
+    T* target = dst.data + pixel * dst.stride + ch;
+    store_pack_of<T, V>(target, accumulate ? add_packs(load_pack_of<T, V>(target), value) : value);
   });
 }
 
-void copy_pairs_cuda(const CopyPairs& pairs, bool accumulate, cudaStream_t stream) {
-  bool vec4 = true;
+template <typename T>
+void copy_pairs_cuda(const CopyPairs<T>& pairs, bool accumulate, cudaStream_t stream) {
+  constexpr int V = kVector<T>;
+  bool vec = true;
   int widest = 0;
   for (int i = 0; i < pairs.count; ++i) {
-    vec4 = vec4 && float4_view(pairs.src[i]) && float4_view(pairs.dst[i]);
+    vec = vec && vector_view(pairs.src[i]) && vector_view(pairs.dst[i]);
     widest = pairs.src[i].c > widest ? pairs.src[i].c : widest;
   }
-  const ConstAct& any = pairs.src[0];
-  size_t rows = size_t(any.n) * any.h, per_row = size_t(any.w) * (vec4 ? widest / 4 : widest);
+  const NhwcView<const T>& any = pairs.src[0];
+  size_t rows = size_t(any.n) * any.h, per_row = size_t(any.w) * (vec ? widest / V : widest);
   if (rows == 0 || per_row == 0) return;
   RowLaunch shape = row_launch(rows, per_row, unsigned(pairs.count));
-  if (vec4)
-    LAUNCH(copy_pairs_kernel<4>, shape.grid, shape.block, 0, stream, pairs, accumulate);
+  if (vec)
+    LAUNCH((copy_pairs_kernel<T, V>), shape.grid, shape.block, 0, stream, pairs, accumulate);
   else
-    LAUNCH(copy_pairs_kernel<1>, shape.grid, shape.block, 0, stream, pairs, accumulate);
+    LAUNCH((copy_pairs_kernel<T, 1>), shape.grid, shape.block, 0, stream, pairs, accumulate);
 }
 
 }  // namespace
@@ -163,18 +171,25 @@ template void route_backward_reference<float>(NhwcView<const float>, std::span<c
 template void route_backward_reference<double>(NhwcView<const double>, std::span<const NhwcView<double>>, bool);
 
 // ---- fast CPU and CUDA ------------------------------------------------------------------
-void route_forward_cpu(std::span<const ConstAct> inputs, Act out) { copy_pairs_cpu(forward_pairs(inputs, out), false); }
+void route_forward_cpu(std::span<const ConstAct> inputs, Act out) {
+  copy_pairs_cpu(forward_pairs<float>(inputs, out), false);
+}
 
 void route_backward_cpu(ConstAct grad_out, std::span<const Act> grad_inputs, bool accumulate) {
-  copy_pairs_cpu(backward_pairs(grad_out, grad_inputs), accumulate);
+  copy_pairs_cpu(backward_pairs<float>(grad_out, grad_inputs), accumulate);
 }
 
-void route_forward_cuda(std::span<const ConstAct> inputs, Act out, cudaStream_t stream) {
-  copy_pairs_cuda(forward_pairs(inputs, out), false, stream);
-}
-
-void route_backward_cuda(ConstAct grad_out, std::span<const Act> grad_inputs, bool accumulate, cudaStream_t stream) {
-  copy_pairs_cuda(backward_pairs(grad_out, grad_inputs), accumulate, stream);
-}
+#define YOLO_ROUTE_CUDA(T)                                                                                        \
+  void route_forward_cuda(std::span<const NhwcView<const T>> inputs, NhwcView<T> out, cudaStream_t stream) {      \
+    copy_pairs_cuda(forward_pairs<T>(inputs, out), false, stream);                                               \
+  }                                                                                                               \
+  void route_backward_cuda(NhwcView<const T> grad_out, std::span<const NhwcView<T>> grad_inputs, bool accumulate, \
+                           cudaStream_t stream) {                                                                 \
+    copy_pairs_cuda(backward_pairs<T>(grad_out, grad_inputs), accumulate, stream);                               \
+  }
+YOLO_ROUTE_CUDA(float)
+YOLO_ROUTE_CUDA(Bf16)
+YOLO_ROUTE_CUDA(Fp16)
+#undef YOLO_ROUTE_CUDA
 
 }  // namespace yolo

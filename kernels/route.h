@@ -9,6 +9,7 @@
 #pragma once
 #include <span>
 
+#include "kernels/half_types.h"
 #include "kernels/tensor.h"
 
 namespace yolo {
@@ -19,10 +20,17 @@ template <typename T>
 void route_forward_reference(std::span<const NhwcView<const T>> inputs, NhwcView<T> out);
 void route_forward_cpu(std::span<const ConstAct> inputs, Act out);
 void route_forward_cuda(std::span<const ConstAct> inputs, Act out, cudaStream_t stream);
+// The 16-bit storage types (--precision bf16/fp16): copies exact, accumulation in FP32 rounded once.
+void route_forward_cuda(std::span<const NhwcView<const Bf16>> inputs, NhwcView<Bf16> out, cudaStream_t stream);
+void route_forward_cuda(std::span<const NhwcView<const Fp16>> inputs, NhwcView<Fp16> out, cudaStream_t stream);
 
 template <typename T>
 void route_backward_reference(NhwcView<const T> grad_out, std::span<const NhwcView<T>> grad_inputs, bool accumulate);
 void route_backward_cpu(ConstAct grad_out, std::span<const Act> grad_inputs, bool accumulate);
 void route_backward_cuda(ConstAct grad_out, std::span<const Act> grad_inputs, bool accumulate, cudaStream_t stream);
+void route_backward_cuda(NhwcView<const Bf16> grad_out, std::span<const NhwcView<Bf16>> grad_inputs, bool accumulate,
+                         cudaStream_t stream);
+void route_backward_cuda(NhwcView<const Fp16> grad_out, std::span<const NhwcView<Fp16>> grad_inputs, bool accumulate,
+                         cudaStream_t stream);
 
 }  // namespace yolo

@@ -9,6 +9,7 @@
 #include "runtime/check.h"
 #include "tests/kernel_harness.h"
 #include "tests/op_check.h"
+#include "tests/storage_check.h"
 
 using namespace yolo;
 using namespace yolo::testing;
@@ -221,4 +222,59 @@ TEST_CASE("route: bad arguments are reported") {
   CHECK_THROWS_AS(route_backward_reference<float>(as_const(out6), std::vector<Act>{nhwc(a.data(), 1, 1, 2, 4), nhwc(b.data(), 1, 1, 2, 2)},
                                                   false),
                   Error);
+}
+
+namespace {
+
+// 16-bit storage: two inputs (16 and 5 channels: vector and element paths in one call) into a
+// wide view of 21 channels inside a buffer of 24, and back (= and +=), against the host's FP32
+// results rounded once: bit for bit.
+template <typename T>
+void check_route_storage(Device device) {
+  Rng rng;
+  CAPTURE(rng.seed());
+  const int n = 2, h = 3, w = 5, c0 = 16, c1 = 5, stride = 24;
+  const size_t pixels = size_t(n) * h * w;
+  for (bool accumulate : {false, true}) {
+    CAPTURE(accumulate);
+    const std::vector<T> in0 = random_storage<T>(rng, pixels * c0, -3.0f, 3.0f, true);
+    const std::vector<T> in1 = random_storage<T>(rng, pixels * c1, -3.0f, 3.0f, true);
+    const std::vector<T> start0 = random_storage<T>(rng, pixels * c0, -1.0f, 1.0f, false);
+    const std::vector<T> start1 = random_storage<T>(rng, pixels * c1, -1.0f, 1.0f, false);
+    DeviceArray<T> d_in0(device, in0), d_in1(device, in1), d_wide(device, pixels * stride);
+    DeviceArray<T> d_g0(device, start0), d_g1(device, start1);
+    d_wide.poison();
+    const std::vector<NhwcView<const T>> inputs = {nhwc<const T>(d_in0.data(), n, h, w, c0),
+                                                   nhwc<const T>(d_in1.data(), n, h, w, c1)};
+    const NhwcView<T> wide = nhwc(d_wide.data(), n, h, w, c0 + c1, stride);
+    route_forward_cuda(std::span<const NhwcView<const T>>(inputs), wide, nullptr);
+    const std::vector<NhwcView<T>> grads = {nhwc(d_g0.data(), n, h, w, c0), nhwc(d_g1.data(), n, h, w, c1)};
+    route_backward_cuda(as_const(wide), std::span<const NhwcView<T>>(grads), accumulate, nullptr);
+    const std::vector<T> out = d_wide.download(), g0 = d_g0.download(), g1 = d_g1.download();
+    std::vector<T> got;
+    std::vector<float> want, want0, want1;
+    for (size_t p = 0; p < pixels; ++p)
+      for (int ch = 0; ch < stride; ++ch) {
+        const T v = out[p * stride + ch];
+        if (ch >= c0 + c1) {
+          CHECK(v.bits == 0xffff);  // past the view: untouched
+          continue;
+        }
+        got.push_back(v);
+        want.push_back(to_float(ch < c0 ? in0[p * c0 + ch] : in1[p * c1 + (ch - c0)]));
+      }
+    for (size_t i = 0; i < g0.size(); ++i) want0.push_back((accumulate ? to_float(start0[i]) : 0.0f) + to_float(in0[i]));
+    for (size_t i = 0; i < g1.size(); ++i) want1.push_back((accumulate ? to_float(start1[i]) : 0.0f) + to_float(in1[i]));
+    check_rounded_once(got, want, 0, 1.0);
+    check_rounded_once(g0, want0, 0, 1.0);
+    check_rounded_once(g1, want1, 0, 1.0);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("route: cuda on bf16 and fp16 tensors: exact copies, FP32 accumulation rounded once") {
+  KERNEL_TEST_DEVICE(device);
+  check_route_storage<Bf16>(device);
+  check_route_storage<Fp16>(device);
 }
