@@ -51,19 +51,22 @@ __host__ __device__ inline Span covering_outputs(int i, int size, int stride, in
 }
 
 // Dense argmax index of output element (b, oy, ox, ch).
-__host__ __device__ inline size_t argmax_at(const ConstAct& out_shape, int b, int oy, int ox, int ch) {
+template <typename V>
+__host__ __device__ inline size_t argmax_at(const V& out_shape, int b, int oy, int ox, int ch) {
   return ((size_t(b) * out_shape.h + oy) * out_shape.w + ox) * out_shape.c + ch;
 }
 
 // The maximum of output element (b, oy, ox, ch)'s window; *index gets its pixel, iy * w + ix.
-__host__ __device__ inline float window_max(const ConstAct& in, int b, int oy, int ox, int ch, int size, int stride,
-                                            int* index) {
+// T: the storage type (compared as FP32 values: exact for 16-bit storage too).
+template <typename T>
+__host__ __device__ inline float window_max(const NhwcView<const T>& in, int b, int oy, int ox, int ch, int size,
+                                            int stride, int* index) {
   Span rows = window_rows(oy, size, stride, in.h), cols = window_rows(ox, size, stride, in.w);
   float best = 0.0f;
   int best_index = -1;
   for (int y = rows.first; y < rows.last; ++y)
     for (int x = cols.first; x < cols.last; ++x) {
-      float v = in.data[in.at(b, y, x, ch)];
+      float v = to_float(in.data[in.at(b, y, x, ch)]);
       if (best_index < 0 || v > best) best = v, best_index = y * in.w + x;  // strict: first maximum wins
     }
   *index = best_index;
@@ -71,35 +74,39 @@ __host__ __device__ inline float window_max(const ConstAct& in, int b, int oy, i
 }
 
 // Sum of grad_out over the outputs (row-major) that chose input element (b, iy, ix, ch).
-__host__ __device__ inline float gathered_gradient(const ConstAct& grad_out, const int* argmax, int b, int iy, int ix,
-                                                   int ch, int in_w, int size, int stride) {
+template <typename T>
+__host__ __device__ inline float gathered_gradient(const NhwcView<const T>& grad_out, const int* argmax, int b, int iy,
+                                                   int ix, int ch, int in_w, int size, int stride) {
   Span rows = covering_outputs(iy, size, stride, grad_out.h), cols = covering_outputs(ix, size, stride, grad_out.w);
   int self = iy * in_w + ix;
   float sum = 0.0f;
   for (int oy = rows.first; oy < rows.last; ++oy)
     for (int ox = cols.first; ox < cols.last; ++ox)
-      if (argmax[argmax_at(grad_out, b, oy, ox, ch)] == self) sum += grad_out.data[grad_out.at(b, oy, ox, ch)];
+      if (argmax[argmax_at(grad_out, b, oy, ox, ch)] == self) sum += to_float(grad_out.data[grad_out.at(b, oy, ox, ch)]);
   return sum;
 }
 
 // ---- CUDA (on the row grid of common.cuh) ------------------------------------------------
-__global__ void maxpool_forward_kernel(ConstAct in, Act out, int* argmax, int size, int stride) {
-  ConstAct out_shape{out.data, out.n, out.h, out.w, out.c, out.c};
+// T: the storage type (float, Bf16, Fp16); the gradient's sums in FP32, rounded once.
+template <typename T>
+__global__ void maxpool_forward_kernel(NhwcView<const T> in, NhwcView<T> out, int* argmax, int size, int stride) {
+  const ConstAct out_shape{nullptr, out.n, out.h, out.w, out.c, out.c};
   for_each_row_pack<1>(out.n * out.h, out.w, out.c, [&](int row, int ox, int ch) {
     int b = row / out.h, oy = row % out.h;
     int index;
-    out.data[out.at(b, oy, ox, ch)] = window_max(in, b, oy, ox, ch, size, stride, &index);
+    out.data[out.at(b, oy, ox, ch)] = from_float<T>(window_max(in, b, oy, ox, ch, size, stride, &index));
     if (argmax) argmax[argmax_at(out_shape, b, oy, ox, ch)] = index;
   });
 }
 
-__global__ void maxpool_backward_kernel(ConstAct grad_out, const int* argmax, Act grad_in, int size, int stride,
-                                        bool accumulate) {
+template <typename T>
+__global__ void maxpool_backward_kernel(NhwcView<const T> grad_out, const int* argmax, NhwcView<T> grad_in, int size,
+                                        int stride, bool accumulate) {
   for_each_row_pack<1>(grad_in.n * grad_in.h, grad_in.w, grad_in.c, [&](int row, int ix, int ch) {
     int b = row / grad_in.h, iy = row % grad_in.h;
     float sum = gathered_gradient(grad_out, argmax, b, iy, ix, ch, grad_in.w, size, stride);
-    float& target = grad_in.data[grad_in.at(b, iy, ix, ch)];
-    target = accumulate ? target + sum : sum;
+    T& target = grad_in.data[grad_in.at(b, iy, ix, ch)];
+    target = from_float<T>(accumulate ? to_float(target) + sum : sum);
   });
 }
 
@@ -239,21 +246,32 @@ void maxpool_backward_cpu(ConstAct grad_out, const int* argmax, Act grad_in, int
 }
 
 // ---- CUDA launchers ---------------------------------------------------------------------
-void maxpool_forward_cuda(ConstAct in, Act out, int* argmax, int size, int stride, cudaStream_t stream) {
+template <typename T>
+void maxpool_forward_cuda(NhwcView<const T> in, NhwcView<T> out, int* argmax, int size, int stride,
+                          cudaStream_t stream) {
   check_shapes(in, out, size, stride, "maxpool_forward", "in", "out");
   if (out.elements() == 0) return;
   RowLaunch shape = row_launch(size_t(out.n) * out.h, size_t(out.w) * out.c);
-  LAUNCH(maxpool_forward_kernel, shape.grid, shape.block, 0, stream, in, out, argmax, size, stride);
+  LAUNCH(maxpool_forward_kernel<T>, shape.grid, shape.block, 0, stream, in, out, argmax, size, stride);
 }
 
-void maxpool_backward_cuda(ConstAct grad_out, const int* argmax, Act grad_in, int size, int stride, bool accumulate,
-                           cudaStream_t stream) {
+template <typename T>
+void maxpool_backward_cuda(NhwcView<const T> grad_out, const int* argmax, NhwcView<T> grad_in, int size, int stride,
+                           bool accumulate, cudaStream_t stream) {
   check_shapes(grad_in, grad_out, size, stride, "maxpool_backward", "grad_in", "grad_out");
   if (!argmax && grad_out.elements() > 0) throw Error("maxpool_backward: argmax is a null pointer");
   if (grad_in.elements() == 0) return;
   RowLaunch shape = row_launch(size_t(grad_in.n) * grad_in.h, size_t(grad_in.w) * grad_in.c);
-  LAUNCH(maxpool_backward_kernel, shape.grid, shape.block, 0, stream, grad_out, argmax, grad_in, size, stride,
+  LAUNCH(maxpool_backward_kernel<T>, shape.grid, shape.block, 0, stream, grad_out, argmax, grad_in, size, stride,
          accumulate);
 }
+
+#define YOLO_MAXPOOL_CUDA(T)                                                                                    \
+  template void maxpool_forward_cuda<T>(NhwcView<const T>, NhwcView<T>, int*, int, int, cudaStream_t);          \
+  template void maxpool_backward_cuda<T>(NhwcView<const T>, const int*, NhwcView<T>, int, int, bool, cudaStream_t);
+YOLO_MAXPOOL_CUDA(float)
+YOLO_MAXPOOL_CUDA(Bf16)
+YOLO_MAXPOOL_CUDA(Fp16)
+#undef YOLO_MAXPOOL_CUDA
 
 }  // namespace yolo

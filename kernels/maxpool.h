@@ -12,6 +12,7 @@
 //           grad_in, otherwise it overwrites grad_in (zero where no output chose the cell).
 // Views may be channel slices (stride > c). Bad shapes or arguments throw yolo::Error.
 #pragma once
+#include "kernels/half_types.h"
 #include "kernels/tensor.h"
 
 namespace yolo {
@@ -22,13 +23,18 @@ int maxpool_output_size(int input, int size, int stride);
 template <typename T>
 void maxpool_forward_reference(NhwcView<const T> in, NhwcView<T> out, int* argmax, int size, int stride);
 void maxpool_forward_cpu(ConstAct in, Act out, int* argmax, int size, int stride);
-void maxpool_forward_cuda(ConstAct in, Act out, int* argmax, int size, int stride, cudaStream_t stream);
+// T: float, or the 16-bit storage types Bf16/Fp16 (maxima exact; gradient sums in FP32, rounded
+// once to T).
+template <typename T>
+void maxpool_forward_cuda(NhwcView<const T> in, NhwcView<T> out, int* argmax, int size, int stride,
+                          cudaStream_t stream);
 
 template <typename T>
 void maxpool_backward_reference(NhwcView<const T> grad_out, const int* argmax, NhwcView<T> grad_in, int size, int stride,
                                 bool accumulate);
 void maxpool_backward_cpu(ConstAct grad_out, const int* argmax, Act grad_in, int size, int stride, bool accumulate);
-void maxpool_backward_cuda(ConstAct grad_out, const int* argmax, Act grad_in, int size, int stride, bool accumulate,
-                           cudaStream_t stream);
+template <typename T>
+void maxpool_backward_cuda(NhwcView<const T> grad_out, const int* argmax, NhwcView<T> grad_in, int size, int stride,
+                           bool accumulate, cudaStream_t stream);
 
 }  // namespace yolo

@@ -7,12 +7,14 @@
 #include <algorithm>
 #include <numeric>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "kernels/maxpool.h"
 #include "runtime/check.h"
 #include "tests/kernel_harness.h"
 #include "tests/op_check.h"
+#include "tests/storage_check.h"
 
 using namespace yolo;
 using namespace yolo::testing;
@@ -231,4 +233,52 @@ TEST_CASE("maxpool: bad arguments are reported") {
   CHECK_THROWS_WITH_AS(maxpool_backward_reference<float>(as_const(vout), wrong.data(), nhwc(grad.data(), 1, 4, 4, 4), 2,
                                                          2, false),
                        doctest::Contains("not in its window"), Error);
+}
+
+namespace {
+
+// 16-bit storage: size 2 stride 2 and size 2 stride 1 (darknet's padding), = and +=, against the
+// FP32 reference on the widened inputs: maxima and argmax exact, gradient sums rounded once.
+template <typename T>
+void check_maxpool_storage(Device device) {
+  Rng rng;
+  CAPTURE(rng.seed());
+  const int n = 2, h = 7, w = 6, c = 5;
+  for (auto [size, stride] : {std::pair{2, 2}, std::pair{2, 1}, std::pair{3, 2}}) {
+    for (bool accumulate : {false, true}) {
+      CAPTURE(size);
+      CAPTURE(stride);
+      CAPTURE(accumulate);
+      const int oh = maxpool_output_size(h, size, stride), ow = maxpool_output_size(w, size, stride);
+      const size_t in_count = size_t(n) * h * w * c, out_count = size_t(n) * oh * ow * c;
+      const std::vector<T> in = random_storage<T>(rng, in_count, -3.0f, 3.0f, false);
+      const std::vector<T> grad_out = random_storage<T>(rng, out_count, -1.0f, 1.0f, false);
+      const std::vector<T> start = random_storage<T>(rng, in_count, -1.0f, 1.0f, false);
+      DeviceArray<T> d_in(device, in), d_out(device, out_count), d_go(device, grad_out), d_gi(device, start);
+      DeviceArray<int> d_argmax(device, out_count);
+      d_out.poison();
+      d_argmax.poison();
+      maxpool_forward_cuda<T>(nhwc<const T>(d_in.data(), n, h, w, c), nhwc(d_out.data(), n, oh, ow, c),
+                              d_argmax.data(), size, stride, nullptr);
+      maxpool_backward_cuda<T>(nhwc<const T>(d_go.data(), n, oh, ow, c), d_argmax.data(), nhwc(d_gi.data(), n, h, w, c),
+                               size, stride, accumulate, nullptr);
+      std::vector<float> in_f = widened(in), go_f = widened(grad_out), out_f(out_count), gi_f = widened(start);
+      std::vector<int> argmax(out_count);
+      maxpool_forward_reference<float>(nhwc<const float>(in_f.data(), n, h, w, c), nhwc(out_f.data(), n, oh, ow, c),
+                                       argmax.data(), size, stride);
+      maxpool_backward_reference<float>(nhwc<const float>(go_f.data(), n, oh, ow, c), argmax.data(),
+                                        nhwc(gi_f.data(), n, h, w, c), size, stride, accumulate);
+      CHECK(d_argmax.download() == argmax);
+      check_rounded_once(d_out.download(), out_f, 0, 1.0);
+      check_rounded_once(d_gi.download(), gi_f, 0, 1.0);
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("maxpool: cuda on bf16 and fp16 tensors: exact maxima and argmax, FP32 gradient sums rounded once") {
+  KERNEL_TEST_DEVICE(device);
+  check_maxpool_storage<Bf16>(device);
+  check_maxpool_storage<Fp16>(device);
 }
