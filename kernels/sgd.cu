@@ -51,8 +51,10 @@ constexpr int kThreads = 256, kItems = 8;  // a block updates kThreads * kItems 
 // Each block finds the segment holding its first element once (binary search by thread 0);
 // each thread's elements then only move forward through the table. Loads first, for
 // independent memory requests in flight.
+// H: the 16-bit copy's type (copy may be null: no copy).
+template <typename H>
 __global__ void sgd_update_kernel(float* w, const float* g, float* u, const SgdSegment* segments, int segment_count,
-                                  size_t begin, size_t end, SgdHyper hyper) {
+                                  size_t begin, size_t end, SgdHyper hyper, H* copy) {
   __shared__ int first_segment;
   size_t chunk = begin + size_t(blockIdx.x) * kThreads * kItems;
   if (threadIdx.x == 0) {
@@ -72,19 +74,21 @@ __global__ void sgd_update_kernel(float* w, const float* g, float* u, const SgdS
   }
   int s = first_segment;
   size_t segment_end = segments[s].offset + segments[s].count;
-  bool decay = segments[s].decay;
+  bool decay = segments[s].decay, copied = segments[s].copy16;
   for (int j = 0; j < kItems; ++j) {
     size_t i = chunk + size_t(j) * kThreads + threadIdx.x;
     if (i >= end) break;
     while (i >= segment_end && s + 1 < segment_count) {
       ++s;
       segment_end = segments[s].offset + segments[s].count;
-      decay = segments[s].decay;
+      decay = segments[s].decay, copied = segments[s].copy16;
     }
     float step = hyper.momentum * uv[j] + gv[j] * hyper.grad_scale;
     if (decay) step += hyper.decay * wv[j];
     u[i] = step;
-    w[i] = wv[j] - hyper.learning_rate * step;
+    const float updated = wv[j] - hyper.learning_rate * step;
+    w[i] = updated;
+    if (copy && copied) copy[i] = from_float<H>(updated);
   }
 }
 
@@ -243,8 +247,11 @@ void grad_scale_inplace_cpu(float* g, size_t count, float s) {
 }
 
 // ---- CUDA launchers ---------------------------------------------------------------------
-void sgd_update_cuda(float* w, const float* g, float* u, const SgdSegment* segments, int segment_count, size_t begin,
-                     size_t end, SgdHyper hyper, cudaStream_t stream) {
+namespace {
+
+template <typename H>
+void sgd_update_launch(float* w, const float* g, float* u, const SgdSegment* segments, int segment_count,
+                       size_t begin, size_t end, SgdHyper hyper, H* copy, cudaStream_t stream) {
   if (end < begin)
     throw Error("sgd_update: end " + std::to_string(end) + " is before begin " + std::to_string(begin));
   if (end == begin) return;
@@ -253,8 +260,25 @@ void sgd_update_cuda(float* w, const float* g, float* u, const SgdSegment* segme
   check_buffers("sgd_update", end - begin, {w, g, u});
   size_t per_block = size_t(kThreads) * kItems, blocks = (end - begin + per_block - 1) / per_block;
   if (blocks > 0x7fffffffu) throw Error("sgd_update: bucket of " + std::to_string(end - begin) + " elements too large");
-  LAUNCH(sgd_update_kernel, dim3(unsigned(blocks)), dim3(kThreads), 0, stream, w, g, u, segments, segment_count, begin,
-         end, hyper);
+  LAUNCH(sgd_update_kernel<H>, dim3(unsigned(blocks)), dim3(kThreads), 0, stream, w, g, u, segments, segment_count,
+         begin, end, hyper, copy);
+}
+
+}  // namespace
+
+void sgd_update_cuda(float* w, const float* g, float* u, const SgdSegment* segments, int segment_count, size_t begin,
+                     size_t end, SgdHyper hyper, cudaStream_t stream) {
+  sgd_update_launch<Bf16>(w, g, u, segments, segment_count, begin, end, hyper, nullptr, stream);
+}
+void sgd_update_cuda(float* w, const float* g, float* u, const SgdSegment* segments, int segment_count, size_t begin,
+                     size_t end, SgdHyper hyper, Bf16* copy, cudaStream_t stream) {
+  if (!copy) throw Error("sgd_update: the bf16 weight copy is a null pointer");
+  sgd_update_launch(w, g, u, segments, segment_count, begin, end, hyper, copy, stream);
+}
+void sgd_update_cuda(float* w, const float* g, float* u, const SgdSegment* segments, int segment_count, size_t begin,
+                     size_t end, SgdHyper hyper, Fp16* copy, cudaStream_t stream) {
+  if (!copy) throw Error("sgd_update: the fp16 weight copy is a null pointer");
+  sgd_update_launch(w, g, u, segments, segment_count, begin, end, hyper, copy, stream);
 }
 
 void grad_nonfinite_check_cuda(const float* g, size_t count, int* flag, cudaStream_t stream) {

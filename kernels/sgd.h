@@ -13,6 +13,7 @@
 #pragma once
 #include <cstddef>
 
+#include "kernels/half_types.h"
 #include "kernels/tensor.h"
 
 namespace yolo {
@@ -21,6 +22,7 @@ struct SgdSegment {
   size_t offset = 0;  // first element, an index into the flat buffers
   size_t count = 0;
   bool decay = false;  // weight decay applies (weights), or not (biases, BN parameters)
+  bool copy16 = false;  // with a 16-bit copy (sgd_update_cuda's `copy`): written for this segment
 };
 
 struct SgdHyper {
@@ -40,6 +42,14 @@ void sgd_update_cpu(float* w, const float* g, float* u, const SgdSegment* segmen
                     size_t end, SgdHyper hyper);
 void sgd_update_cuda(float* w, const float* g, float* u, const SgdSegment* segments, int segment_count, size_t begin,
                      size_t end, SgdHyper hyper, cudaStream_t stream);
+// The same update, also writing copy[i] = w[i] (after the update) rounded to the 16-bit type, in
+// the same pass, for the elements of segments marked copy16: the conv and connected weights
+// that --precision bf16/fp16 multiplies in 16 bits (biases and BatchNorm parameters stay FP32).
+// copy is indexed like w (a flat buffer of the same length); other elements are not written.
+void sgd_update_cuda(float* w, const float* g, float* u, const SgdSegment* segments, int segment_count, size_t begin,
+                     size_t end, SgdHyper hyper, Bf16* copy, cudaStream_t stream);
+void sgd_update_cuda(float* w, const float* g, float* u, const SgdSegment* segments, int segment_count, size_t begin,
+                     size_t end, SgdHyper hyper, Fp16* copy, cudaStream_t stream);
 
 template <typename T>
 void grad_nonfinite_check_reference(const T* g, size_t count, int* flag);

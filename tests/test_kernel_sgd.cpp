@@ -224,3 +224,53 @@ TEST_CASE("sgd: scaling gradients in place") {
   CHECK_THROWS_AS(grad_scale_inplace_cpu(nullptr, 3, 2.0f), Error);
   CHECK_NOTHROW(grad_scale_inplace_cuda(nullptr, 0, 2.0f, nullptr));
 }
+
+namespace {
+
+// The update with a 16-bit weight copy: w and u bit for bit as without it; the copy holds the
+// updated w rounded once to H on copy16 segments and is untouched (poisoned) elsewhere.
+template <typename H>
+void check_copy16(Device device) {
+  Rng rng;
+  CAPTURE(rng.seed());
+  const size_t total = 3001, begin = 5, end = 2990;
+  std::vector<SgdSegment> segments = random_segments(rng, begin, end);
+  for (SgdSegment& s : segments) s.copy16 = rng.integer(0, 1) == 1;
+  const std::vector<float> w = rng.floats(total), u = rng.floats(total, -0.1f, 0.1f), g = rng.floats(total, -20.0f, 20.0f);
+  DeviceArray<SgdSegment> d_segments(device, segments);
+  DeviceArray<float> d_w(device, w), d_u(device, u), d_g(device, g), d_w2(device, w), d_u2(device, u);
+  DeviceArray<H> d_copy(device, total);
+  d_copy.poison();
+  sgd_update_cuda(d_w.data(), d_g.data(), d_u.data(), d_segments.data(), int(segments.size()), begin, end, kHyper,
+                  d_copy.data(), nullptr);
+  sgd_update_cuda(d_w2.data(), d_g.data(), d_u2.data(), d_segments.data(), int(segments.size()), begin, end, kHyper,
+                  nullptr);
+  const std::vector<float> w_after = d_w.download();
+  CHECK(w_after == d_w2.download());
+  CHECK(d_u.download() == d_u2.download());
+  const std::vector<H> copy = d_copy.download();
+  size_t wrong = 0, copied = 0;
+  for (size_t i = 0; i < total; ++i) {
+    bool in_copy16 = false;
+    for (const SgdSegment& s : segments) in_copy16 = in_copy16 || (s.copy16 && i >= s.offset && i < s.offset + s.count);
+    const uint16_t want = in_copy16 ? from_float<H>(w_after[i]).bits : uint16_t(0xffff);
+    wrong += copy[i].bits != want;
+    copied += in_copy16;
+  }
+  CHECK(copied > 0);
+  CHECK(wrong == 0);
+}
+
+}  // namespace
+
+TEST_CASE("sgd: cuda with a bf16 or fp16 weight copy writes it in the same pass, on copy16 segments only") {
+  KERNEL_TEST_DEVICE(device);
+  check_copy16<Bf16>(device);
+  check_copy16<Fp16>(device);
+  DeviceArray<float> w(device, 8), g(device, 8), u(device, 8);
+  std::vector<SgdSegment> one = {{0, 8, true, true}};
+  DeviceArray<SgdSegment> d_one(device, one);
+  CHECK_THROWS_WITH_AS(sgd_update_cuda(w.data(), g.data(), u.data(), d_one.data(), 1, 0, 8, kHyper,
+                                       static_cast<Bf16*>(nullptr), nullptr),
+                       doctest::Contains("the bf16 weight copy is a null pointer"), Error);
+}
