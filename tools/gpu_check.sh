@@ -17,17 +17,20 @@
 #   tc         tensor cores: the mma / tensor-core tests natively, under memcheck and
 #              racecheck, then bench_kernels --filter conv_tc (cuBLAS yardstick)       ~5 min
 #              (expected ~2: bounds 45 + 75 + 105 + 60 s; TC_RACECHECK_FILTER narrows racecheck)
+#   peer       ours side by side with the PyTorch peer (tools/peer/torch_yolov3.py): YOLOv3-416
+#              batch 16 and the demo net, each precision; a table of images/s        <= 4 min
+#              (PEER_BUDGET seconds, 240: every step's timeout is what is left of it)
 # Writes full logs to OUTDIR and prints a summary table last. A tool that is missing is
 # reported as unavailable, not as a failure. Needs the binaries built beforehand (here or
 # elsewhere: make ARCH=90).
 set -u
-usage="usage: tools/gpu_check.sh OUTDIR [tests|sanitizer|bench|loader|train|yolov3|nccl|nccl2|tc ...]"
+usage="usage: tools/gpu_check.sh OUTDIR [tests|sanitizer|bench|loader|train|yolov3|nccl|nccl2|tc|peer ...]"
 OUT=${1:?$usage}
 shift
 sections=("$@")
-(( ${#sections[@]} )) || sections=(tests sanitizer bench loader train yolov3 nccl nccl2 tc)
+(( ${#sections[@]} )) || sections=(tests sanitizer bench loader train yolov3 nccl nccl2 tc peer)
 for s in "${sections[@]}"; do
-  case $s in tests|sanitizer|bench|loader|train|yolov3|nccl|nccl2|tc) ;;
+  case $s in tests|sanitizer|bench|loader|train|yolov3|nccl|nccl2|tc|peer) ;;
     *) echo "unknown section '$s'; $usage" >&2; exit 2 ;;
   esac
 done
@@ -187,6 +190,123 @@ section_tc() {
   fi
 }
 
+# Ours against the PyTorch peer (tools/peer/torch_yolov3.py: the same cfg, network, loss and
+# SGD in PyTorch eager, channels_last, cudnn.benchmark), YOLOv3-416 batch 16 first, then the demo
+# net (160, batch 16) while the budget lasts. YOLOv3's cfg as `yolov3` makes it (heads at the
+# synthetic set's 3 classes; the peer gets --classes 3, the same network), plus random=0: one
+# input size, 416, for both. Ours: fp32 and tf32 (bf16/fp16 are tried and, while the trainer
+# refuses them, shown as "not built"), 36 steps (demo: 120) on runs/shapes (200 images: epochs
+# of 12 steps), images/s over the epochs after the first (epoch 0 holds the warm-up), data
+# loading included. The peer: fp32 (no TF32), tf32, bf16 autocast, fp16 autocast with
+# GradScaler; 5 warm-up steps (cudnn.benchmark picks its algorithms there), then 30 (YOLOv3) or
+# 50 (demo) steps timed with CUDA events, on one batch of random images and boxes already on
+# the GPU. The whole section keeps within
+# PEER_BUDGET seconds (240): each step's timeout is what is left (a step with under 15 s left is
+# skipped; 5 s for our bf16/fp16 tries), and the peer skips the precisions that would overrun
+# (--budget-s).
+declare -A peer_ours=() peer_torch=()
+peer_deadline=0
+peer_step() {  # name, log file, timeout seconds, command...: run_step within the section's budget
+  local name=$1 log=$2 limit=$3
+  shift 3
+  local left=$((peer_deadline - SECONDS))
+  if ((left < ${peer_min:-15})); then
+    record "$name" "skipped" "the section's ${PEER_BUDGET:-240} s are spent"
+    return 124
+  fi
+  ((limit > left)) && limit=$left
+  run_step "$name" "$log" "$limit" "$@"
+}
+# Our images/s, ms per step and data wait from a training log: epochs >= 1 of
+# "train_yolo: epoch N: X img/s; a step T ms = data wait D + ...", else the final
+# "train_yolo: the last K steps: X img/s; a step T ms = data wait D + ..."; nothing if neither.
+ours_rate() {  # log, batch
+  awk -v batch="$2" '
+    /^train_yolo: epoch [0-9]+: [0-9.e+]+ img\/s; a step / { if ($3 + 0 >= 1) { n++; ms += $8; dw += $13 }; next }
+    /^train_yolo: the last [0-9]+ steps: [0-9.e+]+ img\/s; a step / { last = $6; lms = $10; ldw = $15 }
+    END {
+      if (n) printf "%.1f %.1f %.1f\n", batch * 1000 / (ms / n), ms / n, dw / n
+      else if (last != "") printf "%.1f %.1f %.1f\n", last, lms, ldw
+    }' "$1"
+}
+# The peer's "peer: PRECISION X img/s (T ms/step) ..." line: "X T", or its skip/failure reason.
+peer_rate() {  # log, precision
+  local line
+  line=$(grep -m1 "^peer: $2 " "$1" 2>/dev/null) || return 0
+  if [[ $line =~ ^peer:\ $2\ ([0-9.]+)\ img/s\ \(([0-9.]+)\ ms/step\) ]]; then
+    echo "${BASH_REMATCH[1]} ${BASH_REMATCH[2]}"
+  elif [[ $line == *skipped* ]]; then echo "skipped"
+  else echo "failed"; fi
+}
+peer_net() {  # name, our cfg, size, our steps, peer steps, seconds to leave for what follows, peer cfg args...
+  local net=$1 cfg=$2 size=$3 our_steps=$4 steps=$5 reserve=$6
+  shift 6
+  local prec log status
+  for prec in fp32 tf32 bf16 fp16; do
+    log="peer_ours_${net}_$prec.log"
+    local peer_min=15
+    [[ $prec == bf16 || $prec == fp16 ]] && peer_min=5  # refused within seconds while not built
+    peer_step "ours $net $prec" "$log" 60 ./train_yolo --cfg "$cfg" --size "$size" --batch 16 --subdivisions 1 \
+      --max-batches "$our_steps" --precision "$prec" --out "$OUT/peer_runs/${net}_$prec"
+    status=$?
+    if ((status != 0)) && grep -q 'not built yet' "$OUT/$log"; then
+      summary[-1]=$(printf '%-28s %-12s %s' "ours $net $prec" "not built" "$(grep -m1 -o 'error: .*' "$OUT/$log")")
+      peer_ours[$net.$prec]="not built"
+    elif [[ -f "$OUT/$log" ]]; then
+      peer_ours[$net.$prec]=$(ours_rate "$OUT/$log" 16)
+      [[ -n ${peer_ours[$net.$prec]} ]] && summary[-1]+=" | $(awk '{printf "%s img/s, %s ms/step (data wait %s)", $1, $2, $3}' <<<"${peer_ours[$net.$prec]}")"
+    fi
+    rm -f "$OUT/peer_runs/${net}_$prec/"*.weights "$OUT/peer_runs/${net}_$prec/"*.ckpt
+  done
+  if ! command -v python3 >/dev/null; then
+    record "peer $net" "unavailable" "python3 not on PATH"
+    return
+  fi
+  log="peer_torch_$net.log"
+  local left=$((peer_deadline - SECONDS - reserve))
+  ((left < 15)) && left=15  # peer_step still skips it when the whole budget is spent
+  peer_step "peer $net (PyTorch)" "$log" "$left" python3 tools/peer/torch_yolov3.py "$@" --size "$size" --batch 16 \
+    --device cuda --precisions fp32,tf32,bf16,fp16 --warmup 5 --steps "$steps" --budget-s $((left - 5))
+  status=$?
+  if ((status == 3)); then
+    summary[-1]=$(printf '%-28s %-12s %s' "peer $net (PyTorch)" "unavailable" "$(grep -m1 'unavailable' "$OUT/$log")")
+  elif [[ -f "$OUT/$log" ]]; then
+    summary[-1]+=" | $(grep -m1 -o 'loss [a-z]*[^;]*' "$OUT/$log" | cut -c1-60)"
+  fi
+  for prec in fp32 tf32 bf16 fp16; do peer_torch[$net.$prec]=$(peer_rate "$OUT/$log" "$prec"); done
+}
+section_peer() {
+  [[ -x ./train_yolo ]] || { record "peer" "unavailable" "./train_yolo not built"; return; }
+  peer_deadline=$((SECONDS + ${PEER_BUDGET:-240}))
+  sed 's/^classes=80/classes=3/; s/^filters=255/filters=24/; s/^random=1/random=0/' models/yolov3.cfg \
+    >"$OUT/yolov3-peer.cfg"
+  peer_net yolov3 "$OUT/yolov3-peer.cfg" 416 36 30 50 --cfg models/yolov3.cfg --classes 3
+  peer_net demo models/demo.cfg 160 120 50 0 --cfg models/demo.cfg
+  {
+    echo "ours vs PyTorch (tools/peer/torch_yolov3.py): full training steps, batch 16; ratio = ours / PyTorch"
+    printf '%-7s %-9s %12s %14s %8s   %-26s %s\n' net precision "ours img/s" "PyTorch img/s" ratio \
+      "ours ms/step (data wait)" "PyTorch ms/step"
+    local net prec ours torch o_rate o_ms o_dw t_rate t_ms ratio
+    for net in yolov3 demo; do
+      for prec in fp32 tf32 bf16 fp16; do
+        ours=${peer_ours[$net.$prec]:-} torch=${peer_torch[$net.$prec]:-}
+        [[ -z $ours && -z $torch ]] && continue
+        read -r o_rate o_ms o_dw <<<"${ours:--}"
+        [[ $ours == "not built" ]] && o_rate="not built" o_ms="" o_dw=""
+        read -r t_rate t_ms <<<"${torch:--}"
+        ratio=-
+        [[ $o_rate =~ ^[0-9.]+$ && $t_rate =~ ^[0-9.]+$ ]] && ratio=$(awk -v a="$o_rate" -v b="$t_rate" 'BEGIN { printf "%.2f", (b > 0 ? a / b : 0) }')
+        printf '%-7s %-9s %12s %14s %8s   %-26s %s\n' "$net" "$prec" "$o_rate" "$t_rate" "$ratio" \
+          "${o_ms:+$o_ms ($o_dw)}" "${t_ms:-}"
+        record "side by side $net $prec" "table" "img/s ours ${o_rate} | PyTorch ${t_rate} | ratio ${ratio}"
+      done
+    done
+    echo "ours: epochs >= 1 (12 steps each) on runs/shapes, data loading included; PyTorch: eager, one batch" \
+      "resident on the GPU (logs: $OUT/peer_*.log)"
+  } >"$OUT/peer_table.txt"
+  rm -rf "$OUT/peer_runs"
+}
+
 { nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,power.draw,temperature.gpu --format=csv; nvidia-smi -L; } >"$OUT/gpu.txt" 2>&1 || true
 for s in "${sections[@]}"; do
   start=$SECONDS
@@ -200,6 +320,7 @@ echo
 [[ -f "$OUT/bench_kernels.log" ]] && cat "$OUT/bench_kernels.log" && echo
 [[ -f "$OUT/bench_loader.log" ]] && cat "$OUT/bench_loader.log" && echo
 [[ -f "$OUT/bench_tc.log" ]] && cat "$OUT/bench_tc.log" && echo
+[[ -f "$OUT/peer_table.txt" ]] && cat "$OUT/peer_table.txt" && echo
 cat "$OUT/sections.txt"
 printf '%-28s %-12s %s\n' "step" "status" "detail"
 printf '%s\n' "${summary[@]}"
