@@ -16,6 +16,7 @@
 #include <unordered_map>
 #include <utility>
 
+#include "kernels/precision.h"
 #include "runtime/check.h"
 
 namespace yolo::graph {
@@ -176,7 +177,7 @@ struct KnownOptions {
 const KnownOptions& known_options(Kind kind) {
   static const KnownOptions kNet{
       {"batch", "subdivisions", "width", "height", "channels", "inputs", "momentum", "decay", "learning_rate",
-       "burn_in", "max_batches", "policy", "steps", "scales", "angle", "saturation", "exposure", "hue"},
+       "burn_in", "max_batches", "policy", "steps", "scales", "angle", "saturation", "exposure", "hue", "precision"},
       {"max_chart_loss", "letter_box", "flip", "adam", "b1", "b2", "eps", "power", "gamma", "step", "mixup", "blur",
        "aspect", "min_crop", "max_crop", "random", "cutmix", "mosaic", "track", "time_steps"}};
   static const KnownOptions kConv{
@@ -388,6 +389,13 @@ NetParams parse_net(const Reader& r, const CfgSection& section, Warnings& warnin
   net.learning_rate = r.real("learning_rate", net.learning_rate, positive, "> 0");
   net.burn_in = r.integer("burn_in", net.burn_in, 0, INT_MAX);
   net.max_batches = r.integer("max_batches", net.max_batches, 0, INT_MAX);
+  if (const std::string precision = r.text("precision", ""); !precision.empty()) {
+    try {
+      net.precision = parse_precision(precision, "precision");
+    } catch (const Error&) {
+      r.fail_option("precision", "'" + precision + "' is not fp32, tf32, bf16 or fp16");
+    }
+  }
   std::string policy = r.text("policy", "constant");
   if (policy == "steps") net.policy = NetParams::Policy::Steps;
   else if (policy == "constant") net.policy = NetParams::Policy::Constant;

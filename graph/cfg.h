@@ -3,10 +3,12 @@
 // error names file:line. Options we accept but do not use are collected as warnings (one per
 // option name and section type), so nothing the user wrote is silently ignored.
 #pragma once
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "kernels/activation.h"
+#include "kernels/precision.h"
 
 namespace yolo::graph {
 
@@ -40,6 +42,7 @@ struct NetParams {
   std::vector<int> steps;      // policy=steps: iterations where the rate is multiplied ...
   std::vector<float> scales;   // ... by these (same count as steps)
   float angle = 0, saturation = 1, exposure = 1, hue = 0;
+  std::optional<Precision> precision;  // precision= (our option; --precision overrides it)
   int line = 0;                // of the [net] header
 };
 

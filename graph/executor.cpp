@@ -288,12 +288,13 @@ Executor::Executor(const Graph& graph, Device device, int micro_batch, uint64_t 
   set_current_device(device);
   if (precision != Precision::Fp32) {
     if (precision != Precision::Tf32)
-      throw Error(std::string("--precision ") + precision_name(precision) +
-                  ": 16-bit activations are not built yet; use fp32 or tf32");
+      throw Error(std::string("precision ") + precision_name(precision) +
+                  " (--precision, or the cfg's [net] precision=): 16-bit activations are not built yet; use fp32 "
+                  "or tf32");
     if (!m.kernels)
-      throw Error(std::string("--precision tf32 runs on tensor cores, but ") + device.name() +
-                  " is the CPU backend (fp32 only)");
-    require_precision(precision, ("--precision on " + device.name()).c_str());
+      throw Error("precision tf32 (--precision, or the cfg's [net] precision=) runs on tensor cores, but " +
+                  device.name() + " is the CPU backend (fp32 only)");
+    require_precision(precision, ("training on " + device.name()).c_str());
   }
   stream_ = std::make_unique<Stream>(device, StreamPriority::Normal, "compute");
   m.stream = stream_.get();

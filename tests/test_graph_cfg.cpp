@@ -311,6 +311,7 @@ TEST_CASE("cfg model errors name file, line and what is wrong") {
       {"[net]\nburn_in=-1\n[upsample]\n", 2, "out of range"},
       {"[net]\nmax_batches=-5\n[upsample]\n", 2, "out of range"},
       {"[net]\nhue=2\n[upsample]\n", 2, "in [0, 1]"},
+      {"[net]\nprecision=fp8\n[upsample]\n", 2, "'fp8' is not fp32, tf32, bf16 or fp16"},
       // [convolutional]
       {net_then("[convolutional]\nfilters=99999999999\n"), 5, "'99999999999' is out of range (expected an integer in 1..65536)"},
       {net_then("[convolutional]\nfilters=2147483647\n"), 5, "out of range"},
@@ -619,4 +620,10 @@ TEST_CASE("layer_type_name gives darknet's short names") {
   CHECK(std::string(layer_type_name(LayerType::Yolo)) == "yolo");
   CHECK(std::string(layer_type_name(LayerType::Connected)) == "connected");
   CHECK(std::string(layer_type_name(LayerType::Softmax)) == "softmax");
+}
+
+TEST_CASE("cfg: [net] precision= (our option) is read; absent it is unset") {
+  CHECK(model_from("[net]\nprecision=tf32\n[upsample]\n").net.precision == yolo::Precision::Tf32);
+  CHECK(model_from("[net]\nprecision=bf16\n[upsample]\n").net.precision == yolo::Precision::Bf16);
+  CHECK_FALSE(model_from("[net]\n[upsample]\n").net.precision.has_value());
 }

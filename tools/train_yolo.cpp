@@ -8,6 +8,7 @@
 #include <cstring>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -55,8 +56,9 @@ const char* kUsage =
     "                     gradients when smaller; 0 = one layer each)\n"
     "  --no-overlap       data parallel: all-reduce after backward instead of during it\n"
     "  --sync-bn          data parallel: BatchNorm statistics over all replicas (for small per-GPU batches)\n"
-    "  --precision P      fp32 (default) or tf32: convolutions and connected layers on tensor cores, on\n"
-    "                     GPUs of sm_80 and newer (bf16/fp16 need 16-bit activations: not built yet)\n"
+    "  --precision P      fp32 (default; or the cfg's [net] precision=) or tf32: convolutions and connected\n"
+    "                     layers on tensor cores, on GPUs of sm_80 and newer (bf16/fp16 need 16-bit\n"
+    "                     activations: not built yet)\n"
     "  --check-every N    data parallel: compare the replicas' parameter hashes every N steps (100)\n"
     "  --comm-timeout S   data parallel: give up a collective after S seconds (300)\n"
     "  --rendezvous R     launched jobs (mpirun, srun, torchrun): where the ranks meet, tcp://HOST:PORT\n"
@@ -90,7 +92,7 @@ struct Options {
   double bucket_mb = -1, comm_timeout = 300;
   std::string rendezvous;
   bool overlap = true, sync_bn = false;
-  yolo::Precision precision = yolo::Precision::Fp32;
+  std::optional<yolo::Precision> precision;  // --precision; else the cfg's [net] precision=, else fp32
   int check_every = 100;
   bool list_devices = false;
   // The emulated-GPU build (build/train_yolo_emu) exists to run the GPU path: emu:0 by default.
@@ -502,7 +504,7 @@ int train(const Options& options, const yolo::GpuDiscovery& found) {
   to.bucket_mb = options.bucket_mb;
   to.overlap = options.overlap;
   to.sync_bn = options.sync_bn;
-  to.precision = options.precision;
+  to.precision = options.precision.value_or(spec.net.precision.value_or(yolo::Precision::Fp32));
   to.check_every = options.check_every;
   to.comm_timeout = options.comm_timeout;
   to.launched = !launch.launcher.empty();
