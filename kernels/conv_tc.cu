@@ -55,6 +55,7 @@ struct ForwardInput {
     if (unsigned(iy) >= unsigned(g.h) || unsigned(ix) >= unsigned(g.w)) return nullptr;
     return data + (size_t(img_row0[i] + iy) * g.w + ix) * pitch;
   }
+  __device__ const T* base() const { return data; }
   __device__ const T* vec_ptr(int i) const {
     const T* p = row_ok[i] && k[i].pos < k_size ? pixel(i, k[i].major, k[i].middle) : nullptr;
     return p ? p + k[i].minor : nullptr;
@@ -103,6 +104,7 @@ struct BackwardDataGrad {
     if (unsigned(oy) >= unsigned(g.oh) || unsigned(ox) >= unsigned(g.ow)) return nullptr;
     return data + (size_t(img_row0[i] + oy) * g.ow + ox) * pitch;
   }
+  __device__ const T* base() const { return data; }
   __device__ const T* vec_ptr(int i) const {
     const T* p = row_ok[i] && k[i].pos < k_size ? pixel(i, k[i].major, k[i].middle) : nullptr;
     return p ? p + k[i].minor : nullptr;
@@ -145,6 +147,7 @@ struct BackwardDataWeights {
     const int r = ry0 + g.stride * k[i].major, s = rx0 + g.stride * k[i].middle;
     return weights + ((size_t(k[i].minor) * g.k + r) * g.k + s) * g.c_in;
   }
+  __device__ const T* base() const { return weights; }
   __device__ const T* vec_ptr(int i) const { return k[i].pos < k_size && ci[i] < g.c_in ? row(i) + ci[i] : nullptr; }
   __device__ void gather(int i, T (&v)[V]) const {
     const bool ok = k[i].pos < k_size;
@@ -183,6 +186,7 @@ struct BackwardWeightsInput {
     if (unsigned(iy) >= unsigned(g.h) || unsigned(ix) >= unsigned(g.w)) return nullptr;
     return data + (size_t(k[i].major * g.h + iy) * g.w + ix) * pitch;
   }
+  __device__ const T* base() const { return data; }
   __device__ const T* vec_ptr(int i) const {
     const T* p = k[i].pos < pixels && col[i].pos < cols ? pixel(i, col[i].major, col[i].middle) : nullptr;
     return p ? p + col[i].minor : nullptr;

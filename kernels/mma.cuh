@@ -233,12 +233,15 @@ __device__ __forceinline__ void ldmatrix(uint32_t (&r)[N], const void* row_addre
 }
 
 // ---- cp.async (sm_80+): 16 bytes global -> shared, bypassing registers ---------------------------------
-// fill = false writes 16 zero bytes (src-size 0) and reads nothing; both addresses 16-byte aligned.
+// fill = false writes 16 zero bytes (src-size 0) and reads nothing; global_src must still be a
+// global address then (the PTX ISA wants one: pass any valid pointer of the operand). Both
+// addresses 16-byte aligned.
 __device__ __forceinline__ void cp_async_16(void* shared_dst, const void* global_src, bool fill) {
 #if defined(__CUDACC__)
 #if __CUDA_ARCH__ >= 800
   const unsigned dst = unsigned(__cvta_generic_to_shared(shared_dst));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(global_src), "r"(fill ? 16 : 0));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(global_src), "r"(fill ? 16 : 0)
+               : "memory");
 #else
   __trap();  // no cp.async before sm_80; those kernels stage through registers
 #endif
@@ -250,7 +253,7 @@ __device__ __forceinline__ void cp_async_16(void* shared_dst, const void* global
 __device__ __forceinline__ void cp_async_commit() {
 #if defined(__CUDACC__)
 #if __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.commit_group;");
+  asm volatile("cp.async.commit_group;" ::: "memory");
 #endif
 #else
   yolo::emu::cp_async_commit();
@@ -262,7 +265,7 @@ template <int Pending>
 __device__ __forceinline__ void cp_async_wait() {
 #if defined(__CUDACC__)
 #if __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.wait_group %0;" ::"n"(Pending));
+  asm volatile("cp.async.wait_group %0;" ::"n"(Pending) : "memory");  // later shared loads stay after it
 #endif
 #else
   yolo::emu::cp_async_wait(Pending);

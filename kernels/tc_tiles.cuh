@@ -91,6 +91,7 @@ struct MatrixLoader {
   __device__ const T* element(int r, int kk) const {
     return KMajor ? data + size_t(r) * pitch + kk : data + size_t(kk) * pitch + r;
   }
+  __device__ const T* base() const { return data; }
   __device__ const T* vec_ptr(int i) const { return row[i] < rows && k[i] < k_size ? element(row[i], k[i]) : nullptr; }
   __device__ void gather(int i, T (&v)[V]) const {
 #pragma unroll
@@ -254,13 +255,14 @@ __device__ __forceinline__ void mainloop_registers(LA& la, LB& lb, int k_begin, 
   }
 }
 
-// Issues one stage's cp.async copies (16-byte chunks; null chunks zero-filled).
+// Issues one stage's cp.async copies (16-byte chunks; null chunks zero-filled, with the
+// operand's base address as the unread source: cp.async wants a global address even then).
 template <typename T, bool KMajor, int R, class Loader>
 __device__ __forceinline__ void issue_stage(const Loader& loader, T* stage) {
 #pragma unroll
   for (int i = 0; i < Smem<T, KMajor, R>::chunks_per_thread; ++i) {
     const T* p = loader.vec_ptr(i);
-    mma::cp_async_16(Smem<T, KMajor, R>::chunk_address(stage, i), p, p != nullptr);
+    mma::cp_async_16(Smem<T, KMajor, R>::chunk_address(stage, i), p ? p : loader.base(), p != nullptr);
   }
 }
 

@@ -647,8 +647,11 @@ TEST_CASE("kernel: to_tf32, pack_bf16x2 and pack_f16x2 on the device equal the h
   int wrong_tf32 = 0, wrong_bf16 = 0, wrong_f16 = 0;
   std::string first;
   for (int i = 0; i < n; ++i) {
-    const uint32_t expected = float_bits(round_to_tf32(in[size_t(i)]));
-    const bool ok = std::isnan(in[size_t(i)]) ? std::isnan(bits_float(tf32[size_t(i)])) : tf32[size_t(i)] == expected;
+    // The PTX ISA leaves a TF32 register's low 13 bits implementation-defined: compare the 19 that
+    // hold the value (sign, exponent, 10 mantissa bits).
+    const uint32_t expected = float_bits(round_to_tf32(in[size_t(i)])) & 0xffffe000u;
+    const bool ok = std::isnan(in[size_t(i)]) ? std::isnan(bits_float(tf32[size_t(i)]))
+                                              : (tf32[size_t(i)] & 0xffffe000u) == expected;
     if (!ok && wrong_tf32++ == 0) first = "tf32 of " + hex(float_bits(in[size_t(i)])) + ": " + hex(tf32[size_t(i)]);
   }
   for (int i = 0; i < pairs; ++i)
