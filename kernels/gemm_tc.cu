@@ -9,6 +9,9 @@
 #include <algorithm>
 #include <atomic>
 #include <limits>
+#include <mutex>
+#include <set>
+#include <tuple>
 #include <string>
 
 #include "kernels/gemm.h"
@@ -31,6 +34,19 @@ void set_tc_tiling_for_tests(int tile, int splits, int pipeline) {
 }
 
 namespace tc {
+
+bool shared_opt_in_needed(const void* kernel, size_t bytes) {
+  int device = 0;
+#if defined(__CUDACC__)
+  CHECKED(cudaGetDevice(&device));
+#else
+  device = emu::current_device_index();
+#endif
+  static std::mutex mutex;
+  static std::set<std::tuple<int, const void*, size_t>> done;
+  std::lock_guard lock(mutex);
+  return done.insert({device, kernel, bytes}).second;
+}
 
 TcPlan plan_tc(long long m, long long n, long long k, int groups, int max_splits, bool vec, int elem) {
   // 128x128 tiles read half the shared memory per MMA that 64x64 tiles do; with mma.sync the

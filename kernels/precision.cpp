@@ -1,6 +1,7 @@
 // Precision names and the device checks (precision.h).
 #include "kernels/precision.h"
 
+#include <atomic>
 #include <string>
 
 #if defined(__CUDACC__) || YOLO_CUDA
@@ -38,10 +39,16 @@ int min_compute_capability(Precision p) {
 
 int current_compute_capability() {
 #if YOLO_CUDA
-  int device = 0, major = 0, minor = 0;
+  // Asked at every tensor-core launch: cached per device (a device's capability never changes).
+  static std::atomic<int> cached[64] = {};
+  int device = 0;
   CHECKED(cudaGetDevice(&device));
+  if (device >= 0 && device < 64)
+    if (int cc = cached[device].load(std::memory_order_relaxed)) return cc;
+  int major = 0, minor = 0;
   CHECKED(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
   CHECKED(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+  if (device >= 0 && device < 64) cached[device].store(major * 10 + minor, std::memory_order_relaxed);
   return major * 10 + minor;
 #else
   return emu::current_compute_capability();

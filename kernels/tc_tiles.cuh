@@ -406,10 +406,12 @@ void launch_sum_splits_tc(const float* parts, int splits, int rows, int cols, Ou
          accumulate, bias);
 }
 
-// Lets `kernel` use `bytes` of dynamic shared memory (beyond 48 KiB needs the opt-in).
+// Lets `kernel` use `bytes` of dynamic shared memory (beyond 48 KiB needs the opt-in), once per
+// kernel and device (the attribute persists; setting it at every launch would cost host time).
+bool shared_opt_in_needed(const void* kernel, size_t bytes);  // true the first time per (device, kernel, bytes)
 template <typename Kernel>
 void allow_shared(Kernel kernel, size_t bytes) {
-  if (bytes <= 48 * 1024) return;
+  if (bytes <= 48 * 1024 || !shared_opt_in_needed(reinterpret_cast<const void*>(kernel), bytes)) return;
 #if defined(__CUDACC__)
   CHECKED(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
 #else
