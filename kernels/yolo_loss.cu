@@ -202,10 +202,25 @@ constexpr int kLossThreads = 256;  // predictions per block at most
 constexpr int kReduceThreads = 256;
 static_assert(kTruthThreads >= kYoloMaxTruths && kTruthThreads % 32 == 0, "one thread per truth");
 
+// A prediction's 5 box/objectness values as FP32: in place for float storage (the FP32 kernels'
+// code is unchanged), widened into `scratch` for 16-bit storage.
+template <typename T>
+__device__ __forceinline__ const float* prediction(const T* p, float (&scratch)[5]) {
+  if constexpr (std::is_same_v<T, float>) {
+    return p;
+  } else {
+#pragma unroll
+    for (int e = 0; e < 5; ++e) scratch[e] = to_float(p[e]);
+    return scratch;
+  }
+}
+
 // Block b: image b's truths -> compacted PreparedTruth table, dropped/invalid counts and the
 // statistics of assigned truths (IoU of the prediction at the truth's cell and anchor).
+// T: the storage type of the input (float, Bf16, Fp16); the math is FP32.
+template <typename T>
 __global__ void __launch_bounds__(kTruthThreads)
-    prepare_truths_kernel(ConstAct input, YoloLossConfig c, const YoloTruth* truths, const int* truth_counts,
+    prepare_truths_kernel(NhwcView<const T> input, YoloLossConfig c, const YoloTruth* truths, const int* truth_counts,
                           int truth_stride, PreparedTruth* prepared, ImageTruthSummary* summaries) {
   __shared__ int valid[kTruthThreads], assigned[kTruthThreads], recall[kTruthThreads];
   __shared__ float iou_part[kTruthThreads];
@@ -218,7 +233,9 @@ __global__ void __launch_bounds__(kTruthThreads)
   if (ok && p.slot >= 0) {
     int a = p.slot % c.mask_count, pixel = p.slot / c.mask_count;
     int i = pixel % input.w, j = pixel / input.w;
-    Box pred = decode(input.data + input.at(b, j, i, a * (5 + c.classes)), i, j, a, input.w, input.h, c);
+    float scratch[5];
+    Box pred = decode(prediction(input.data + input.at(b, j, i, a * (5 + c.classes)), scratch), i, j, a, input.w,
+                      input.h, c);
     iou = box_iou(pred, Box{p.x, p.y, p.w, p.h});
   }
   valid[t] = ok;
@@ -247,9 +264,11 @@ __global__ void __launch_bounds__(kTruthThreads)
 // Block (x, b): pixels [x*pixels_per_block, ...) of image b. Phase 1, one thread per prediction:
 // objectness and box terms into shared memory. Phase 2, a warp per pixel: write every gradient
 // element (class terms computed here). Loss partials per block.
+// T: the storage type of input and grad; gradients computed in FP32 and rounded once.
+template <typename T>
 __global__ void __launch_bounds__(kLossThreads)
-    loss_gradient_kernel(ConstAct input, YoloLossConfig c, const PreparedTruth* prepared,
-                         const ImageTruthSummary* summaries, int pixels_per_block, Act grad, float* partials) {
+    loss_gradient_kernel(NhwcView<const T> input, YoloLossConfig c, const PreparedTruth* prepared,
+                         const ImageTruthSummary* summaries, int pixels_per_block, NhwcView<T> grad, float* partials) {
   __shared__ PreparedTruth truth[kYoloMaxTruths];
   __shared__ float box_grad[kLossThreads][4];
   __shared__ float obj_grad[kLossThreads];
@@ -264,7 +283,9 @@ __global__ void __launch_bounds__(kLossThreads)
   float box_loss = 0.0f, obj_loss = 0.0f, noobj_loss = 0.0f, class_loss = 0.0f;
   for (int lp = threadIdx.x; lp < pixels * A; lp += blockDim.x) {
     int pixel = first_pixel + lp / A, a = lp % A, i = pixel % W, j = pixel / W;
-    Resolved r = resolve_prediction(input.data + input.at(b, j, i, a * per), i, j, a, W, H, c, truth, truth_count);
+    float scratch[5];
+    Resolved r = resolve_prediction(prediction(input.data + input.at(b, j, i, a * per), scratch), i, j, a, W, H, c,
+                                    truth, truth_count);
     for (int e = 0; e < 4; ++e) box_grad[lp][e] = r.box_grad[e];
     obj_grad[lp] = r.obj_grad;
     positive_class[lp] = r.positive_class;
@@ -280,8 +301,8 @@ __global__ void __launch_bounds__(kLossThreads)
   const int lane_a = lane / per, lane_k = lane - lane_a * per;
   const size_t pixel_base = size_t(b) * H * W + first_pixel;
   for (int local_pixel = threadIdx.x / 32; local_pixel < pixels; local_pixel += warps) {
-    const float* x = input.data + (pixel_base + local_pixel) * input.stride;
-    float* out = grad.data + (pixel_base + local_pixel) * grad.stride;
+    const T* x = input.data + (pixel_base + local_pixel) * input.stride;
+    T* out = grad.data + (pixel_base + local_pixel) * grad.stride;
     int a = lane_a, k = lane_k;
     for (int ch = lane; ch < channels; ch += 32) {
       int lp = local_pixel * A + a;
@@ -292,10 +313,11 @@ __global__ void __launch_bounds__(kLossThreads)
         g = obj_grad[lp];
       } else if (positive_class[lp] >= 0) {
         float target = k - 5 == positive_class[lp] ? 1.0f : 0.0f;
-        g = logistic(x[ch]) - target;
-        class_loss += bce_logit(x[ch], target);
+        const float xv = to_float(x[ch]);
+        g = logistic(xv) - target;
+        class_loss += bce_logit(xv, target);
       }
-      out[ch] = g;
+      out[ch] = from_float<T>(g);
       for (k += 32; k >= per; k -= per) ++a;
     }
   }
@@ -591,9 +613,10 @@ size_t yolo_loss_workspace_bytes(int n, int h, int w, const YoloLossConfig& conf
   return workspace_layout(n, h, w, config).total;
 }
 
-void yolo_loss_cuda(ConstAct input, const YoloLossConfig& config, const YoloTruth* truths, const int* truth_counts,
-                    int truth_stride, Act grad, YoloLossStats* stats, void* workspace, size_t workspace_bytes,
-                    cudaStream_t stream) {
+template <typename T>
+void yolo_loss_cuda(NhwcView<const T> input, const YoloLossConfig& config, const YoloTruth* truths,
+                    const int* truth_counts, int truth_stride, NhwcView<T> grad, YoloLossStats* stats, void* workspace,
+                    size_t workspace_bytes, cudaStream_t stream) {
   validate_arguments(input, config, truths, truth_counts, truth_stride, grad, stats);
   WorkspaceLayout layout = workspace_layout(input.n, input.h, input.w, config);
   if (!workspace || workspace_bytes < layout.total)
@@ -606,12 +629,20 @@ void yolo_loss_cuda(ConstAct input, const YoloLossConfig& config, const YoloTrut
   const int tiles = loss_tiles(input.h, input.w, config);
   if (input.n > 65535) bad_argument("batch " + std::to_string(input.n) + " exceeds the grid's y limit 65535");
 
-  LAUNCH(prepare_truths_kernel, dim3(unsigned(input.n)), dim3(kTruthThreads), 0, stream, input, config, truths,
+  LAUNCH(prepare_truths_kernel<T>, dim3(unsigned(input.n)), dim3(kTruthThreads), 0, stream, input, config, truths,
          truth_counts, truth_stride, prepared, summaries);
-  LAUNCH(loss_gradient_kernel, dim3(unsigned(tiles), unsigned(input.n)), dim3(kLossThreads), 0, stream, input, config,
-         prepared, summaries, loss_pixels_per_block(config), grad, partials);
+  LAUNCH(loss_gradient_kernel<T>, dim3(unsigned(tiles), unsigned(input.n)), dim3(kLossThreads), 0, stream, input,
+         config, prepared, summaries, loss_pixels_per_block(config), grad, partials);
   LAUNCH(reduce_stats_kernel, dim3(1), dim3(kReduceThreads), 0, stream, summaries, input.n, partials,
          tiles * input.n, stats);
 }
+
+#define YOLO_LOSS_CUDA(T)                                                                                           \
+  template void yolo_loss_cuda<T>(NhwcView<const T>, const YoloLossConfig&, const YoloTruth*, const int*, int,     \
+                                  NhwcView<T>, YoloLossStats*, void*, size_t, cudaStream_t);
+YOLO_LOSS_CUDA(float)
+YOLO_LOSS_CUDA(Bf16)
+YOLO_LOSS_CUDA(Fp16)
+#undef YOLO_LOSS_CUDA
 
 }  // namespace yolo

@@ -46,6 +46,7 @@
 #include <cstddef>
 #include <vector>
 
+#include "kernels/half_types.h"
 #include "kernels/tensor.h"
 
 namespace yolo {
@@ -105,8 +106,11 @@ void yolo_loss_cpu(ConstAct input, const YoloLossConfig& config, const YoloTruth
 size_t yolo_loss_workspace_bytes(int n, int h, int w, const YoloLossConfig& config);
 // Everything on the device, no host copies: 3 launches on `stream` (truth table per image,
 // per-prediction gradient and loss partials, final ordered reduction into *stats).
-void yolo_loss_cuda(ConstAct input, const YoloLossConfig& config, const YoloTruth* truths, const int* truth_counts,
-                    int truth_stride, Act grad, YoloLossStats* stats, void* workspace, size_t workspace_bytes,
-                    cudaStream_t stream);
+// T: float, or the 16-bit storage types Bf16/Fp16 (--precision bf16/fp16): the loss and its
+// statistics in FP32, each gradient element computed in FP32 and rounded once to T.
+template <typename T>
+void yolo_loss_cuda(NhwcView<const T> input, const YoloLossConfig& config, const YoloTruth* truths,
+                    const int* truth_counts, int truth_stride, NhwcView<T> grad, YoloLossStats* stats, void* workspace,
+                    size_t workspace_bytes, cudaStream_t stream);
 
 }  // namespace yolo

@@ -28,6 +28,14 @@ std::vector<T> random_storage(Rng& rng, size_t n, float lo, float hi, bool speci
   return v;
 }
 
+// The floats as stored in T (rounded to nearest even for 16-bit types).
+template <typename T>
+std::vector<T> stored(const std::vector<float>& values) {
+  std::vector<T> out(values.size());
+  for (size_t i = 0; i < values.size(); ++i) out[i] = from_float<T>(values[i]);
+  return out;
+}
+
 template <typename T>
 std::vector<float> widened(const std::vector<T>& v) {
   std::vector<float> out(v.size());

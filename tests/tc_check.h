@@ -12,6 +12,7 @@
 #include "kernels/half_types.h"
 #include "kernels/precision.h"
 #include "kernels/tensor.h"
+#include "tests/storage_check.h"
 #include "tests/test_support.h"
 
 namespace yolo::testing {
@@ -21,13 +22,6 @@ double exact_value(T v) {
   return double(to_float(v));
 }
 
-// The floats as stored in T (rounded to nearest even for 16-bit types).
-template <typename T>
-std::vector<T> stored(const std::vector<float>& values) {
-  std::vector<T> out(values.size());
-  for (size_t i = 0; i < values.size(); ++i) out[i] = from_float<T>(values[i]);
-  return out;
-}
 template <typename T>
 std::vector<double> exact(const std::vector<T>& values) {
   std::vector<double> out(values.size());

@@ -14,6 +14,7 @@
 #include "runtime/check.h"
 #include "tests/kernel_harness.h"
 #include "tests/op_check.h"
+#include "tests/storage_check.h"
 #include "tests/test_support.h"
 
 using namespace yolo;
@@ -575,4 +576,59 @@ TEST_CASE("yolo_loss: bad arguments are reported") {
   CHECK_THROWS_AS(yolo_loss_cuda(nhwc<const float>(in.data(), 1, 4, 4, 24), config, truths.data(), &count, 4,
                                  nhwc(grad.data(), 1, 4, 4, 24), &stats, nullptr, 0, nullptr),
                   Error);  // no workspace
+}
+
+namespace {
+
+// 16-bit storage: the input stored in T, the reference run on its exact (widened) values; the
+// gradient is the reference's FP32 gradient rounded once (within 1 ulp of T where expf/logf
+// differ in the last FP32 bit, and 99% bit for bit), the statistics as for FP32, the channel
+// slice's gaps untouched.
+template <typename T>
+void check_yolo_loss_storage(Device device) {
+  Rng rng;
+  CAPTURE(rng.seed());
+  YoloLossConfig config = make_yolo_loss_config(kYolov3Anchors, {3, 4, 5}, 6, 224, 160, 0.5f, 0.8f);
+  Case k = make_case(config, 2, 5, 7, 9, 3, 1);
+  random_truths_and_input(k, rng, 9, false);
+  const std::vector<T> stored_input = stored<T>(k.input);
+  k.input = widened(stored_input);
+  const Outcome ref = run(k, Impl::Reference);
+
+  DeviceArray<T> d_input(device, stored_input), d_grad(device, k.buffer_size());
+  DeviceArray<YoloTruth> d_truths(device, k.truths);
+  DeviceArray<int> d_counts(device, k.counts);
+  DeviceArray<YoloLossStats> d_stats(device, 1);
+  const size_t bytes = yolo_loss_workspace_bytes(k.n, k.h, k.w, k.config);
+  DeviceArray<unsigned char> d_workspace(device, bytes);
+  d_grad.poison();
+  yolo_loss_cuda<T>(nhwc<const T>(d_input.data() + k.offset, k.n, k.h, k.w, k.c, k.stride), k.config,
+                    d_truths.data(), d_counts.data(), k.truth_stride,
+                    nhwc(d_grad.data() + k.offset, k.n, k.h, k.w, k.c, k.stride), d_stats.data(), d_workspace.data(),
+                    bytes, nullptr);
+  const std::vector<T> buffer = d_grad.download();
+  std::vector<T> grad;
+  size_t gap_writes = 0;
+  for (size_t e = 0; e < buffer.size(); ++e) {
+    const size_t ch = e % size_t(k.stride);
+    if (ch >= size_t(k.offset) && ch < size_t(k.offset + k.c)) grad.push_back(buffer[e]);
+    else gap_writes += buffer[e].bits != 0xffff;
+  }
+  CHECK(gap_writes == 0);
+  check_rounded_once(grad, ref.grad, 1, 0.99);
+  const YoloLossStats st = d_stats.download()[0];
+  std::vector<float> got = {st.box_loss, st.obj_loss, st.noobj_loss, st.class_loss, st.iou_sum};
+  std::vector<float> want = {ref.stats.box_loss, ref.stats.obj_loss, ref.stats.noobj_loss, ref.stats.class_loss,
+                             ref.stats.iou_sum};
+  CHECK_CLOSE(got, want, 1e-5, 1e-4);
+  CHECK(st.assigned == ref.stats.assigned);
+  CHECK(ref.stats.assigned > 0);
+}
+
+}  // namespace
+
+TEST_CASE("yolo_loss: cuda on bf16 and fp16 inputs: the FP32 gradient rounded once, FP32 statistics") {
+  KERNEL_TEST_DEVICE(device);
+  check_yolo_loss_storage<Bf16>(device);
+  check_yolo_loss_storage<Fp16>(device);
 }
