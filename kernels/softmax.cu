@@ -45,28 +45,30 @@ float one_sample(const float* x, int label, int k, float* grad, float* prob) {
 // ---- CUDA: one block; warp w takes samples w, w + warps, ...; lanes split the classes -----
 constexpr int kThreads = 1024;
 
-__global__ void softmax_cross_entropy_kernel(const float* logits, const int* labels, int n, int k, float* loss,
-                                             float* grad_logits, float* probabilities, int* bad_label) {
+// T: the logits' and their gradient's storage type (float, Bf16, Fp16); the math is FP32.
+template <typename T>
+__global__ void softmax_cross_entropy_kernel(const T* logits, const int* labels, int n, int k, float* loss,
+                                             T* grad_logits, float* probabilities, int* bad_label) {
   int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
   float warp_loss = 0.0f;  // lane 0's running sum, samples in order
   for (int i = warp; i < n; i += warps) {
-    const float* x = logits + size_t(i) * k;
+    const T* x = logits + size_t(i) * k;
     int label = labels[i];
     bool good = label >= 0 && label < k;
     float row_max = -INFINITY;
-    for (int j = lane; j < k; j += 32) row_max = fmaxf(row_max, x[j]);
+    for (int j = lane; j < k; j += 32) row_max = fmaxf(row_max, to_float(x[j]));
     for (int offset = 16; offset > 0; offset /= 2) row_max = fmaxf(row_max, __shfl_xor_sync(0xffffffffu, row_max, offset));
     float part = 0.0f;
-    for (int j = lane; j < k; j += 32) part += expf(x[j] - row_max);
+    for (int j = lane; j < k; j += 32) part += expf(to_float(x[j]) - row_max);
     float sum = warp_sum(part);
     float inv = 1.0f / sum;
     for (int j = lane; j < k; j += 32) {
-      float p = expf(x[j] - row_max) * inv;
+      float p = expf(to_float(x[j]) - row_max) * inv;
       if (probabilities) probabilities[size_t(i) * k + j] = p;
-      if (grad_logits) grad_logits[size_t(i) * k + j] = p - (j == label ? 1.0f : 0.0f);
+      if (grad_logits) grad_logits[size_t(i) * k + j] = from_float<T>(p - (j == label ? 1.0f : 0.0f));
     }
     if (lane == 0) {
-      if (good) warp_loss += logf(sum) - (x[label] - row_max);
+      if (good) warp_loss += logf(sum) - (to_float(x[label]) - row_max);
       else atomicMax(bad_label, i + 1);
     }
   }
@@ -123,13 +125,23 @@ void softmax_cross_entropy_cpu(const float* logits, const int* labels, int n, in
 }
 
 // ---- CUDA launcher ----------------------------------------------------------------------
-void softmax_cross_entropy_cuda(const float* logits, const int* labels, int n, int k, float* loss, float* grad_logits,
-                                float* probabilities, int* bad_label, cudaStream_t stream) {
+template <typename T>
+void softmax_cross_entropy_cuda(const T* logits, const int* labels, int n, int k, float* loss,
+                                std::type_identity_t<T>* grad_logits, float* probabilities, int* bad_label,
+                                cudaStream_t stream) {
   check_arguments(logits, labels, n, k);
   if (!bad_label) throw Error("softmax_cross_entropy_cuda: bad_label (the error flag) is a null pointer");
   if (n == 0 && !loss) return;
-  LAUNCH(softmax_cross_entropy_kernel, dim3(1), dim3(kThreads), 0, stream, logits, labels, n, k, loss, grad_logits,
+  LAUNCH(softmax_cross_entropy_kernel<T>, dim3(1), dim3(kThreads), 0, stream, logits, labels, n, k, loss, grad_logits,
          probabilities, bad_label);
 }
+
+#define YOLO_SOFTMAX_CUDA(T)                                                                                    \
+  template void softmax_cross_entropy_cuda<T>(const T*, const int*, int, int, float*, T*, float*, int*,          \
+                                              cudaStream_t);
+YOLO_SOFTMAX_CUDA(float)
+YOLO_SOFTMAX_CUDA(Bf16)
+YOLO_SOFTMAX_CUDA(Fp16)
+#undef YOLO_SOFTMAX_CUDA
 
 }  // namespace yolo

@@ -12,6 +12,9 @@
 // and writes its gradient as its softmax. The CUDA version runs as a single block: meant for
 // classifier heads (n up to a few thousand).
 #pragma once
+#include <type_traits>
+
+#include "kernels/half_types.h"
 #include "kernels/tensor.h"
 
 namespace yolo {
@@ -21,7 +24,11 @@ void softmax_cross_entropy_reference(const T* logits, const int* labels, int n, 
                                      T* probabilities);
 void softmax_cross_entropy_cpu(const float* logits, const int* labels, int n, int k, float* loss, float* grad_logits,
                                float* probabilities);
-void softmax_cross_entropy_cuda(const float* logits, const int* labels, int n, int k, float* loss, float* grad_logits,
-                                float* probabilities, int* bad_label, cudaStream_t stream);
+// T: float, or the 16-bit storage types Bf16/Fp16 of logits and grad_logits (FP32 math, the
+// gradient rounded once; loss and probabilities FP32).
+template <typename T>
+void softmax_cross_entropy_cuda(const T* logits, const int* labels, int n, int k, float* loss,
+                                std::type_identity_t<T>* grad_logits, float* probabilities, int* bad_label,
+                                cudaStream_t stream);
 
 }  // namespace yolo

@@ -13,6 +13,7 @@
 #include "runtime/check.h"
 #include "tests/kernel_harness.h"
 #include "tests/op_check.h"
+#include "tests/storage_check.h"
 
 using namespace yolo;
 using namespace yolo::testing;
@@ -187,4 +188,42 @@ TEST_CASE("softmax: bad arguments are reported") {
   CHECK_THROWS_WITH_AS(softmax_cross_entropy_cuda(logits.data(), labels.data(), 4, 5, &loss, nullptr, nullptr, nullptr,
                                                   nullptr),
                        doctest::Contains("bad_label"), Error);
+}
+
+namespace {
+
+// 16-bit logits: against the float reference on their widened values, the gradient rounded once
+// (expf may differ in the last FP32 bit: within 1 ulp of T, 99% bit for bit), loss and
+// probabilities in FP32.
+template <typename T>
+void check_softmax_storage(Device device) {
+  Rng rng;
+  CAPTURE(rng.seed());
+  const int n = 37, k = 13;
+  const std::vector<T> logits = random_storage<T>(rng, size_t(n) * k, -4.0f, 4.0f, false);
+  std::vector<int> labels(n);
+  for (int& l : labels) l = rng.integer(0, k - 1);
+  const std::vector<float> widened_logits = widened(logits);
+  std::vector<float> ref_grad(size_t(n) * k), ref_prob(size_t(n) * k);
+  float ref_loss = 0;
+  softmax_cross_entropy_reference<float>(widened_logits.data(), labels.data(), n, k, &ref_loss, ref_grad.data(),
+                                         ref_prob.data());
+  DeviceArray<T> d_logits(device, logits), d_grad(device, size_t(n) * k);
+  DeviceArray<int> d_labels(device, labels), d_flag(device, std::vector<int>{0});
+  DeviceArray<float> d_loss(device, 1), d_prob(device, size_t(n) * k);
+  d_grad.poison();
+  softmax_cross_entropy_cuda<T>(d_logits.data(), d_labels.data(), n, k, d_loss.data(), d_grad.data(), d_prob.data(),
+                                d_flag.data(), nullptr);
+  check_rounded_once(d_grad.download(), ref_grad, 1, 0.99);
+  CHECK_CLOSE(d_prob.download(), ref_prob, 1e-6, 1e-5);
+  CHECK(close(d_loss.download()[0], ref_loss, 1e-5, 1e-5));
+  CHECK(d_flag.download()[0] == 0);
+}
+
+}  // namespace
+
+TEST_CASE("softmax: cuda on bf16 and fp16 logits: the FP32 gradient rounded once") {
+  KERNEL_TEST_DEVICE(device);
+  check_softmax_storage<Bf16>(device);
+  check_softmax_storage<Fp16>(device);
 }
