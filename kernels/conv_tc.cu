@@ -253,30 +253,6 @@ struct BackwardWeightsEpilogue {
 
 // ---- kernels: grid (M tiles, N tiles, splits [x classes]) -----------------------------------------
 
-struct Split {
-  int k_begin, k_end;
-};
-__device__ __forceinline__ Split split_range(int k_size, int splits, int split, int bk) {
-  const int chunk = int(tc_split_chunk(k_size, splits, bk));
-  const int begin = min(k_size, split * chunk);
-  return {begin, min(k_size, begin + chunk)};
-}
-
-// Runs the main loop the launcher chose: cp.async (Async; vector loads) or register-staged.
-template <typename T, bool AK, bool BKm, int BM, int BN, bool Async, class LA, class LB>
-__device__ __forceinline__ void run_mainloop(LA& la, LB& lb, Split k, bool vec_a, bool vec_b,
-                                             float (&acc)[WarpTile<BM, BN>::MI][WarpTile<BM, BN>::NI][4]) {
-  DYNAMIC_SHARED(unsigned char, smem);
-  clear<BM, BN>(acc);
-  if constexpr (Async) {
-    mainloop_async<T, AK, BKm, BM, BN>(la, lb, k.k_begin, k.k_end, smem, acc);
-  } else {
-    if (vec_a && vec_b) mainloop_registers<T, AK, BKm, BM, BN, true, true>(la, lb, k.k_begin, k.k_end, smem, acc);
-    else if (vec_a) mainloop_registers<T, AK, BKm, BM, BN, true, false>(la, lb, k.k_begin, k.k_end, smem, acc);
-    else if (vec_b) mainloop_registers<T, AK, BKm, BM, BN, false, true>(la, lb, k.k_begin, k.k_end, smem, acc);
-    else mainloop_registers<T, AK, BKm, BM, BN, false, false>(la, lb, k.k_begin, k.k_end, smem, acc);
-  }
-}
 
 template <typename T, int BM, int BN, bool Async>
 __global__ void __launch_bounds__(kThreads, Async ? 2 : 1)
@@ -284,7 +260,7 @@ __global__ void __launch_bounds__(kThreads, Async ? 2 : 1)
                            float* partials, int splits, bool vec_in, bool vec_w) {
   const int m0 = int(blockIdx.x) * BM, n0 = int(blockIdx.y) * BN, split = int(blockIdx.z);
   const int k_size = g.k * g.k * g.c_in, pixels = g.n * g.oh * g.ow;
-  const Split k = split_range(k_size, splits, split, Tc<T>::BK);
+  const KRange k = split_range(k_size, splits, split, Tc<T>::BK);
   ForwardInput<T, BM> la(g, in, m0, k.k_begin);
   MatrixLoader<T, true, BN> lb(weights, k_size, g.c_out, k_size, n0, k.k_begin);
   float acc[WarpTile<BM, BN>::MI][WarpTile<BM, BN>::NI][4];
@@ -304,7 +280,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int split = int(blockIdx.z) % splits, rows = pc.rows(g);
   const int m0 = int(blockIdx.x) * BM, n0 = int(blockIdx.y) * BN;
   if (m0 >= rows) return;  // a smaller class: the whole block leaves
-  const Split k = split_range(pc.k_size(g), splits, split, Tc<T>::BK);
+  const KRange k = split_range(pc.k_size(g), splits, split, Tc<T>::BK);
   BackwardDataGrad<T, BM> la(g, pc, grad_out, m0, k.k_begin);
   BackwardDataWeights<T, BN> lb(g, pc, weights, n0, k.k_begin);
   float acc[WarpTile<BM, BN>::MI][WarpTile<BM, BN>::NI][4];
@@ -320,7 +296,7 @@ __global__ void __launch_bounds__(kThreads, Async ? 2 : 1)
                                     float* partials, int splits, bool vec_grad, bool vec_in) {
   const int m0 = int(blockIdx.x) * BM, n0 = int(blockIdx.y) * BN, split = int(blockIdx.z);
   const int pixels = g.n * g.oh * g.ow, cols = g.k * g.k * g.c_in;
-  const Split k = split_range(pixels, splits, split, Tc<T>::BK);
+  const KRange k = split_range(pixels, splits, split, Tc<T>::BK);
   MatrixLoader<T, false, BM> la(grad_out.data, grad_out.stride, g.c_out, pixels, m0, k.k_begin);
   BackwardWeightsInput<T, BN> lb(g, in, n0, k.k_begin);
   float acc[WarpTile<BM, BN>::MI][WarpTile<BM, BN>::NI][4];

@@ -113,21 +113,11 @@ __global__ void __launch_bounds__(kThreads, Async ? 2 : 1)
     gemm_tc_kernel(GemmShape s, const T* a, const T* b, const float* bias, Out* c, bool accumulate, float* partials,
                    int splits, bool vec_a, bool vec_b) {
   const int m0 = int(blockIdx.x) * BM, n0 = int(blockIdx.y) * BN, split = int(blockIdx.z);
-  const int chunk = int(tc_split_chunk(s.k, splits, Tc<T>::BK));
-  const int k_begin = min(s.k, split * chunk), k_end = min(s.k, k_begin + chunk);
-  MatrixLoader<T, AK, BM> la(a, s.a_pitch(), s.m, s.k, m0, k_begin);
-  MatrixLoader<T, BKm, BN> lb(b, s.b_pitch(), s.n, s.k, n0, k_begin);
+  const KRange k = split_range(s.k, splits, split, Tc<T>::BK);
+  MatrixLoader<T, AK, BM> la(a, s.a_pitch(), s.m, s.k, m0, k.k_begin);
+  MatrixLoader<T, BKm, BN> lb(b, s.b_pitch(), s.n, s.k, n0, k.k_begin);
   float acc[WarpTile<BM, BN>::MI][WarpTile<BM, BN>::NI][4];
-  DYNAMIC_SHARED(unsigned char, smem);
-  clear<BM, BN>(acc);
-  if constexpr (Async) {
-    mainloop_async<T, AK, BKm, BM, BN>(la, lb, k_begin, k_end, smem, acc);
-  } else {
-    if (vec_a && vec_b) mainloop_registers<T, AK, BKm, BM, BN, true, true>(la, lb, k_begin, k_end, smem, acc);
-    else if (vec_a) mainloop_registers<T, AK, BKm, BM, BN, true, false>(la, lb, k_begin, k_end, smem, acc);
-    else if (vec_b) mainloop_registers<T, AK, BKm, BM, BN, false, true>(la, lb, k_begin, k_end, smem, acc);
-    else mainloop_registers<T, AK, BKm, BM, BN, false, false>(la, lb, k_begin, k_end, smem, acc);
-  }
+  run_mainloop<T, AK, BKm, BM, BN, Async>(la, lb, k, vec_a, vec_b, acc);
   const GemmEpilogue<Out> epilogue{c, splits > 1 ? partials + size_t(split) * s.m * s.n : nullptr, bias, s.m, s.n,
                                    s.c_pitch(), accumulate};
   write_tile<BM, BN>(acc, m0, n0, epilogue);

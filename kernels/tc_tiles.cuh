@@ -304,6 +304,7 @@ __device__ __forceinline__ void mainloop_async(LA& la, LB& lb, int k_begin, int 
   mma::cp_async_wait<0>();
 }
 
+
 // Hands the thread's accumulators to epilogue.put2(row, col, v0, v1) (columns col and col + 1
 // of row; tile origin included; the epilogue checks bounds).
 template <int BM, int BN, class Epilogue>
@@ -329,6 +330,38 @@ __device__ __forceinline__ void clear(float (&acc)[WarpTile<BM, BN>::MI][WarpTil
     for (int j = 0; j < WarpTile<BM, BN>::NI; ++j)
 #pragma unroll
       for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
+}
+
+// K per split: a multiple of bk, so splits fall on stage boundaries.
+__host__ __device__ inline long long tc_split_chunk(long long k, int splits, int bk) {
+  const long long stages = (k + bk - 1) / bk;
+  return (stages + splits - 1) / splits * bk;
+}
+
+// The K range [k_begin, k_end) of split `split` of `splits` (chunks of whole stages).
+struct KRange {
+  int k_begin, k_end;
+};
+__device__ __forceinline__ KRange split_range(int k_size, int splits, int split, int bk) {
+  const int chunk = int(tc_split_chunk(k_size, splits, bk));
+  const int begin = min(k_size, split * chunk);
+  return {begin, min(k_size, begin + chunk)};
+}
+
+// Runs the main loop the launcher chose: cp.async (Async; vector loads) or register-staged.
+template <typename T, bool AK, bool BKm, int BM, int BN, bool Async, class LA, class LB>
+__device__ __forceinline__ void run_mainloop(LA& la, LB& lb, KRange k, bool vec_a, bool vec_b,
+                                             float (&acc)[WarpTile<BM, BN>::MI][WarpTile<BM, BN>::NI][4]) {
+  DYNAMIC_SHARED(unsigned char, smem);
+  clear<BM, BN>(acc);
+  if constexpr (Async) {
+    mainloop_async<T, AK, BKm, BM, BN>(la, lb, k.k_begin, k.k_end, smem, acc);
+  } else {
+    if (vec_a && vec_b) mainloop_registers<T, AK, BKm, BM, BN, true, true>(la, lb, k.k_begin, k.k_end, smem, acc);
+    else if (vec_a) mainloop_registers<T, AK, BKm, BM, BN, true, false>(la, lb, k.k_begin, k.k_end, smem, acc);
+    else if (vec_b) mainloop_registers<T, AK, BKm, BM, BN, false, true>(la, lb, k.k_begin, k.k_end, smem, acc);
+    else mainloop_registers<T, AK, BKm, BM, BN, false, false>(la, lb, k.k_begin, k.k_end, smem, acc);
+  }
 }
 
 // Stores two adjacent values of a row: dst[0], dst[1] (only dst[0] when `pair` is false), as
@@ -374,11 +407,6 @@ void with_plan(const TcPlan& plan, F&& launch) {
   return launch.template operator()<64, 64, false>();
 }
 
-// K per split: a multiple of bk, so splits fall on stage boundaries.
-__host__ __device__ inline long long tc_split_chunk(long long k, int splits, int bk) {
-  const long long stages = (k + bk - 1) / bk;
-  return (stages + splits - 1) / splits * bk;
-}
 
 // out[row][col] (pitch out_pitch; rows mapped through row_of when given) = (accumulate ? out : 0)
 // + sum over s < splits, in order, of parts[s][row][col] + (bias ? bias[col] : 0), as Out.
