@@ -591,6 +591,11 @@ void check_yolo_loss_storage(Device device) {
   YoloLossConfig config = make_yolo_loss_config(kYolov3Anchors, {3, 4, 5}, 6, 224, 160, 0.5f, 0.8f);
   Case k = make_case(config, 2, 5, 7, 9, 3, 1);
   random_truths_and_input(k, rng, 9, false);
+  // A truth exactly on the first mask anchor, so that one is assigned whatever the draw.
+  const int m = config.mask[0];
+  k.set_truth(0, 0, YoloTruth{rng.uniform(0, 1), rng.uniform(0, 1), kYolov3Anchors[2 * m] / config.net_w,
+                              kYolov3Anchors[2 * m + 1] / config.net_h, 0});
+  k.counts[0] = std::max(k.counts[0], 1);
   const std::vector<T> stored_input = stored<T>(k.input);
   k.input = widened(stored_input);
   const Outcome ref = run(k, Impl::Reference);
