@@ -15,6 +15,7 @@
 
 #include "kernels/gemm.h"
 #include "runtime/check.h"
+#include "tests/gemm_case.h"
 #include "tests/kernel_harness.h"
 #include "tests/op_check.h"
 #include "tests/test_support.h"
@@ -28,20 +29,6 @@ const float kNaN = std::numeric_limits<float>::quiet_NaN();
 
 std::vector<double> to_double(const std::vector<float>& v) { return std::vector<double>(v.begin(), v.end()); }
 
-struct GemmCase {
-  GemmShape s;
-  bool bias = true, accumulate = false;
-  // Stored sizes of A, B and C (rows x pitch).
-  size_t a_size() const { return size_t(s.trans_a ? s.k : s.m) * s.a_pitch(); }
-  size_t b_size() const { return size_t(s.trans_b ? s.n : s.k) * s.b_pitch(); }
-  size_t c_size() const { return size_t(s.m) * s.c_pitch(); }
-  bool in_c(size_t i) const { return int(i % size_t(s.c_pitch())) < s.n; }
-  std::string describe() const {
-    return std::to_string(s.m) + "x" + std::to_string(s.n) + "x" + std::to_string(s.k) + (s.trans_a ? " A^T" : " A") +
-           (s.trans_b ? " B^T" : " B") + " pitches " + std::to_string(s.a_pitch()) + "/" + std::to_string(s.b_pitch()) +
-           "/" + std::to_string(s.c_pitch()) + (bias ? " bias" : "") + (accumulate ? " accumulate" : "");
-  }
-};
 
 // C's elements (the gaps past n in each row excluded).
 template <typename T>

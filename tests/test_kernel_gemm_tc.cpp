@@ -11,6 +11,7 @@
 
 #include "kernels/gemm.h"
 #include "runtime/check.h"
+#include "tests/gemm_case.h"
 #include "tests/kernel_harness.h"
 #include "tests/tc_check.h"
 #include "tests/test_support.h"
@@ -20,19 +21,12 @@ using namespace yolo::testing;
 
 namespace {
 
-struct TcGemmCase {
-  GemmShape s;
-  bool bias = true, accumulate = false;
+// A gemm case and the tensor-core tiling it forces.
+struct TcGemmCase : GemmCase {
   int tile = -1, splits = 0, pipeline = 0;
-  size_t a_size() const { return size_t(s.trans_a ? s.k : s.m) * s.a_pitch(); }
-  size_t b_size() const { return size_t(s.trans_b ? s.n : s.k) * s.b_pitch(); }
-  size_t c_size() const { return size_t(s.m) * s.c_pitch(); }
-  bool in_c(size_t i) const { return int(i % size_t(s.c_pitch())) < s.n; }
   std::string describe() const {
-    return std::to_string(s.m) + "x" + std::to_string(s.n) + "x" + std::to_string(s.k) + (s.trans_a ? " A^T" : " A") +
-           (s.trans_b ? " B^T" : " B") + " pitches " + std::to_string(s.lda) + "/" + std::to_string(s.ldb) + "/" +
-           std::to_string(s.ldc) + (bias ? " bias" : "") + (accumulate ? " accumulate" : "") + " tile " +
-           std::to_string(tile) + " splits " + std::to_string(splits) + " pipeline " + std::to_string(pipeline);
+    return GemmCase::describe() + " tile " + std::to_string(tile) + " splits " + std::to_string(splits) +
+           " pipeline " + std::to_string(pipeline);
   }
 };
 
@@ -104,19 +98,19 @@ GemmShape shape(int m, int n, int k, bool ta, bool tb, int lda = 0, int ldb = 0,
 // The forward (A * B^T) and backward-data (A * B) layouts, C in T.
 std::vector<TcGemmCase> activation_cases() {
   return {
-      TcGemmCase{shape(37, 29, 45, false, true)},
-      TcGemmCase{shape(70, 33, 64, false, true, 72, 0, 40), false, true, 0, 2, 0},
-      TcGemmCase{shape(19, 150, 100, false, false), true, false, 1, 3, 1},
-      TcGemmCase{shape(64, 64, 48, false, false, 0, 0, 0), true, true, -1, 0, 2},
-      TcGemmCase{shape(5, 7, 3, false, true, 9, 11, 13)},
+      TcGemmCase{{shape(37, 29, 45, false, true)}},
+      TcGemmCase{{shape(70, 33, 64, false, true, 72, 0, 40), false, true}, 0, 2, 0},
+      TcGemmCase{{shape(19, 150, 100, false, false), true, false}, 1, 3, 1},
+      TcGemmCase{{shape(64, 64, 48, false, false, 0, 0, 0), true, true}, -1, 0, 2},
+      TcGemmCase{{shape(5, 7, 3, false, true, 9, 11, 13)}},
   };
 }
 // The weight-gradient layout (A^T * B), C in FP32.
 std::vector<TcGemmCase> weight_cases() {
   return {
-      TcGemmCase{shape(29, 45, 37, true, false), false},
-      TcGemmCase{shape(64, 40, 130, true, false, 72, 48, 0), false, true, 1, 4, 0},
-      TcGemmCase{shape(17, 9, 5, true, false), false, false, 0, 0, 1},
+      TcGemmCase{{shape(29, 45, 37, true, false), false}},
+      TcGemmCase{{shape(64, 40, 130, true, false, 72, 48, 0), false, true}, 1, 4, 0},
+      TcGemmCase{{shape(17, 9, 5, true, false), false, false}, 0, 0, 1},
   };
 }
 
