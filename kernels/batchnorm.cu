@@ -20,6 +20,7 @@
 #include "kernels/batchnorm.h"
 #include "kernels/batchnorm_shared.h"
 #include "kernels/common.cuh"
+#include "kernels/storage.cuh"
 
 namespace yolo {
 
@@ -108,9 +109,9 @@ __device__ __forceinline__ void for_each_thread_pixel(size_t begin, size_t end, 
 
 // Pass 1 of the training forward: per-block (mean, M2) of each channel -> partials[b][ch][2],
 // and the block's pixel count -> counts[b].
-template <int V>
+template <typename T, int V>
 __global__ void __launch_bounds__(kThreads)
-    forward_stats_kernel(ConstAct x, int pixel_blocks, float* partials, float* counts) {
+    forward_stats_kernel(NhwcView<const T> x, int pixel_blocks, float* partials, float* counts) {
   __shared__ float s_mean[kThreads * 4], s_m2[kThreads * 4], s_count[kThreads];
   const unsigned lanes = blockDim.x, rows = blockDim.y, tx = threadIdx.x, ty = threadIdx.y;
   const int unit = int(blockIdx.y * lanes + tx);
@@ -131,9 +132,9 @@ __global__ void __launch_bounds__(kThreads)
     }
   };
   if (active) {
-    const float* base = x.data + size_t(unit) * V + (begin + ty) * size_t(x.stride);
+    const T* base = x.data + size_t(unit) * V + (begin + ty) * size_t(x.stride);
     const size_t step_elems = size_t(rows) * x.stride;
-    auto load = [&](size_t, size_t i, float (&v)[V]) { load_floats<V>(base + i * step_elems, v); };
+    auto load = [&](size_t, size_t i, float (&v)[V]) { load_values<T, V>(base + i * step_elems, v); };
     for_each_thread_pixel<float[V]>(begin, end, ty, rows, load, [&](size_t, const float (&v)[V]) { step(v); });
   }
   // Tree over rows, fixed pairing: row r absorbs row r + s for s = rows/2, rows/4, ..., 1.
@@ -222,9 +223,10 @@ __global__ void __launch_bounds__(kFinalizeChannels* kFinalizeRows)
 
 // y = act((x - mean) * gamma / sqrt(var + eps) + beta), mean/var being the batch's (training)
 // or the running ones (inference). Block b covers pixel range b of apply_pixel_blocks.
-template <Activation A, int V>
-__global__ void __launch_bounds__(kThreads) apply_kernel(ConstAct x, Act y, int pixel_blocks, const float* mean,
-                                                         const float* var, const float* gamma, const float* beta) {
+template <Activation A, typename T, int V>
+__global__ void __launch_bounds__(kThreads)
+    apply_kernel(NhwcView<const T> x, NhwcView<T> y, int pixel_blocks, const float* mean, const float* var,
+                 const float* gamma, const float* beta) {
   const unsigned lanes = blockDim.x, rows = blockDim.y, tx = threadIdx.x, ty = threadIdx.y;
   const int unit = int(blockIdx.y * lanes + tx);
   if (unit * V >= x.c) return;
@@ -239,11 +241,11 @@ __global__ void __launch_bounds__(kThreads) apply_kernel(ConstAct x, Act y, int 
   const int block = int(blockIdx.x);
   const size_t pixels = x.pixels(), begin = range_begin(pixels, pixel_blocks, block),
                end = range_begin(pixels, pixel_blocks, block + 1);
-  auto load = [&](size_t p, size_t, float (&v)[V]) { load_floats<V>(x.data + p * x.stride + ch0, v); };
+  auto load = [&](size_t p, size_t, float (&v)[V]) { load_values<T, V>(x.data + p * x.stride + ch0, v); };
   auto transform_and_store = [&](size_t p, float (&v)[V]) {
 #pragma unroll
     for (int j = 0; j < V; ++j) v[j] = activate<A>((v[j] - mu[j]) * scale[j] + shift[j]);
-    store_floats<V>(y.data + p * y.stride + ch0, v);
+    store_values<T, V>(y.data + p * y.stride + ch0, v);
   };
   for_each_thread_pixel<float[V]>(begin, end, ty, rows, load, transform_and_store);
 }
@@ -253,24 +255,25 @@ template <int V>
 struct GradAndInput {
   float g[V], x[V];
 };
-template <Activation A, int V>
-__device__ __forceinline__ void load_grad_and_input(const ConstAct& y, const ConstAct& grad_y, const ConstAct& x,
-                                                    int ch0, size_t p, GradAndInput<V>& item) {
-  load_floats<V>(grad_y.data + p * grad_y.stride + ch0, item.g);
+template <Activation A, typename T, int V>
+__device__ __forceinline__ void load_grad_and_input(const NhwcView<const T>& y, const NhwcView<const T>& grad_y,
+                                                    const NhwcView<const T>& x, int ch0, size_t p,
+                                                    GradAndInput<V>& item) {
+  load_values<T, V>(grad_y.data + p * grad_y.stride + ch0, item.g);
   if constexpr (A != Activation::Linear) {
     float out[V];
-    load_floats<V>(y.data + p * y.stride + ch0, out);
+    load_values<T, V>(y.data + p * y.stride + ch0, out);
 #pragma unroll
     for (int j = 0; j < V; ++j) item.g[j] *= activation_gradient_from_output<A>(out[j]);
   }
-  load_floats<V>(x.data + p * x.stride + ch0, item.x);
+  load_values<T, V>(x.data + p * x.stride + ch0, item.x);
 }
 
 // Pass 1 of the backward: per-block sum g and sum g (x - mean) -> partials[b][ch][2].
-template <Activation A, int V>
+template <Activation A, typename T, int V>
 __global__ void __launch_bounds__(kThreads)
-    backward_stats_kernel(ConstAct y, ConstAct grad_y, ConstAct x, const float* saved_mean, int pixel_blocks,
-                          float* partials) {
+    backward_stats_kernel(NhwcView<const T> y, NhwcView<const T> grad_y, NhwcView<const T> x, const float* saved_mean,
+                          int pixel_blocks, float* partials) {
   __shared__ float s_g[kThreads * 4], s_gx[kThreads * 4];
   const unsigned lanes = blockDim.x, rows = blockDim.y, tx = threadIdx.x, ty = threadIdx.y;
   const int unit = int(blockIdx.y * lanes + tx);
@@ -283,7 +286,7 @@ __global__ void __launch_bounds__(kThreads)
   for (int j = 0; j < V; ++j) sum_g[j] = 0, sum_gx[j] = 0, mu[j] = active ? saved_mean[ch0 + j] : 0.0f;
   if (active) {
     auto load = [&](size_t p, size_t, GradAndInput<V>& item) {
-      load_grad_and_input<A, V>(y, grad_y, x, ch0, p, item);
+      load_grad_and_input<A, T, V>(y, grad_y, x, ch0, p, item);
     };
     auto accumulate = [&](size_t, const GradAndInput<V>& item) {
 #pragma unroll
@@ -342,11 +345,11 @@ __global__ void __launch_bounds__(kFinalizeChannels* kFinalizeRows)
 // Pass 3 of the backward: grad_x = a (g - grad_beta/m - xhat grad_gamma/m), a = gamma/sqrt(var+eps)
 // (a applied last, so g - grad_beta/m cancels exactly where it should, e.g. m = 1). inv_m = 1/m:
 // m is x's pixel count, or the total over the replicas (sync phase 5, with all-reduced sums).
-template <Activation A, int V>
+template <Activation A, typename T, int V>
 __global__ void __launch_bounds__(kThreads)
-    backward_apply_kernel(ConstAct y, ConstAct grad_y, ConstAct x, Act grad_x, int pixel_blocks, float inv_m,
-                          const float* gamma, const float* saved_mean, const float* saved_var,
-                          const float* grad_gamma, const float* grad_beta) {
+    backward_apply_kernel(NhwcView<const T> y, NhwcView<const T> grad_y, NhwcView<const T> x, NhwcView<T> grad_x,
+                          int pixel_blocks, float inv_m, const float* gamma, const float* saved_mean,
+                          const float* saved_var, const float* grad_gamma, const float* grad_beta) {
   const unsigned lanes = blockDim.x, rows = blockDim.y, tx = threadIdx.x, ty = threadIdx.y;
   const int unit = int(blockIdx.y * lanes + tx);
   if (unit * V >= x.c) return;
@@ -364,21 +367,22 @@ __global__ void __launch_bounds__(kThreads)
   const int block = int(blockIdx.x);
   const size_t begin = range_begin(pixels, pixel_blocks, block), end = range_begin(pixels, pixel_blocks, block + 1);
   auto load = [&](size_t p, size_t, GradAndInput<V>& item) {
-    load_grad_and_input<A, V>(y, grad_y, x, ch0, p, item);
+    load_grad_and_input<A, T, V>(y, grad_y, x, ch0, p, item);
   };
   auto finish = [&](size_t p, GradAndInput<V>& item) {
 #pragma unroll
     for (int j = 0; j < V; ++j) item.g[j] = a[j] * (item.g[j] - g_mean[j] - k_x[j] * (item.x[j] - mu[j]));
-    store_floats<V>(grad_x.data + p * grad_x.stride + ch0, item.g);
+    store_values<T, V>(grad_x.data + p * grad_x.stride + ch0, item.g);
   };
   for_each_thread_pixel<GradAndInput<V>>(begin, end, ty, rows, load, finish);
 }
 
 // Pass 1 of sync phases 1 and 2: per block and channel, the sum of x (Centered = false) or of
 // (x - mean)^2 with mean = sums / total_pixels (Centered) -> partials[b][ch].
-template <bool Centered, int V>
+template <bool Centered, typename T, int V>
 __global__ void __launch_bounds__(kThreads)
-    channel_sums_kernel(ConstAct x, const float* sums, double total_pixels, int pixel_blocks, float* partials) {
+    channel_sums_kernel(NhwcView<const T> x, const float* sums, double total_pixels, int pixel_blocks,
+                        float* partials) {
   __shared__ float s_sum[kThreads * 4];
   const unsigned lanes = blockDim.x, rows = blockDim.y, tx = threadIdx.x, ty = threadIdx.y;
   const int unit = int(blockIdx.y * lanes + tx);
@@ -390,7 +394,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
   for (int j = 0; j < V; ++j) sum[j] = 0, mu[j] = Centered && active ? mean_of(sums[ch0 + j], total_pixels) : 0.0f;
   if (active) {
-    auto load = [&](size_t p, size_t, float (&v)[V]) { load_floats<V>(x.data + p * x.stride + ch0, v); };
+    auto load = [&](size_t p, size_t, float (&v)[V]) { load_values<T, V>(x.data + p * x.stride + ch0, v); };
     auto accumulate = [&](size_t, const float (&v)[V]) {
 #pragma unroll
       for (int j = 0; j < V; ++j) {
@@ -454,88 +458,99 @@ __global__ void from_sums_finalize_kernel(int c, double total_pixels, const floa
   }
 }
 
-template <Activation A, int V>
-void launch_apply(const Tiling& t, ConstAct x, Act y, const float* mean, const float* var, const float* gamma,
-                  const float* beta, cudaStream_t stream) {
+template <Activation A, typename T>
+void launch_apply(bool vec4, NhwcView<const T> x, NhwcView<T> y, const float* mean, const float* var,
+                  const float* gamma, const float* beta, cudaStream_t stream) {
+  const Tiling t = tiling_for(x.c, vec4);
   const int pixel_blocks = apply_pixel_blocks(x.pixels(), t);
-  LAUNCH((apply_kernel<A, V>), dim3(unsigned(pixel_blocks), unsigned(t.channel_blocks)),
-         dim3(unsigned(t.lanes), unsigned(t.rows)), 0, stream, x, y, pixel_blocks, mean, var, gamma, beta);
+  const dim3 grid(unsigned(pixel_blocks), unsigned(t.channel_blocks)), block(unsigned(t.lanes), unsigned(t.rows));
+  if (vec4)
+    LAUNCH((apply_kernel<A, T, 4>), grid, block, 0, stream, x, y, pixel_blocks, mean, var, gamma, beta);
+  else
+    LAUNCH((apply_kernel<A, T, 1>), grid, block, 0, stream, x, y, pixel_blocks, mean, var, gamma, beta);
 }
 
-template <Activation A>
-void forward_training_cuda(ConstAct x, const float* gamma, const float* beta, Act y, float* saved_mean,
+template <Activation A, typename T>
+void forward_training_cuda(NhwcView<const T> x, const float* gamma, const float* beta, NhwcView<T> y, float* saved_mean,
                            float* saved_var, float* running_mean, float* running_var, float* partials,
                            cudaStream_t stream) {
-  const bool vec4 = float4_view(x) && float4_view(y);
+  const bool vec4 = quad_view(x) && quad_view(y);
   const Tiling t = tiling_for(x.c, vec4);
   const int blocks = stats_pixel_blocks(x.pixels(), t);
   const dim3 grid(unsigned(blocks), unsigned(t.channel_blocks)), block(unsigned(t.lanes), unsigned(t.rows));
   float* counts = partials + size_t(blocks) * size_t(x.c) * 2;
-  if (vec4) LAUNCH(forward_stats_kernel<4>, grid, block, 0, stream, x, blocks, partials, counts);
-  else LAUNCH(forward_stats_kernel<1>, grid, block, 0, stream, x, blocks, partials, counts);
+  if (vec4)
+    LAUNCH(forward_stats_kernel<T, 4>, grid, block, 0, stream, x, blocks, partials, counts);
+  else
+    LAUNCH(forward_stats_kernel<T, 1>, grid, block, 0, stream, x, blocks, partials, counts);
   LAUNCH(forward_finalize_kernel, dim3(ceil_div(size_t(x.c), kFinalizeChannels)),
          dim3(kFinalizeChannels, kFinalizeRows), 0, stream, x.c, x.pixels(), blocks,
          static_cast<const float*>(partials), static_cast<const float*>(counts), saved_mean, saved_var, running_mean,
          running_var);
-  if (vec4) launch_apply<A, 4>(t, x, y, saved_mean, saved_var, gamma, beta, stream);
-  else launch_apply<A, 1>(t, x, y, saved_mean, saved_var, gamma, beta, stream);
+  launch_apply<A, T>(vec4, x, y, saved_mean, saved_var, gamma, beta, stream);
 }
 
-bool backward_vec4(Activation act, const ConstAct& y, const ConstAct& grad_y, const ConstAct& x) {
-  return float4_view(grad_y) && float4_view(x) && (act == Activation::Linear || float4_view(y));
+template <typename T>
+bool backward_vec4(Activation act, const NhwcView<const T>& y, const NhwcView<const T>& grad_y,
+                   const NhwcView<const T>& x) {
+  return quad_view(grad_y) && quad_view(x) && (act == Activation::Linear || quad_view(y));
 }
 
 // Backward passes 1 and 2: grad_gamma, grad_beta (and sums2 when set) of x's pixels.
-template <Activation A>
-void backward_sums_cuda(bool vec4, ConstAct y, ConstAct grad_y, ConstAct x, const float* saved_mean,
-                        const float* saved_var, float* grad_gamma, float* grad_beta, float* sums2, float* partials,
-                        cudaStream_t stream) {
+template <Activation A, typename T>
+void backward_sums_cuda(bool vec4, NhwcView<const T> y, NhwcView<const T> grad_y, NhwcView<const T> x,
+                        const float* saved_mean, const float* saved_var, float* grad_gamma, float* grad_beta,
+                        float* sums2, float* partials, cudaStream_t stream) {
   const Tiling t = tiling_for(x.c, vec4);
   const int blocks = stats_pixel_blocks(x.pixels(), t);
   const dim3 grid(unsigned(blocks), unsigned(t.channel_blocks)), block(unsigned(t.lanes), unsigned(t.rows));
-  if (vec4) LAUNCH((backward_stats_kernel<A, 4>), grid, block, 0, stream, y, grad_y, x, saved_mean, blocks, partials);
-  else LAUNCH((backward_stats_kernel<A, 1>), grid, block, 0, stream, y, grad_y, x, saved_mean, blocks, partials);
+  if (vec4)
+    LAUNCH((backward_stats_kernel<A, T, 4>), grid, block, 0, stream, y, grad_y, x, saved_mean, blocks, partials);
+  else
+    LAUNCH((backward_stats_kernel<A, T, 1>), grid, block, 0, stream, y, grad_y, x, saved_mean, blocks, partials);
   LAUNCH(backward_finalize_kernel, dim3(ceil_div(size_t(x.c), kFinalizeChannels)),
          dim3(kFinalizeChannels, kFinalizeRows), 0, stream, x.c, blocks, static_cast<const float*>(partials),
          saved_var, grad_gamma, grad_beta, sums2);
 }
 
 // Backward pass 3 over x's pixels, with sums of g and g xhat over 1/inv_m pixels.
-template <Activation A>
-void backward_apply_cuda(bool vec4, ConstAct y, ConstAct grad_y, ConstAct x, Act grad_x, float inv_m,
-                         const float* gamma, const float* saved_mean, const float* saved_var,
-                         const float* sum_g_xhat, const float* sum_g, cudaStream_t stream) {
+template <Activation A, typename T>
+void backward_apply_cuda(bool vec4, NhwcView<const T> y, NhwcView<const T> grad_y, NhwcView<const T> x,
+                         NhwcView<T> grad_x, float inv_m, const float* gamma, const float* saved_mean,
+                         const float* saved_var, const float* sum_g_xhat, const float* sum_g, cudaStream_t stream) {
   const Tiling t = tiling_for(x.c, vec4);
   const int apply_blocks = apply_pixel_blocks(x.pixels(), t);
   const dim3 grid(unsigned(apply_blocks), unsigned(t.channel_blocks)), block(unsigned(t.lanes), unsigned(t.rows));
   if (vec4)
-    LAUNCH((backward_apply_kernel<A, 4>), grid, block, 0, stream, y, grad_y, x, grad_x, apply_blocks, inv_m, gamma,
+    LAUNCH((backward_apply_kernel<A, T, 4>), grid, block, 0, stream, y, grad_y, x, grad_x, apply_blocks, inv_m, gamma,
            saved_mean, saved_var, sum_g_xhat, sum_g);
   else
-    LAUNCH((backward_apply_kernel<A, 1>), grid, block, 0, stream, y, grad_y, x, grad_x, apply_blocks, inv_m, gamma,
+    LAUNCH((backward_apply_kernel<A, T, 1>), grid, block, 0, stream, y, grad_y, x, grad_x, apply_blocks, inv_m, gamma,
            saved_mean, saved_var, sum_g_xhat, sum_g);
 }
 
-template <Activation A>
-void backward_cuda(ConstAct y, ConstAct grad_y, ConstAct x, const float* gamma, const float* saved_mean,
-                   const float* saved_var, Act grad_x, float* grad_gamma, float* grad_beta, float* partials,
-                   cudaStream_t stream) {
-  const bool vec4 = backward_vec4(A, y, grad_y, x) && float4_view(grad_x);
-  backward_sums_cuda<A>(vec4, y, grad_y, x, saved_mean, saved_var, grad_gamma, grad_beta, nullptr, partials, stream);
-  backward_apply_cuda<A>(vec4, y, grad_y, x, grad_x, 1.0f / float(x.pixels()), gamma, saved_mean, saved_var,
-                         grad_gamma, grad_beta, stream);
+template <Activation A, typename T>
+void backward_cuda(NhwcView<const T> y, NhwcView<const T> grad_y, NhwcView<const T> x, const float* gamma,
+                   const float* saved_mean, const float* saved_var, NhwcView<T> grad_x, float* grad_gamma,
+                   float* grad_beta, float* partials, cudaStream_t stream) {
+  const bool vec4 = backward_vec4(A, y, grad_y, x) && quad_view(grad_x);
+  backward_sums_cuda<A, T>(vec4, y, grad_y, x, saved_mean, saved_var, grad_gamma, grad_beta, nullptr, partials, stream);
+  backward_apply_cuda<A, T>(vec4, y, grad_y, x, grad_x, 1.0f / float(x.pixels()), gamma, saved_mean, saved_var,
+                            grad_gamma, grad_beta, stream);
 }
 
 // Sync phases 1 and 2: per-channel sums of x, or of (x - sums/total_pixels)^2 (Centered).
-template <bool Centered>
-void channel_sums_cuda(ConstAct x, const float* sums, double total_pixels, float* out, float* partials,
+template <bool Centered, typename T>
+void channel_sums_cuda(NhwcView<const T> x, const float* sums, double total_pixels, float* out, float* partials,
                        cudaStream_t stream) {
-  const bool vec4 = float4_view(x);
+  const bool vec4 = quad_view(x);
   const Tiling t = tiling_for(x.c, vec4);
   const int blocks = stats_pixel_blocks(x.pixels(), t);
   const dim3 grid(unsigned(blocks), unsigned(t.channel_blocks)), block(unsigned(t.lanes), unsigned(t.rows));
-  if (vec4) LAUNCH((channel_sums_kernel<Centered, 4>), grid, block, 0, stream, x, sums, total_pixels, blocks, partials);
-  else LAUNCH((channel_sums_kernel<Centered, 1>), grid, block, 0, stream, x, sums, total_pixels, blocks, partials);
+  if (vec4)
+    LAUNCH((channel_sums_kernel<Centered, T, 4>), grid, block, 0, stream, x, sums, total_pixels, blocks, partials);
+  else
+    LAUNCH((channel_sums_kernel<Centered, T, 1>), grid, block, 0, stream, x, sums, total_pixels, blocks, partials);
   LAUNCH(sum_partials_kernel, dim3(ceil_div(size_t(x.c), kFinalizeChannels)), dim3(kFinalizeChannels, kFinalizeRows),
          0, stream, x.c, blocks, static_cast<const float*>(partials), out);
 }
@@ -555,109 +570,142 @@ size_t batchnorm_workspace_bytes(int n, int h, int w, int c) {
   return (blocks * size_t(c) * 2 + blocks) * sizeof(float);  // partials [block][c][2], counts [block]
 }
 
-void batchnorm_activation_forward_training_cuda(Activation act, ConstAct x, const float* gamma, const float* beta,
-                                                Act y, float* saved_mean, float* saved_var, float* running_mean,
-                                                float* running_var, void* workspace, size_t workspace_bytes,
-                                                cudaStream_t stream) {
+template <typename T>
+void batchnorm_activation_forward_training_cuda(Activation act, NhwcView<const T> x, const float* gamma,
+                                                const float* beta, NhwcView<T> y, float* saved_mean, float* saved_var,
+                                                float* running_mean, float* running_var, void* workspace,
+                                                size_t workspace_bytes, cudaStream_t stream) {
   const char* op = "batchnorm_activation_forward_training_cuda";
   check_forward_training(op, x, gamma, beta, y, saved_mean, saved_var, running_mean, running_var);
   check_workspace(op, x, workspace, workspace_bytes);
   if (x.c == 0) return;
   with_activation(act, "batchnorm", [&]<Activation A>() {
-    forward_training_cuda<A>(x, gamma, beta, y, saved_mean, saved_var, running_mean, running_var,
-                             static_cast<float*>(workspace), stream);
+    forward_training_cuda<A, T>(x, gamma, beta, y, saved_mean, saved_var, running_mean, running_var,
+                                static_cast<float*>(workspace), stream);
   });
 }
 
-void batchnorm_activation_forward_inference_cuda(Activation act, ConstAct x, const float* gamma, const float* beta,
-                                                 const float* running_mean, const float* running_var, Act y,
-                                                 cudaStream_t stream) {
+template <typename T>
+void batchnorm_activation_forward_inference_cuda(Activation act, NhwcView<const T> x, const float* gamma,
+                                                 const float* beta, const float* running_mean, const float* running_var,
+                                                 NhwcView<T> y, cudaStream_t stream) {
   check_forward_inference("batchnorm_activation_forward_inference_cuda", x, gamma, beta, running_mean, running_var,
                           y);
   if (x.elements() == 0) return;
-  const bool vec4 = float4_view(x) && float4_view(y);
-  const Tiling t = tiling_for(x.c, vec4);
+  const bool vec4 = quad_view(x) && quad_view(y);
   with_activation(act, "batchnorm", [&]<Activation A>() {
-    if (vec4) launch_apply<A, 4>(t, x, y, running_mean, running_var, gamma, beta, stream);
-    else launch_apply<A, 1>(t, x, y, running_mean, running_var, gamma, beta, stream);
+    launch_apply<A, T>(vec4, x, y, running_mean, running_var, gamma, beta, stream);
   });
 }
 
-void batchnorm_activation_backward_cuda(Activation act, ConstAct y, ConstAct grad_y, ConstAct x, const float* gamma,
-                                        const float* saved_mean, const float* saved_var, Act grad_x,
-                                        float* grad_gamma, float* grad_beta, void* workspace, size_t workspace_bytes,
-                                        cudaStream_t stream) {
+template <typename T>
+void batchnorm_activation_backward_cuda(Activation act, NhwcView<const T> y, NhwcView<const T> grad_y,
+                                        NhwcView<const T> x, const float* gamma, const float* saved_mean,
+                                        const float* saved_var, NhwcView<T> grad_x, float* grad_gamma, float* grad_beta,
+                                        void* workspace, size_t workspace_bytes, cudaStream_t stream) {
   const char* op = "batchnorm_activation_backward_cuda";
   check_backward(op, act, y, grad_y, x, gamma, saved_mean, saved_var, grad_x, grad_gamma, grad_beta);
   check_workspace(op, x, workspace, workspace_bytes);
   if (x.c == 0) return;
   with_activation(act, "batchnorm", [&]<Activation A>() {
-    backward_cuda<A>(y, grad_y, x, gamma, saved_mean, saved_var, grad_x, grad_gamma, grad_beta,
-                     static_cast<float*>(workspace), stream);
+    backward_cuda<A, T>(y, grad_y, x, gamma, saved_mean, saved_var, grad_x, grad_gamma, grad_beta,
+                        static_cast<float*>(workspace), stream);
   });
 }
 
-void batchnorm_sums_cuda(ConstAct x, float* sums, void* workspace, size_t workspace_bytes, cudaStream_t stream) {
+template <typename T>
+void batchnorm_sums_cuda(NhwcView<const T> x, float* sums, void* workspace, size_t workspace_bytes,
+                         cudaStream_t stream) {
   const char* op = "batchnorm_sums_cuda";
   check_sums(op, x, sums);
   check_workspace(op, x, workspace, workspace_bytes);
   if (x.c == 0) return;
-  channel_sums_cuda<false>(x, nullptr, 0.0, sums, static_cast<float*>(workspace), stream);
+  channel_sums_cuda<false, T>(x, nullptr, 0.0, sums, static_cast<float*>(workspace), stream);
 }
 
-void batchnorm_centered_squares_cuda(ConstAct x, const float* sums, double total_pixels, float* squares,
+template <typename T>
+void batchnorm_centered_squares_cuda(NhwcView<const T> x, const float* sums, double total_pixels, float* squares,
                                      void* workspace, size_t workspace_bytes, cudaStream_t stream) {
   const char* op = "batchnorm_centered_squares_cuda";
   check_centered_squares(op, x, sums, total_pixels, squares);
   check_workspace(op, x, workspace, workspace_bytes);
   if (x.c == 0) return;
-  channel_sums_cuda<true>(x, sums, total_pixels, squares, static_cast<float*>(workspace), stream);
+  channel_sums_cuda<true, T>(x, sums, total_pixels, squares, static_cast<float*>(workspace), stream);
 }
 
-void batchnorm_activation_forward_from_sums_cuda(Activation act, ConstAct x, const float* gamma, const float* beta,
-                                                 Act y, const float* sums, const float* squares, double total_pixels,
-                                                 float* saved_mean, float* saved_var, float* running_mean,
-                                                 float* running_var, cudaStream_t stream) {
+template <typename T>
+void batchnorm_activation_forward_from_sums_cuda(Activation act, NhwcView<const T> x, const float* gamma,
+                                                 const float* beta, NhwcView<T> y, const float* sums,
+                                                 const float* squares, double total_pixels, float* saved_mean,
+                                                 float* saved_var, float* running_mean, float* running_var,
+                                                 cudaStream_t stream) {
   check_forward_from_sums("batchnorm_activation_forward_from_sums_cuda", x, gamma, beta, y, sums, squares,
                           total_pixels, saved_mean, saved_var, running_mean, running_var);
   if (x.c == 0) return;
   LAUNCH(from_sums_finalize_kernel, dim3(ceil_div(size_t(x.c), kThreads)), dim3(kThreads), 0, stream, x.c,
          total_pixels, sums, squares, saved_mean, saved_var, running_mean, running_var);
-  const bool vec4 = float4_view(x) && float4_view(y);
-  const Tiling t = tiling_for(x.c, vec4);
-  with_activation(act, "batchnorm", [&]<Activation A>() {
-    if (vec4) launch_apply<A, 4>(t, x, y, saved_mean, saved_var, gamma, beta, stream);
-    else launch_apply<A, 1>(t, x, y, saved_mean, saved_var, gamma, beta, stream);
-  });
+  const bool vec4 = quad_view(x) && quad_view(y);
+  with_activation(act, "batchnorm",
+                  [&]<Activation A>() { launch_apply<A, T>(vec4, x, y, saved_mean, saved_var, gamma, beta, stream); });
 }
 
-void batchnorm_activation_backward_sums_cuda(Activation act, ConstAct y, ConstAct grad_y, ConstAct x,
-                                             const float* saved_mean, const float* saved_var, float* grad_gamma,
-                                             float* grad_beta, float* sums2, void* workspace, size_t workspace_bytes,
-                                             cudaStream_t stream) {
+template <typename T>
+void batchnorm_activation_backward_sums_cuda(Activation act, NhwcView<const T> y, NhwcView<const T> grad_y,
+                                             NhwcView<const T> x, const float* saved_mean, const float* saved_var,
+                                             float* grad_gamma, float* grad_beta, float* sums2, void* workspace,
+                                             size_t workspace_bytes, cudaStream_t stream) {
   const char* op = "batchnorm_activation_backward_sums_cuda";
   check_backward_sums(op, act, y, grad_y, x, saved_mean, saved_var, grad_gamma, grad_beta, sums2);
   check_workspace(op, x, workspace, workspace_bytes);
   if (x.c == 0) return;
   const bool vec4 = backward_vec4(act, y, grad_y, x);
   with_activation(act, "batchnorm", [&]<Activation A>() {
-    backward_sums_cuda<A>(vec4, y, grad_y, x, saved_mean, saved_var, grad_gamma, grad_beta, sums2,
-                          static_cast<float*>(workspace), stream);
+    backward_sums_cuda<A, T>(vec4, y, grad_y, x, saved_mean, saved_var, grad_gamma, grad_beta, sums2,
+                             static_cast<float*>(workspace), stream);
   });
 }
 
-void batchnorm_activation_backward_apply_cuda(Activation act, ConstAct y, ConstAct grad_y, ConstAct x,
-                                              const float* gamma, const float* saved_mean, const float* saved_var,
-                                              const float* sums2, double total_pixels, Act grad_x,
-                                              cudaStream_t stream) {
+template <typename T>
+void batchnorm_activation_backward_apply_cuda(Activation act, NhwcView<const T> y, NhwcView<const T> grad_y,
+                                              NhwcView<const T> x, const float* gamma, const float* saved_mean,
+                                              const float* saved_var, const float* sums2, double total_pixels,
+                                              NhwcView<T> grad_x, cudaStream_t stream) {
   check_backward_apply("batchnorm_activation_backward_apply_cuda", act, y, grad_y, x, gamma, saved_mean, saved_var,
                        sums2, total_pixels, grad_x);
   if (x.c == 0) return;
-  const bool vec4 = backward_vec4(act, y, grad_y, x) && float4_view(grad_x);
+  const bool vec4 = backward_vec4(act, y, grad_y, x) && quad_view(grad_x);
   with_activation(act, "batchnorm", [&]<Activation A>() {
-    backward_apply_cuda<A>(vec4, y, grad_y, x, grad_x, float(1.0 / total_pixels), gamma, saved_mean, saved_var,
-                           sums2 + x.c, sums2, stream);
+    backward_apply_cuda<A, T>(vec4, y, grad_y, x, grad_x, float(1.0 / total_pixels), gamma, saved_mean, saved_var,
+                              sums2 + x.c, sums2, stream);
   });
 }
+
+// The storage types of x, y and the gradients (per-channel arrays are float for all three).
+#define INSTANTIATE(T)                                                                                                \
+  template void batchnorm_activation_forward_training_cuda<T>(Activation, NhwcView<const T>, const float*,            \
+                                                              const float*, NhwcView<T>, float*, float*, float*,      \
+                                                              float*, void*, size_t, cudaStream_t);                   \
+  template void batchnorm_activation_forward_inference_cuda<T>(Activation, NhwcView<const T>, const float*,           \
+                                                               const float*, const float*, const float*, NhwcView<T>, \
+                                                               cudaStream_t);                                         \
+  template void batchnorm_activation_backward_cuda<T>(Activation, NhwcView<const T>, NhwcView<const T>,               \
+                                                      NhwcView<const T>, const float*, const float*, const float*,    \
+                                                      NhwcView<T>, float*, float*, void*, size_t, cudaStream_t);      \
+  template void batchnorm_sums_cuda<T>(NhwcView<const T>, float*, void*, size_t, cudaStream_t);                       \
+  template void batchnorm_centered_squares_cuda<T>(NhwcView<const T>, const float*, double, float*, void*, size_t,    \
+                                                   cudaStream_t);                                                     \
+  template void batchnorm_activation_forward_from_sums_cuda<T>(Activation, NhwcView<const T>, const float*,           \
+                                                               const float*, NhwcView<T>, const float*, const float*, \
+                                                               double, float*, float*, float*, float*, cudaStream_t); \
+  template void batchnorm_activation_backward_sums_cuda<T>(Activation, NhwcView<const T>, NhwcView<const T>,          \
+                                                           NhwcView<const T>, const float*, const float*, float*,     \
+                                                           float*, float*, void*, size_t, cudaStream_t);              \
+  template void batchnorm_activation_backward_apply_cuda<T>(                                                          \
+      Activation, NhwcView<const T>, NhwcView<const T>, NhwcView<const T>, const float*, const float*, const float*,  \
+      const float*, double, NhwcView<T>, cudaStream_t);
+INSTANTIATE(float)
+INSTANTIATE(Bf16)
+INSTANTIATE(Fp16)
+#undef INSTANTIATE
 
 }  // namespace yolo

@@ -25,6 +25,11 @@ namespace yolo {
 constexpr float kBatchNormEpsilon = 1e-5f;
 constexpr float kBatchNormMomentum = 0.01f;  // weight of the new batch in the running statistics
 
+// The _cuda ops take x, y and the gradients in a storage type T: float, or Bf16/Fp16 for
+// --precision bf16/fp16 (read as FP32, every statistic and reduction in FP32, y and grad_x
+// rounded once to T); gamma, beta, the statistics and the gamma/beta gradients are float for
+// every T. The _reference and _cpu versions take one type throughout.
+//
 // Bytes of device workspace the training _cuda launchers (forward and backward) need for an
 // n x h x w x c input: per-block partial statistics. The _cpu versions ignore their workspace.
 // Determinism: the reductions' order is fixed by the shape alone, so the same inputs give the
@@ -41,10 +46,11 @@ void batchnorm_activation_forward_training_reference(Activation act, NhwcView<co
 void batchnorm_activation_forward_training_cpu(Activation act, ConstAct x, const float* gamma, const float* beta,
                                                Act y, float* saved_mean, float* saved_var, float* running_mean,
                                                float* running_var, void* workspace, size_t workspace_bytes);
-void batchnorm_activation_forward_training_cuda(Activation act, ConstAct x, const float* gamma, const float* beta,
-                                                Act y, float* saved_mean, float* saved_var, float* running_mean,
-                                                float* running_var, void* workspace, size_t workspace_bytes,
-                                                cudaStream_t stream);
+template <typename T>
+void batchnorm_activation_forward_training_cuda(Activation act, NhwcView<const T> x, const float* gamma,
+                                                const float* beta, NhwcView<T> y, float* saved_mean, float* saved_var,
+                                                float* running_mean, float* running_var, void* workspace,
+                                                size_t workspace_bytes, cudaStream_t stream);
 
 // Inference forward: y = act(gamma * (x - running_mean) / sqrt(running_var + eps) + beta).
 template <typename T>
@@ -53,9 +59,10 @@ void batchnorm_activation_forward_inference_reference(Activation act, NhwcView<c
                                                       NhwcView<T> y);
 void batchnorm_activation_forward_inference_cpu(Activation act, ConstAct x, const float* gamma, const float* beta,
                                                 const float* running_mean, const float* running_var, Act y);
-void batchnorm_activation_forward_inference_cuda(Activation act, ConstAct x, const float* gamma, const float* beta,
-                                                 const float* running_mean, const float* running_var, Act y,
-                                                 cudaStream_t stream);
+template <typename T>
+void batchnorm_activation_forward_inference_cuda(Activation act, NhwcView<const T> x, const float* gamma,
+                                                 const float* beta, const float* running_mean, const float* running_var,
+                                                 NhwcView<T> y, cudaStream_t stream);
 
 // Training backward. y: the forward's output (not read for Activation::Linear, where it may be
 // an empty view); x: the batchnorm's input; saved_mean/saved_var: from the training forward.
@@ -66,10 +73,11 @@ void batchnorm_activation_backward_reference(Activation act, NhwcView<const T> y
 void batchnorm_activation_backward_cpu(Activation act, ConstAct y, ConstAct grad_y, ConstAct x, const float* gamma,
                                        const float* saved_mean, const float* saved_var, Act grad_x,
                                        float* grad_gamma, float* grad_beta, void* workspace, size_t workspace_bytes);
-void batchnorm_activation_backward_cuda(Activation act, ConstAct y, ConstAct grad_y, ConstAct x, const float* gamma,
-                                        const float* saved_mean, const float* saved_var, Act grad_x,
-                                        float* grad_gamma, float* grad_beta, void* workspace, size_t workspace_bytes,
-                                        cudaStream_t stream);
+template <typename T>
+void batchnorm_activation_backward_cuda(Activation act, NhwcView<const T> y, NhwcView<const T> grad_y,
+                                        NhwcView<const T> x, const float* gamma, const float* saved_mean,
+                                        const float* saved_var, NhwcView<T> grad_x, float* grad_gamma, float* grad_beta,
+                                        void* workspace, size_t workspace_bytes, cudaStream_t stream);
 
 // ---- plain batchnorm (the fused ops with Activation::Linear) ---------------------------------
 
@@ -164,14 +172,17 @@ inline void batchnorm_backward_cuda(ConstAct grad_y, ConstAct x, const float* ga
 template <typename T>
 void batchnorm_sums_reference(NhwcView<const T> x, T* sums);
 void batchnorm_sums_cpu(ConstAct x, float* sums, void* workspace, size_t workspace_bytes);
-void batchnorm_sums_cuda(ConstAct x, float* sums, void* workspace, size_t workspace_bytes, cudaStream_t stream);
+template <typename T>
+void batchnorm_sums_cuda(NhwcView<const T> x, float* sums, void* workspace, size_t workspace_bytes,
+                         cudaStream_t stream);
 
 // Phase 2: squares[ch] = sum over x's pixels of (x - sums[ch]/total_pixels)^2 (sums all-reduced).
 template <typename T>
 void batchnorm_centered_squares_reference(NhwcView<const T> x, const T* sums, double total_pixels, T* squares);
 void batchnorm_centered_squares_cpu(ConstAct x, const float* sums, double total_pixels, float* squares,
                                     void* workspace, size_t workspace_bytes);
-void batchnorm_centered_squares_cuda(ConstAct x, const float* sums, double total_pixels, float* squares,
+template <typename T>
+void batchnorm_centered_squares_cuda(NhwcView<const T> x, const float* sums, double total_pixels, float* squares,
                                      void* workspace, size_t workspace_bytes, cudaStream_t stream);
 
 // Phase 3: the training forward from all-reduced sums and squares. running_mean/running_var:
@@ -185,10 +196,12 @@ void batchnorm_activation_forward_from_sums_cpu(Activation act, ConstAct x, cons
                                                 Act y, const float* sums, const float* squares, double total_pixels,
                                                 float* saved_mean, float* saved_var, float* running_mean,
                                                 float* running_var);
-void batchnorm_activation_forward_from_sums_cuda(Activation act, ConstAct x, const float* gamma, const float* beta,
-                                                 Act y, const float* sums, const float* squares, double total_pixels,
-                                                 float* saved_mean, float* saved_var, float* running_mean,
-                                                 float* running_var, cudaStream_t stream);
+template <typename T>
+void batchnorm_activation_forward_from_sums_cuda(Activation act, NhwcView<const T> x, const float* gamma,
+                                                 const float* beta, NhwcView<T> y, const float* sums,
+                                                 const float* squares, double total_pixels, float* saved_mean,
+                                                 float* saved_var, float* running_mean, float* running_var,
+                                                 cudaStream_t stream);
 
 // Phase 4: this replica's grad_gamma and grad_beta (c floats each) and sums2 (2c floats). y as in
 // the fused backward (not read for Activation::Linear, where it may be an empty view).
@@ -199,10 +212,11 @@ void batchnorm_activation_backward_sums_reference(Activation act, NhwcView<const
 void batchnorm_activation_backward_sums_cpu(Activation act, ConstAct y, ConstAct grad_y, ConstAct x,
                                             const float* saved_mean, const float* saved_var, float* grad_gamma,
                                             float* grad_beta, float* sums2, void* workspace, size_t workspace_bytes);
-void batchnorm_activation_backward_sums_cuda(Activation act, ConstAct y, ConstAct grad_y, ConstAct x,
-                                             const float* saved_mean, const float* saved_var, float* grad_gamma,
-                                             float* grad_beta, float* sums2, void* workspace, size_t workspace_bytes,
-                                             cudaStream_t stream);
+template <typename T>
+void batchnorm_activation_backward_sums_cuda(Activation act, NhwcView<const T> y, NhwcView<const T> grad_y,
+                                             NhwcView<const T> x, const float* saved_mean, const float* saved_var,
+                                             float* grad_gamma, float* grad_beta, float* sums2, void* workspace,
+                                             size_t workspace_bytes, cudaStream_t stream);
 
 // Phase 5: grad_x from the all-reduced sums2.
 template <typename T>
@@ -213,9 +227,10 @@ void batchnorm_activation_backward_apply_reference(Activation act, NhwcView<cons
 void batchnorm_activation_backward_apply_cpu(Activation act, ConstAct y, ConstAct grad_y, ConstAct x,
                                              const float* gamma, const float* saved_mean, const float* saved_var,
                                              const float* sums2, double total_pixels, Act grad_x);
-void batchnorm_activation_backward_apply_cuda(Activation act, ConstAct y, ConstAct grad_y, ConstAct x,
-                                              const float* gamma, const float* saved_mean, const float* saved_var,
-                                              const float* sums2, double total_pixels, Act grad_x,
-                                              cudaStream_t stream);
+template <typename T>
+void batchnorm_activation_backward_apply_cuda(Activation act, NhwcView<const T> y, NhwcView<const T> grad_y,
+                                              NhwcView<const T> x, const float* gamma, const float* saved_mean,
+                                              const float* saved_var, const float* sums2, double total_pixels,
+                                              NhwcView<T> grad_x, cudaStream_t stream);
 
 }  // namespace yolo

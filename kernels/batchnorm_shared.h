@@ -1,5 +1,6 @@
 // What batchnorm's CPU (batchnorm_cpu.cpp) and CUDA (batchnorm.cu) halves share: the argument
-// checks every entry point runs, Chan's merge of partial statistics, and the synchronized phases'
+// checks every entry point runs (T: the tensors' element type; P: the per-channel arrays', float
+// on the CUDA paths whatever T is), Chan's merge of partial statistics, and the synchronized phases'
 // mean. Internal to the batchnorm family.
 #pragma once
 #include <cstddef>
@@ -44,9 +45,10 @@ inline void check_training_input(const char* op, const NhwcView<const T>& x) {
                 std::to_string(x.h) + "x" + std::to_string(x.w) + ")");
 }
 
-template <typename T>
-inline void check_forward_training(const char* op, NhwcView<const T> x, const T* gamma, const T* beta, NhwcView<T> y,
-                            const T* saved_mean, const T* saved_var, const T* running_mean, const T* running_var) {
+template <typename T, typename P>
+inline void check_forward_training(const char* op, NhwcView<const T> x, const P* gamma, const P* beta, NhwcView<T> y,
+                                   const P* saved_mean, const P* saved_var, const P* running_mean,
+                                   const P* running_var) {
   check_training_input(op, x);
   check_view_arg(y, op, "y");
   check_same_view_shape(y, x, op, "y", "x");
@@ -58,9 +60,9 @@ inline void check_forward_training(const char* op, NhwcView<const T> x, const T*
     throw Error(std::string(op) + ": running_mean and running_var must both be set or both be null");
 }
 
-template <typename T>
-inline void check_forward_inference(const char* op, NhwcView<const T> x, const T* gamma, const T* beta,
-                             const T* running_mean, const T* running_var, NhwcView<T> y) {
+template <typename T, typename P>
+inline void check_forward_inference(const char* op, NhwcView<const T> x, const P* gamma, const P* beta,
+                                    const P* running_mean, const P* running_var, NhwcView<T> y) {
   check_view_arg(x, op, "x");
   check_view_arg(y, op, "y");
   check_same_view_shape(y, x, op, "y", "x");
@@ -70,10 +72,10 @@ inline void check_forward_inference(const char* op, NhwcView<const T> x, const T
   check_array(op, "running_var", running_var, x.c);
 }
 
-template <typename T>
+template <typename T, typename P>
 inline void check_backward(const char* op, Activation act, NhwcView<const T> y, NhwcView<const T> grad_y,
-                    NhwcView<const T> x, const T* gamma, const T* saved_mean, const T* saved_var, NhwcView<T> grad_x,
-                    const T* grad_gamma, const T* grad_beta) {
+                           NhwcView<const T> x, const P* gamma, const P* saved_mean, const P* saved_var,
+                           NhwcView<T> grad_x, const P* grad_gamma, const P* grad_beta) {
   check_training_input(op, x);
   check_view_arg(grad_y, op, "grad_y");
   check_view_arg(grad_x, op, "grad_x");
@@ -102,24 +104,24 @@ inline void check_total_pixels(const char* op, double total_pixels, size_t pixel
   throw Error(text.str());
 }
 
-template <typename T>
-inline void check_sums(const char* op, NhwcView<const T> x, const T* sums) {
+template <typename T, typename P>
+inline void check_sums(const char* op, NhwcView<const T> x, const P* sums) {
   check_training_input(op, x);
   check_array(op, "sums", sums, x.c);
 }
 
-template <typename T>
-inline void check_centered_squares(const char* op, NhwcView<const T> x, const T* sums, double total_pixels,
-                            const T* squares) {
+template <typename T, typename P>
+inline void check_centered_squares(const char* op, NhwcView<const T> x, const P* sums, double total_pixels,
+                                   const P* squares) {
   check_sums(op, x, sums);
   check_total_pixels(op, total_pixels, x.pixels());
   check_array(op, "squares", squares, x.c);
 }
 
-template <typename T>
-inline void check_forward_from_sums(const char* op, NhwcView<const T> x, const T* gamma, const T* beta, NhwcView<T> y,
-                             const T* sums, const T* squares, double total_pixels, const T* saved_mean,
-                             const T* saved_var, const T* running_mean, const T* running_var) {
+template <typename T, typename P>
+inline void check_forward_from_sums(const char* op, NhwcView<const T> x, const P* gamma, const P* beta, NhwcView<T> y,
+                                    const P* sums, const P* squares, double total_pixels, const P* saved_mean,
+                                    const P* saved_var, const P* running_mean, const P* running_var) {
   check_forward_training(op, x, gamma, beta, y, saved_mean, saved_var, running_mean, running_var);
   check_array(op, "sums", sums, x.c);
   check_array(op, "squares", squares, x.c);
@@ -127,9 +129,9 @@ inline void check_forward_from_sums(const char* op, NhwcView<const T> x, const T
 }
 
 // What both backward phases read: x, grad_y, y (unless linear), the saved statistics and sums2.
-template <typename T>
+template <typename T, typename P>
 inline void check_sync_backward_inputs(const char* op, Activation act, NhwcView<const T> y, NhwcView<const T> grad_y,
-                                NhwcView<const T> x, const T* saved_mean, const T* saved_var, const T* sums2) {
+                                       NhwcView<const T> x, const P* saved_mean, const P* saved_var, const P* sums2) {
   check_training_input(op, x);
   check_view_arg(grad_y, op, "grad_y");
   check_same_view_shape(grad_y, x, op, "grad_y", "x");
@@ -142,19 +144,19 @@ inline void check_sync_backward_inputs(const char* op, Activation act, NhwcView<
   check_array(op, "sums2", sums2, x.c);
 }
 
-template <typename T>
+template <typename T, typename P>
 inline void check_backward_sums(const char* op, Activation act, NhwcView<const T> y, NhwcView<const T> grad_y,
-                         NhwcView<const T> x, const T* saved_mean, const T* saved_var, const T* grad_gamma,
-                         const T* grad_beta, const T* sums2) {
+                                NhwcView<const T> x, const P* saved_mean, const P* saved_var, const P* grad_gamma,
+                                const P* grad_beta, const P* sums2) {
   check_sync_backward_inputs(op, act, y, grad_y, x, saved_mean, saved_var, sums2);
   check_array(op, "grad_gamma", grad_gamma, x.c);
   check_array(op, "grad_beta", grad_beta, x.c);
 }
 
-template <typename T>
+template <typename T, typename P>
 inline void check_backward_apply(const char* op, Activation act, NhwcView<const T> y, NhwcView<const T> grad_y,
-                          NhwcView<const T> x, const T* gamma, const T* saved_mean, const T* saved_var,
-                          const T* sums2, double total_pixels, NhwcView<T> grad_x) {
+                                 NhwcView<const T> x, const P* gamma, const P* saved_mean, const P* saved_var,
+                                 const P* sums2, double total_pixels, NhwcView<T> grad_x) {
   check_sync_backward_inputs(op, act, y, grad_y, x, saved_mean, saved_var, sums2);
   check_view_arg(grad_x, op, "grad_x");
   check_same_view_shape(grad_x, x, op, "grad_x", "x");
@@ -162,7 +164,8 @@ inline void check_backward_apply(const char* op, Activation act, NhwcView<const 
   check_total_pixels(op, total_pixels, x.pixels());
 }
 
-inline void check_workspace(const char* op, const ConstAct& x, const void* workspace, size_t workspace_bytes) {
+template <typename T>
+inline void check_workspace(const char* op, const NhwcView<const T>& x, const void* workspace, size_t workspace_bytes) {
   size_t need = batchnorm_workspace_bytes(x.n, x.h, x.w, x.c);
   if (workspace_bytes < need)
     throw Error(std::string(op) + ": workspace of " + std::to_string(workspace_bytes) + " bytes, needs " +

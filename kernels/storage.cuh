@@ -16,13 +16,18 @@ namespace yolo {
 template <typename T>
 constexpr int kVector = int(16 / sizeof(T));
 
+// V = 1, 4 (one 16-byte float4 or 8-byte access of 16-bit values: quad_view) or kVector<T>.
 template <typename T, int V>
 __device__ __forceinline__ void load_values(const T* p, float (&v)[V]) {
-  static_assert(V == 1 || V == kVector<T>, "1 element, or one 16-byte access");
+  static_assert(V == 1 || V == 4 || V == kVector<T>, "1 element, 4, or one 16-byte access");
   if constexpr (std::is_same_v<T, float>) {
     load_floats<V>(p, v);
   } else if constexpr (V == 1) {
     v[0] = to_float(*p);
+  } else if constexpr (V == 4) {
+    const uint2 q = *reinterpret_cast<const uint2*>(p);
+    v[0] = to_float(T{uint16_t(q.x & 0xffffu)}), v[1] = to_float(T{uint16_t(q.x >> 16)});
+    v[2] = to_float(T{uint16_t(q.y & 0xffffu)}), v[3] = to_float(T{uint16_t(q.y >> 16)});
   } else {
     const uint4 q = *reinterpret_cast<const uint4*>(p);
     const uint32_t w[4] = {q.x, q.y, q.z, q.w};
@@ -36,11 +41,15 @@ __device__ __forceinline__ void load_values(const T* p, float (&v)[V]) {
 
 template <typename T, int V>
 __device__ __forceinline__ void store_values(T* p, const float (&v)[V]) {
-  static_assert(V == 1 || V == kVector<T>, "1 element, or one 16-byte access");
+  static_assert(V == 1 || V == 4 || V == kVector<T>, "1 element, 4, or one 16-byte access");
   if constexpr (std::is_same_v<T, float>) {
     store_floats<V>(p, v);
   } else if constexpr (V == 1) {
     *p = from_float<T>(v[0]);
+  } else if constexpr (V == 4) {
+    const uint32_t lo = uint32_t(from_float<T>(v[0]).bits) | uint32_t(from_float<T>(v[1]).bits) << 16,
+                   hi = uint32_t(from_float<T>(v[2]).bits) | uint32_t(from_float<T>(v[3]).bits) << 16;
+    *reinterpret_cast<uint2*>(p) = make_uint2(lo, hi);
   } else {
     uint32_t w[4];
 #pragma unroll
@@ -91,6 +100,14 @@ template <typename T>
 bool vector_view(const NhwcView<T>& v) {
   using E = std::remove_const_t<T>;
   return v.c % kVector<E> == 0 && v.stride % kVector<E> == 0 && reinterpret_cast<uintptr_t>(v.data) % 16 == 0;
+}
+
+// Whether every 4 channels of the view, from channel 0, can be one access of 4 elements (16 bytes
+// of float, 8 of a 16-bit type): float4_view for any storage type.
+template <typename T>
+bool quad_view(const NhwcView<T>& v) {
+  using E = std::remove_const_t<T>;
+  return v.c % 4 == 0 && v.stride % 4 == 0 && reinterpret_cast<uintptr_t>(v.data) % (4 * sizeof(E)) == 0;
 }
 
 }  // namespace yolo
