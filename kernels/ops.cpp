@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <span>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -19,43 +20,110 @@ namespace {
 template <typename Cpu, typename Gpu>
 void dispatch(const OpContext& c, const char* op, Cpu&& cpu, Gpu&& gpu) {
   if (!c.stream) throw Error(std::string(op) + ": the op context has no stream");
-  if (c.stream->device().runs_kernels()) gpu(c.stream->native());
-  else c.stream->enqueue(std::forward<Cpu>(cpu));
+  if (c.stream->device().runs_kernels()) {
+    gpu(c.stream->native());
+  } else {
+    if (stores_16_bits(c.precision))
+      throw Error(std::string(op) + ": precision " + precision_name(c.precision) +
+                  " keeps activations in 16 bits; the CPU backend computes fp32");
+    c.stream->enqueue(std::forward<Cpu>(cpu));
+  }
 }
 
-// Whether conv/gemm run on tensor cores (tf32); throws for what the float entry points cannot run.
+// The activation views (and the conv/connected weights) as the storage type T they hold (ops.h:
+// with bf16/fp16 their float pointers point at 16-bit elements; counts and strides are elements).
+template <typename T>
+NhwcView<const T> as(ConstAct v) {
+  return {reinterpret_cast<const T*>(v.data), v.n, v.h, v.w, v.c, v.stride};
+}
+template <typename T>
+NhwcView<T> as(Act v) {
+  return {reinterpret_cast<T*>(v.data), v.n, v.h, v.w, v.c, v.stride};
+}
+template <typename T>
+const T* as(const float* p) {
+  return reinterpret_cast<const T*>(p);
+}
+template <typename T>
+T* as(float* p) {
+  return reinterpret_cast<T*>(p);
+}
+
+// Calls f.template operator()<T>() with T the activations' storage type in c's precision.
+template <typename F>
+void with_storage(const OpContext& c, F&& f) {
+  switch (c.precision) {
+    case Precision::Bf16:
+      return f.template operator()<Bf16>();
+    case Precision::Fp16:
+      return f.template operator()<Fp16>();
+    default:
+      return f.template operator()<float>();
+  }
+}
+
+// Whether conv/gemm run on tensor cores (every precision but fp32); the CPU backend computes fp32.
 bool tensor_cores(const OpContext& c, const char* op) {
   if (c.precision == Precision::Fp32) return false;
-  if (c.precision != Precision::Tf32)
-    throw Error(std::string(op) + ": precision " + precision_name(c.precision) +
-                " needs 16-bit activations, which this entry point does not take (use fp32 or tf32)");
   if (c.stream && !c.stream->device().runs_kernels())
-    throw Error(std::string(op) + ": precision tf32 runs on tensor cores; the CPU backend computes fp32");
+    throw Error(std::string(op) + ": precision " + precision_name(c.precision) +
+                " runs on tensor cores; the CPU backend computes fp32");
   return true;
 }
 
 }  // namespace
 
+namespace {
+template <typename T>
+size_t conv2d_tc_workspace_bytes(const Conv2dShape& s) {
+  return std::max({conv2d_forward_tc_workspace_bytes<T>(s), conv2d_backward_data_tc_workspace_bytes<T>(s),
+                   conv2d_backward_weights_tc_workspace_bytes<T>(s)});
+}
+}  // namespace
+
 size_t conv2d_workspace_bytes(Precision precision, const Conv2dShape& s) {
-  if (precision == Precision::Tf32)
-    return std::max({conv2d_forward_tc_workspace_bytes<float>(s), conv2d_backward_data_tc_workspace_bytes<float>(s),
-                     conv2d_backward_weights_tc_workspace_bytes<float>(s)});
-  return std::max({conv2d_forward_workspace_bytes(s), conv2d_backward_data_workspace_bytes(s),
-                   conv2d_backward_weights_workspace_bytes(s)});
+  switch (precision) {
+    case Precision::Tf32:
+      return conv2d_tc_workspace_bytes<float>(s);
+    case Precision::Bf16:
+      return conv2d_tc_workspace_bytes<Bf16>(s);
+    case Precision::Fp16:
+      return conv2d_tc_workspace_bytes<Fp16>(s);
+    default:
+      return std::max({conv2d_forward_workspace_bytes(s), conv2d_backward_data_workspace_bytes(s),
+                       conv2d_backward_weights_workspace_bytes(s)});
+  }
 }
 
 size_t gemm_workspace_bytes(Precision precision, const GemmShape& s) {
-  return precision == Precision::Tf32 ? gemm_tc_workspace_bytes<float, float>(s) : gemm_workspace_bytes(s);
+  // 16-bit: A^T B is a weight gradient (FP32 out), the other layouts 16-bit out (ops.h).
+  switch (precision) {
+    case Precision::Tf32:
+      return gemm_tc_workspace_bytes<float, float>(s);
+    case Precision::Bf16:
+      return s.trans_a ? gemm_tc_workspace_bytes<Bf16, float>(s) : gemm_tc_workspace_bytes<Bf16, Bf16>(s);
+    case Precision::Fp16:
+      return s.trans_a ? gemm_tc_workspace_bytes<Fp16, float>(s) : gemm_tc_workspace_bytes<Fp16, Fp16>(s);
+    default:
+      return gemm_workspace_bytes(s);
+  }
 }
 
 void activation_forward(const OpContext& c, Activation kind, ConstAct x, Act y) {
-  dispatch(c, "activation_forward", [=] { activation_forward_cpu(kind, x, y); },
-           [&](cudaStream_t s) { activation_forward_cuda(kind, x, y, s); });
+  dispatch(
+      c, "activation_forward", [=] { activation_forward_cpu(kind, x, y); },
+      [&](cudaStream_t s) {
+        with_storage(c, [&]<typename T>() { activation_forward_cuda<T>(kind, as<T>(x), as<T>(y), s); });
+      });
 }
 
 void activation_backward(const OpContext& c, Activation kind, ConstAct y, ConstAct grad_y, Act grad_x) {
-  dispatch(c, "activation_backward", [=] { activation_backward_cpu(kind, y, grad_y, grad_x); },
-           [&](cudaStream_t s) { activation_backward_cuda(kind, y, grad_y, grad_x, s); });
+  dispatch(
+      c, "activation_backward", [=] { activation_backward_cpu(kind, y, grad_y, grad_x); },
+      [&](cudaStream_t s) {
+        with_storage(
+            c, [&]<typename T>() { activation_backward_cuda<T>(kind, as<T>(y), as<T>(grad_y), as<T>(grad_x), s); });
+      });
 }
 
 void batchnorm_activation_forward_training(const OpContext& c, Activation act, ConstAct x, const float* gamma,
@@ -70,8 +138,10 @@ void batchnorm_activation_forward_training(const OpContext& c, Activation act, C
                                                   running_var, ws, wsb);
       },
       [&](cudaStream_t s) {
-        batchnorm_activation_forward_training_cuda(act, x, gamma, beta, y, saved_mean, saved_var, running_mean,
-                                                   running_var, ws, wsb, s);
+        with_storage(c, [&]<typename T>() {
+          batchnorm_activation_forward_training_cuda<T>(act, as<T>(x), gamma, beta, as<T>(y), saved_mean, saved_var,
+                                                        running_mean, running_var, ws, wsb, s);
+        });
       });
 }
 
@@ -82,7 +152,10 @@ void batchnorm_activation_forward_inference(const OpContext& c, Activation act, 
       c, "batchnorm_activation_forward_inference",
       [=] { batchnorm_activation_forward_inference_cpu(act, x, gamma, beta, running_mean, running_var, y); },
       [&](cudaStream_t s) {
-        batchnorm_activation_forward_inference_cuda(act, x, gamma, beta, running_mean, running_var, y, s);
+        with_storage(c, [&]<typename T>() {
+          batchnorm_activation_forward_inference_cuda<T>(act, as<T>(x), gamma, beta, running_mean, running_var,
+                                                         as<T>(y), s);
+        });
       });
 }
 
@@ -98,25 +171,34 @@ void batchnorm_activation_backward(const OpContext& c, Activation act, ConstAct 
                                           grad_beta, ws, wsb);
       },
       [&](cudaStream_t s) {
-        batchnorm_activation_backward_cuda(act, y, grad_y, x, gamma, saved_mean, saved_var, grad_x, grad_gamma,
-                                           grad_beta, ws, wsb, s);
+        with_storage(c, [&]<typename T>() {
+          batchnorm_activation_backward_cuda<T>(act, as<T>(y), as<T>(grad_y), as<T>(x), gamma, saved_mean, saved_var,
+                                                as<T>(grad_x), grad_gamma, grad_beta, ws, wsb, s);
+        });
       });
 }
 
 void batchnorm_sums(const OpContext& c, ConstAct x, float* sums) {
   void* ws = c.workspace;
   size_t wsb = c.workspace_bytes;
-  dispatch(c, "batchnorm_sums", [=] { batchnorm_sums_cpu(x, sums, ws, wsb); },
-           [&](cudaStream_t s) { batchnorm_sums_cuda(x, sums, ws, wsb, s); });
+  dispatch(
+      c, "batchnorm_sums", [=] { batchnorm_sums_cpu(x, sums, ws, wsb); },
+      [&](cudaStream_t s) {
+        with_storage(c, [&]<typename T>() { batchnorm_sums_cuda<T>(as<T>(x), sums, ws, wsb, s); });
+      });
 }
 
 void batchnorm_centered_squares(const OpContext& c, ConstAct x, const float* sums, double total_pixels,
                                 float* squares) {
   void* ws = c.workspace;
   size_t wsb = c.workspace_bytes;
-  dispatch(c, "batchnorm_centered_squares",
-           [=] { batchnorm_centered_squares_cpu(x, sums, total_pixels, squares, ws, wsb); },
-           [&](cudaStream_t s) { batchnorm_centered_squares_cuda(x, sums, total_pixels, squares, ws, wsb, s); });
+  dispatch(
+      c, "batchnorm_centered_squares", [=] { batchnorm_centered_squares_cpu(x, sums, total_pixels, squares, ws, wsb); },
+      [&](cudaStream_t s) {
+        with_storage(c, [&]<typename T>() {
+          batchnorm_centered_squares_cuda<T>(as<T>(x), sums, total_pixels, squares, ws, wsb, s);
+        });
+      });
 }
 
 void batchnorm_activation_forward_from_sums(const OpContext& c, Activation act, ConstAct x, const float* gamma,
@@ -130,8 +212,11 @@ void batchnorm_activation_forward_from_sums(const OpContext& c, Activation act, 
                                                    saved_var, running_mean, running_var);
       },
       [&](cudaStream_t s) {
-        batchnorm_activation_forward_from_sums_cuda(act, x, gamma, beta, y, sums, squares, total_pixels, saved_mean,
-                                                    saved_var, running_mean, running_var, s);
+        with_storage(c, [&]<typename T>() {
+          batchnorm_activation_forward_from_sums_cuda<T>(act, as<T>(x), gamma, beta, as<T>(y), sums, squares,
+                                                         total_pixels, saved_mean, saved_var, running_mean, running_var,
+                                                         s);
+        });
       });
 }
 
@@ -147,8 +232,10 @@ void batchnorm_activation_backward_sums(const OpContext& c, Activation act, Cons
                                                ws, wsb);
       },
       [&](cudaStream_t s) {
-        batchnorm_activation_backward_sums_cuda(act, y, grad_y, x, saved_mean, saved_var, grad_gamma, grad_beta,
-                                                sums2, ws, wsb, s);
+        with_storage(c, [&]<typename T>() {
+          batchnorm_activation_backward_sums_cuda<T>(act, as<T>(y), as<T>(grad_y), as<T>(x), saved_mean, saved_var,
+                                                     grad_gamma, grad_beta, sums2, ws, wsb, s);
+        });
       });
 }
 
@@ -162,8 +249,10 @@ void batchnorm_activation_backward_apply(const OpContext& c, Activation act, Con
                                                 grad_x);
       },
       [&](cudaStream_t s) {
-        batchnorm_activation_backward_apply_cuda(act, y, grad_y, x, gamma, saved_mean, saved_var, sums2, total_pixels,
-                                                 grad_x, s);
+        with_storage(c, [&]<typename T>() {
+          batchnorm_activation_backward_apply_cuda<T>(act, as<T>(y), as<T>(grad_y), as<T>(x), gamma, saved_mean,
+                                                      saved_var, sums2, total_pixels, as<T>(grad_x), s);
+        });
       });
 }
 
@@ -172,11 +261,14 @@ void conv2d_forward(const OpContext& c, const Conv2dShape& shape, ConstAct in, c
   void* ws = c.workspace;
   size_t wsb = c.workspace_bytes;
   const bool tc = tensor_cores(c, "conv2d_forward");
-  dispatch(c, "conv2d_forward", [=] { conv2d_forward_cpu(shape, in, weights, bias, out, ws, wsb); },
-           [&](cudaStream_t s) {
-             if (tc) conv2d_forward_tc<float>(shape, in, weights, bias, out, ws, wsb, s);
-             else conv2d_forward_cuda(shape, in, weights, bias, out, ws, wsb, s);
-           });
+  dispatch(
+      c, "conv2d_forward", [=] { conv2d_forward_cpu(shape, in, weights, bias, out, ws, wsb); },
+      [&](cudaStream_t s) {
+        if (!tc) return conv2d_forward_cuda(shape, in, weights, bias, out, ws, wsb, s);
+        with_storage(c, [&]<typename T>() {
+          conv2d_forward_tc<T>(shape, as<T>(in), as<T>(weights), bias, as<T>(out), ws, wsb, s);
+        });
+      });
 }
 
 void conv2d_backward_data(const OpContext& c, const Conv2dShape& shape, ConstAct grad_out, const float* weights,
@@ -184,12 +276,15 @@ void conv2d_backward_data(const OpContext& c, const Conv2dShape& shape, ConstAct
   void* ws = c.workspace;
   size_t wsb = c.workspace_bytes;
   const bool tc = tensor_cores(c, "conv2d_backward_data");
-  dispatch(c, "conv2d_backward_data",
-           [=] { conv2d_backward_data_cpu(shape, grad_out, weights, grad_in, accumulate, ws, wsb); },
-           [&](cudaStream_t s) {
-             if (tc) conv2d_backward_data_tc<float>(shape, grad_out, weights, grad_in, accumulate, ws, wsb, s);
-             else conv2d_backward_data_cuda(shape, grad_out, weights, grad_in, accumulate, ws, wsb, s);
-           });
+  dispatch(
+      c, "conv2d_backward_data",
+      [=] { conv2d_backward_data_cpu(shape, grad_out, weights, grad_in, accumulate, ws, wsb); },
+      [&](cudaStream_t s) {
+        if (!tc) return conv2d_backward_data_cuda(shape, grad_out, weights, grad_in, accumulate, ws, wsb, s);
+        with_storage(c, [&]<typename T>() {
+          conv2d_backward_data_tc<T>(shape, as<T>(grad_out), as<T>(weights), as<T>(grad_in), accumulate, ws, wsb, s);
+        });
+      });
 }
 
 void conv2d_backward_weights(const OpContext& c, const Conv2dShape& shape, ConstAct in, ConstAct grad_out,
@@ -197,12 +292,15 @@ void conv2d_backward_weights(const OpContext& c, const Conv2dShape& shape, Const
   void* ws = c.workspace;
   size_t wsb = c.workspace_bytes;
   const bool tc = tensor_cores(c, "conv2d_backward_weights");
-  dispatch(c, "conv2d_backward_weights",
-           [=] { conv2d_backward_weights_cpu(shape, in, grad_out, grad_weights, grad_bias, ws, wsb); },
-           [&](cudaStream_t s) {
-             if (tc) conv2d_backward_weights_tc<float>(shape, in, grad_out, grad_weights, grad_bias, ws, wsb, s);
-             else conv2d_backward_weights_cuda(shape, in, grad_out, grad_weights, grad_bias, ws, wsb, s);
-           });
+  dispatch(
+      c, "conv2d_backward_weights",
+      [=] { conv2d_backward_weights_cpu(shape, in, grad_out, grad_weights, grad_bias, ws, wsb); },
+      [&](cudaStream_t s) {
+        if (!tc) return conv2d_backward_weights_cuda(shape, in, grad_out, grad_weights, grad_bias, ws, wsb, s);
+        with_storage(c, [&]<typename T>() {
+          conv2d_backward_weights_tc<T>(shape, as<T>(in), as<T>(grad_out), grad_weights, grad_bias, ws, wsb, s);
+        });
+      });
 }
 
 void gemm(const OpContext& c, const GemmShape& shape, const float* a, const float* b, const float* bias, float* out,
@@ -210,80 +308,167 @@ void gemm(const OpContext& c, const GemmShape& shape, const float* a, const floa
   void* ws = c.workspace;
   size_t wsb = c.workspace_bytes;
   const bool tc = tensor_cores(c, "gemm");
-  dispatch(c, "gemm", [=] { gemm_cpu(shape, a, b, bias, out, accumulate, ws, wsb); },
-           [&](cudaStream_t s) {
-             if (tc) gemm_tc<float, float>(shape, a, b, bias, out, accumulate, ws, wsb, s);
-             else gemm_cuda(shape, a, b, bias, out, accumulate, ws, wsb, s);
-           });
+  dispatch(
+      c, "gemm", [=] { gemm_cpu(shape, a, b, bias, out, accumulate, ws, wsb); },
+      [&](cudaStream_t s) {
+        if (!tc) return gemm_cuda(shape, a, b, bias, out, accumulate, ws, wsb, s);
+        with_storage(c, [&]<typename T>() {
+          if (shape.trans_a || std::is_same_v<T, float>)  // a weight gradient: FP32 out
+            gemm_tc<T, float>(shape, as<T>(a), as<T>(b), bias, out, accumulate, ws, wsb, s);
+          else
+            gemm_tc<T, T>(shape, as<T>(a), as<T>(b), bias, as<T>(out), accumulate, ws, wsb, s);
+        });
+      });
 }
 
 void shortcut_forward(const OpContext& c, ConstAct a, ConstAct b, Act out) {
-  dispatch(c, "shortcut_forward", [=] { shortcut_forward_cpu(a, b, out); },
-           [&](cudaStream_t s) { shortcut_forward_cuda(a, b, out, s); });
+  dispatch(
+      c, "shortcut_forward", [=] { shortcut_forward_cpu(a, b, out); },
+      [&](cudaStream_t s) {
+        with_storage(c, [&]<typename T>() { shortcut_forward_cuda<T>(as<T>(a), as<T>(b), as<T>(out), s); });
+      });
 }
 
 void shortcut_backward(const OpContext& c, ConstAct grad_out, Act grad_a, Act grad_b, bool accumulate_a,
                        bool accumulate_b) {
-  dispatch(c, "shortcut_backward", [=] { shortcut_backward_cpu(grad_out, grad_a, grad_b, accumulate_a, accumulate_b); },
-           [&](cudaStream_t s) { shortcut_backward_cuda(grad_out, grad_a, grad_b, accumulate_a, accumulate_b, s); });
+  dispatch(
+      c, "shortcut_backward", [=] { shortcut_backward_cpu(grad_out, grad_a, grad_b, accumulate_a, accumulate_b); },
+      [&](cudaStream_t s) {
+        with_storage(c, [&]<typename T>() {
+          shortcut_backward_cuda<T>(as<T>(grad_out), as<T>(grad_a), as<T>(grad_b), accumulate_a, accumulate_b, s);
+        });
+      });
 }
 
 void route_forward(const OpContext& c, std::span<const ConstAct> inputs, Act out) {
   std::vector<ConstAct> owned(inputs.begin(), inputs.end());
-  dispatch(c, "route_forward", [owned, out] { route_forward_cpu(owned, out); },
-           [&](cudaStream_t s) { route_forward_cuda(inputs, out, s); });
+  dispatch(
+      c, "route_forward", [owned, out] { route_forward_cpu(owned, out); },
+      [&](cudaStream_t s) {
+        with_storage(c, [&]<typename T>() {
+          std::vector<NhwcView<const T>> typed;
+          for (const ConstAct& v : inputs) typed.push_back(as<T>(v));
+          route_forward_cuda(std::span<const NhwcView<const T>>(typed), as<T>(out), s);
+        });
+      });
 }
 
 void route_backward(const OpContext& c, ConstAct grad_out, std::span<const Act> grad_inputs, bool accumulate) {
   std::vector<Act> owned(grad_inputs.begin(), grad_inputs.end());
-  dispatch(c, "route_backward", [grad_out, owned, accumulate] { route_backward_cpu(grad_out, owned, accumulate); },
-           [&](cudaStream_t s) { route_backward_cuda(grad_out, grad_inputs, accumulate, s); });
+  dispatch(
+      c, "route_backward", [grad_out, owned, accumulate] { route_backward_cpu(grad_out, owned, accumulate); },
+      [&](cudaStream_t s) {
+        with_storage(c, [&]<typename T>() {
+          std::vector<NhwcView<T>> typed;
+          for (const Act& v : grad_inputs) typed.push_back(as<T>(v));
+          route_backward_cuda(as<T>(grad_out), std::span<const NhwcView<T>>(typed), accumulate, s);
+        });
+      });
 }
 
 void upsample_forward(const OpContext& c, ConstAct in, Act out, int factor) {
-  dispatch(c, "upsample_forward", [=] { upsample_forward_cpu(in, out, factor); },
-           [&](cudaStream_t s) { upsample_forward_cuda(in, out, factor, s); });
+  dispatch(
+      c, "upsample_forward", [=] { upsample_forward_cpu(in, out, factor); },
+      [&](cudaStream_t s) {
+        with_storage(c, [&]<typename T>() { upsample_forward_cuda<T>(as<T>(in), as<T>(out), factor, s); });
+      });
 }
 
 void upsample_backward(const OpContext& c, ConstAct grad_out, Act grad_in, int factor, bool accumulate) {
-  dispatch(c, "upsample_backward", [=] { upsample_backward_cpu(grad_out, grad_in, factor, accumulate); },
-           [&](cudaStream_t s) { upsample_backward_cuda(grad_out, grad_in, factor, accumulate, s); });
+  dispatch(
+      c, "upsample_backward", [=] { upsample_backward_cpu(grad_out, grad_in, factor, accumulate); },
+      [&](cudaStream_t s) {
+        with_storage(c, [&]<typename T>() {
+          upsample_backward_cuda<T>(as<T>(grad_out), as<T>(grad_in), factor, accumulate, s);
+        });
+      });
 }
 
 void maxpool_forward(const OpContext& c, ConstAct in, Act out, int* argmax, int size, int stride) {
-  dispatch(c, "maxpool_forward", [=] { maxpool_forward_cpu(in, out, argmax, size, stride); },
-           [&](cudaStream_t s) { maxpool_forward_cuda(in, out, argmax, size, stride, s); });
+  dispatch(
+      c, "maxpool_forward", [=] { maxpool_forward_cpu(in, out, argmax, size, stride); },
+      [&](cudaStream_t s) {
+        with_storage(c, [&]<typename T>() { maxpool_forward_cuda<T>(as<T>(in), as<T>(out), argmax, size, stride, s); });
+      });
 }
 
 void maxpool_backward(const OpContext& c, ConstAct grad_out, const int* argmax, Act grad_in, int size, int stride,
                       bool accumulate) {
-  dispatch(c, "maxpool_backward", [=] { maxpool_backward_cpu(grad_out, argmax, grad_in, size, stride, accumulate); },
-           [&](cudaStream_t s) { maxpool_backward_cuda(grad_out, argmax, grad_in, size, stride, accumulate, s); });
+  dispatch(
+      c, "maxpool_backward", [=] { maxpool_backward_cpu(grad_out, argmax, grad_in, size, stride, accumulate); },
+      [&](cudaStream_t s) {
+        with_storage(c, [&]<typename T>() {
+          maxpool_backward_cuda<T>(as<T>(grad_out), argmax, as<T>(grad_in), size, stride, accumulate, s);
+        });
+      });
 }
 
 void yolo_loss(const OpContext& c, ConstAct input, const YoloLossConfig& config, const YoloTruth* truths,
                const int* truth_counts, int truth_stride, Act grad, YoloLossStats* stats) {
   void* ws = c.workspace;
   size_t wsb = c.workspace_bytes;
-  dispatch(c, "yolo_loss", [=] { yolo_loss_cpu(input, config, truths, truth_counts, truth_stride, grad, stats); },
-           [&](cudaStream_t s) {
-             yolo_loss_cuda(input, config, truths, truth_counts, truth_stride, grad, stats, ws, wsb, s);
-           });
+  dispatch(
+      c, "yolo_loss", [=] { yolo_loss_cpu(input, config, truths, truth_counts, truth_stride, grad, stats); },
+      [&](cudaStream_t s) {
+        with_storage(c, [&]<typename T>() {
+          yolo_loss_cuda<T>(as<T>(input), config, truths, truth_counts, truth_stride, as<T>(grad), stats, ws, wsb, s);
+        });
+      });
 }
 
 void softmax_cross_entropy(const OpContext& c, const float* logits, const int* labels, int n, int k, float* loss,
-                           float* grad_logits, float* probabilities, int* bad_label) {
-  dispatch(c, "softmax_cross_entropy",
-           [=] { softmax_cross_entropy_cpu(logits, labels, n, k, loss, grad_logits, probabilities); },
-           [&](cudaStream_t s) {
-             softmax_cross_entropy_cuda(logits, labels, n, k, loss, grad_logits, probabilities, bad_label, s);
-           });
+                           float* grad_logits, float* probabilities, int* bad_label, float grad_scale) {
+  if (grad_scale != 1.0f && !c.stream->device().runs_kernels())
+    throw Error("softmax_cross_entropy: loss scaling (fp16) runs on the CUDA path only");
+  dispatch(
+      c, "softmax_cross_entropy",
+      [=] { softmax_cross_entropy_cpu(logits, labels, n, k, loss, grad_logits, probabilities); },
+      [&](cudaStream_t s) {
+        with_storage(c, [&]<typename T>() {
+          softmax_cross_entropy_cuda<T>(as<T>(logits), labels, n, k, loss, as<T>(grad_logits), probabilities, bad_label,
+                                        s, grad_scale);
+        });
+      });
 }
 
 void sgd_update(const OpContext& c, float* w, const float* g, float* u, const SgdSegment* segments, int segment_count,
-                size_t begin, size_t end, SgdHyper hyper) {
-  dispatch(c, "sgd_update", [=] { sgd_update_cpu(w, g, u, segments, segment_count, begin, end, hyper); },
-           [&](cudaStream_t s) { sgd_update_cuda(w, g, u, segments, segment_count, begin, end, hyper, s); });
+                size_t begin, size_t end, SgdHyper hyper, void* copy16) {
+  if (copy16 && !stores_16_bits(c.precision))
+    throw Error("sgd_update: a 16-bit weight copy needs precision bf16 or fp16");
+  dispatch(
+      c, "sgd_update", [=] { sgd_update_cpu(w, g, u, segments, segment_count, begin, end, hyper); },
+      [&](cudaStream_t s) {
+        if (c.precision == Precision::Bf16 && copy16)
+          sgd_update_cuda(w, g, u, segments, segment_count, begin, end, hyper, static_cast<Bf16*>(copy16), s);
+        else if (c.precision == Precision::Fp16 && copy16)
+          sgd_update_cuda(w, g, u, segments, segment_count, begin, end, hyper, static_cast<Fp16*>(copy16), s);
+        else
+          sgd_update_cuda(w, g, u, segments, segment_count, begin, end, hyper, s);
+      });
+}
+
+void to_storage(const OpContext& c, const float* src, void* dst, size_t count) {
+  if (!stores_16_bits(c.precision)) throw Error("to_storage: precision fp32/tf32 stores floats; nothing to convert");
+  dispatch(
+      c, "to_storage", [] {},
+      [&](cudaStream_t s) {
+        if (c.precision == Precision::Bf16)
+          convert_cuda<float, Bf16>(src, static_cast<Bf16*>(dst), count, s);
+        else
+          convert_cuda<float, Fp16>(src, static_cast<Fp16*>(dst), count, s);
+      });
+}
+
+void from_storage(const OpContext& c, const void* src, float* dst, size_t count) {
+  if (!stores_16_bits(c.precision)) throw Error("from_storage: precision fp32/tf32 stores floats; nothing to convert");
+  dispatch(
+      c, "from_storage", [] {},
+      [&](cudaStream_t s) {
+        if (c.precision == Precision::Bf16)
+          convert_cuda<Bf16, float>(static_cast<const Bf16*>(src), dst, count, s);
+        else
+          convert_cuda<Fp16, float>(static_cast<const Fp16*>(src), dst, count, s);
+      });
 }
 
 void grad_nonfinite_check(const OpContext& c, const float* g, size_t count, int* flag) {

@@ -13,10 +13,10 @@
 #pragma once
 #include <cstddef>
 
-#include "kernels/tensor.h"
 #include "kernels/activation.h"
 #include "kernels/batchnorm.h"
 #include "kernels/conv.h"
+#include "kernels/convert.h"
 #include "kernels/detect.h"
 #include "kernels/gemm.h"
 #include "kernels/maxpool.h"
@@ -24,6 +24,7 @@
 #include "kernels/sgd.h"
 #include "kernels/shortcut.h"
 #include "kernels/softmax.h"
+#include "kernels/tensor.h"
 #include "kernels/upsample.h"
 #include "kernels/yolo_loss.h"
 #include "runtime/stream.h"
@@ -34,9 +35,14 @@ struct OpContext {
   Stream* stream = nullptr;       // where the op is queued; its device picks the implementation
   void* workspace = nullptr;      // device workspace for the ops that take one
   size_t workspace_bytes = 0;
-  // What conv2d_* and gemm run in on a GPU or an emulated GPU: fp32 (CUDA cores) or tf32 (tensor
-  // cores, FP32 tensors: the _tc kernels with T = float). bf16/fp16 need 16-bit tensors, which
-  // these float entry points do not take: they throw, as tf32 does on the CPU, which computes fp32.
+  // What the ops run in on a GPU or an emulated GPU (kernels/precision.h): fp32 (CUDA cores), tf32
+  // (tensor cores, FP32 tensors), or bf16/fp16: tensor cores, and every activation view, every
+  // activation gradient and the conv/connected weights passed to conv2d_*/gemm hold Bf16/Fp16
+  // elements. Their types here stay float (one op API for every precision): the views' counts and
+  // strides are elements, and only the op library reads the data, as the storage type this says.
+  // Statistics, gamma/beta, biases, parameter gradients, losses and softmax probabilities stay
+  // FP32 in every precision; gemm's A^T B layout (a weight gradient) writes FP32. The CPU backend
+  // runs fp32 only (the ops throw for the others there).
   Precision precision = Precision::Fp32;
 };
 
@@ -98,13 +104,19 @@ void yolo_loss(const OpContext& c, ConstAct input, const YoloLossConfig& config,
                const int* truth_counts, int truth_stride, Act grad, YoloLossStats* stats);
 // bad_label (device memory): set as softmax_cross_entropy_cuda does; the CPU version throws for a
 // label out of range instead (the error reaches the host at the stream's next synchronise).
+// grad_scale: multiplies the stored gradient (fp16 loss scaling; GPUs only, 1 on the CPU).
 void softmax_cross_entropy(const OpContext& c, const float* logits, const int* labels, int n, int k, float* loss,
-                           float* grad_logits, float* probabilities, int* bad_label);
+                           float* grad_logits, float* probabilities, int* bad_label, float grad_scale = 1.0f);
 
 // ---- sgd.h: segments and flag in device memory -----------------------------------------------
+// copy16 (precision bf16/fp16 only): the 16-bit weight copy, written in the same pass (sgd.h).
 void sgd_update(const OpContext& c, float* w, const float* g, float* u, const SgdSegment* segments, int segment_count,
-                size_t begin, size_t end, SgdHyper hyper);
+                size_t begin, size_t end, SgdHyper hyper, void* copy16 = nullptr);
 void grad_nonfinite_check(const OpContext& c, const float* g, size_t count, int* flag);
+
+// ---- convert.h: FP32 <-> the 16-bit storage type of c's precision (bf16/fp16 only) --------------
+void to_storage(const OpContext& c, const float* src, void* dst, size_t count);
+void from_storage(const OpContext& c, const void* src, float* dst, size_t count);
 
 // ---- detect.h: decode into a device buffer (as yolo_decode_cuda), NMS ----------------------------
 void yolo_decode(const OpContext& c, ConstAct input, const YoloLossConfig& config, float threshold, Detection* out,

@@ -29,6 +29,34 @@ Precision parse_precision(const std::string& name, const std::string& what) {
   throw Error(what + ": unknown precision '" + name + "' (fp32, tf32, bf16 or fp16)");
 }
 
+std::optional<Precision> parse_precision_choice(const std::string& name, const std::string& what) {
+  if (name == "auto") return std::nullopt;
+  for (Precision p : {Precision::Fp32, Precision::Tf32, Precision::Bf16, Precision::Fp16})
+    if (name == precision_name(p)) return p;
+  throw Error(what + ": unknown precision '" + name + "' (auto, fp32, tf32, bf16 or fp16)");
+}
+
+Precision automatic_precision(bool runs_kernels, int compute_capability, std::string* why) {
+  const std::string sm = "sm_" + std::to_string(compute_capability);
+  auto say = [&](const std::string& text) {
+    if (why) *why = text;
+  };
+  if (!runs_kernels) {
+    say("the CPU backend computes fp32");
+    return Precision::Fp32;
+  }
+  if (compute_capability >= 80) {
+    say(sm + " has bf16 tensor cores (FP32's exponent range: no loss scaling)");
+    return Precision::Bf16;
+  }
+  if (compute_capability >= 75) {
+    say(sm + " has fp16 tensor cores but no bf16 ones (dynamic loss scaling on)");
+    return Precision::Fp16;
+  }
+  say(sm + " has no tensor cores this trainer uses");
+  return Precision::Fp32;
+}
+
 int min_compute_capability(Precision p) {
   switch (p) {
     case Precision::Fp32: return 0;

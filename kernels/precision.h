@@ -6,7 +6,10 @@
 //   fp16: the same as Fp16; sm_75+ (the T4 path).
 // Weight gradients, bias and its gradient stay FP32 in every precision.
 #pragma once
+#include <cstddef>
+#include <optional>
 #include <string>
+#include <type_traits>
 
 #include "kernels/half_types.h"
 
@@ -18,6 +21,15 @@ const char* precision_name(Precision p);  // "fp32", "tf32", "bf16", "fp16"
 // The precision named `name` (as precision_name writes it); throws yolo::Error naming `what` (a
 // flag or cfg option) and the choices otherwise.
 Precision parse_precision(const std::string& name, const std::string& what);
+// Whether activations and their gradients are stored in 16 bits (bf16, fp16).
+constexpr bool stores_16_bits(Precision p) { return p == Precision::Bf16 || p == Precision::Fp16; }
+// Bytes of one stored activation element in `p`.
+constexpr size_t activation_bytes(Precision p) { return stores_16_bits(p) ? 2 : 4; }
+// "auto" (as nullopt) or a precision name, as parse_precision.
+std::optional<Precision> parse_precision_choice(const std::string& name, const std::string& what);
+// --precision auto: bf16 on sm_80 and newer, fp16 on sm_75 (a T4), fp32 below that and on the
+// CPU backend (runs_kernels false). `why`, when set, gets the reason in words.
+Precision automatic_precision(bool runs_kernels, int compute_capability, std::string* why = nullptr);
 // The lowest compute capability (10*major + minor) that runs `p` (0 for fp32: any).
 int min_compute_capability(Precision p);
 // The compute capability of the device kernels launch on now: the current GPU's, or under

@@ -21,6 +21,8 @@ namespace {
 [[noreturn]] void bad_argument(const std::string& why) { throw Error("yolo_loss: " + why); }
 
 void validate_config(const YoloLossConfig& config) {
+  if (!(config.grad_scale > 0.0f) || !std::isfinite(config.grad_scale))
+    bad_argument("grad_scale " + std::to_string(config.grad_scale) + " is not a positive finite number");
   if (config.num_anchors < 1 || config.num_anchors > kYoloMaxAnchors)
     bad_argument("num_anchors " + std::to_string(config.num_anchors) + " is not in [1, " +
                  std::to_string(kYoloMaxAnchors) + "]");
@@ -317,7 +319,7 @@ __global__ void __launch_bounds__(kLossThreads)
         g = logistic(xv) - target;
         class_loss += bce_logit(xv, target);
       }
-      out[ch] = from_float<T>(g);
+      out[ch] = from_float<T>(g * c.grad_scale);
       for (k += 32; k >= per; k -= per) ++a;
     }
   }
@@ -427,6 +429,8 @@ template <typename T>
 void yolo_loss_reference(NhwcView<const T> input, const YoloLossConfig& config, const YoloTruth* truths,
                          const int* truth_counts, int truth_stride, NhwcView<T> grad, YoloLossStatsT<T>* stats) {
   validate_arguments(input, config, truths, truth_counts, truth_stride, grad, stats);
+  if (config.grad_scale != 1.0f)
+    bad_argument("grad_scale (fp16 loss scaling) is a CUDA-path option; it must be 1 here");
   const int A = config.mask_count, K = config.classes, H = input.h, W = input.w;
   YoloLossStatsT<T> s{};
   auto anchor_size = [&](int n) {
@@ -532,6 +536,8 @@ template void yolo_loss_reference<double>(NhwcView<const double>, const YoloLoss
 void yolo_loss_cpu(ConstAct input, const YoloLossConfig& config, const YoloTruth* truths, const int* truth_counts,
                    int truth_stride, Act grad, YoloLossStats* stats) {
   validate_arguments(input, config, truths, truth_counts, truth_stride, grad, stats);
+  if (config.grad_scale != 1.0f)
+    bad_argument("grad_scale (fp16 loss scaling) is a CUDA-path option; it must be 1 here");
   const int A = config.mask_count, per = 5 + config.classes, H = input.h, W = input.w;
   struct ImageTruths {
     PreparedTruth prepared[kYoloMaxTruths];

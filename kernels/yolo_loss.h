@@ -69,6 +69,9 @@ struct YoloLossConfig {
   int net_w = 0, net_h = 0;                 // network input size in pixels
   float ignore_thresh = 0.7f;
   float truth_thresh = 1.0f;                // >= 1 disables
+  // The gradient (not the loss or its statistics) is multiplied by this before it is stored:
+  // --precision fp16's loss scale, so small gradients survive FP16. _cuda only (1 elsewhere).
+  float grad_scale = 1.0f;
 };
 
 // Builds a config (anchors as w0,h0,w1,h1,...) and validates it; throws yolo::Error.
