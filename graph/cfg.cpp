@@ -391,9 +391,9 @@ NetParams parse_net(const Reader& r, const CfgSection& section, Warnings& warnin
   net.max_batches = r.integer("max_batches", net.max_batches, 0, INT_MAX);
   if (const std::string precision = r.text("precision", ""); !precision.empty()) {
     try {
-      net.precision = parse_precision(precision, "precision");
+      net.precision = parse_precision_choice(precision, "precision");
     } catch (const Error&) {
-      r.fail_option("precision", "'" + precision + "' is not fp32, tf32, bf16 or fp16");
+      r.fail_option("precision", "'" + precision + "' is not auto, fp32, tf32, bf16 or fp16");
     }
   }
   std::string policy = r.text("policy", "constant");

@@ -42,7 +42,7 @@ struct NetParams {
   std::vector<int> steps;      // policy=steps: iterations where the rate is multiplied ...
   std::vector<float> scales;   // ... by these (same count as steps)
   float angle = 0, saturation = 1, exposure = 1, hue = 0;
-  std::optional<Precision> precision;  // precision= (our option; --precision overrides it)
+  std::optional<Precision> precision;  // precision= (our option; --precision overrides it); unset or auto: none
   int line = 0;                // of the [net] header
 };
 

@@ -43,12 +43,14 @@ LossSums& LossSums::operator+=(const LossSums& o) {
 std::string MemoryReport::text() const {
   auto mib = [](size_t b) { return b / 1048576.0; };
   char buf[512];
+  char copy[64] = "";
+  if (weight_copy) std::snprintf(copy, sizeof copy, " (+ %.1f MiB 16-bit copy)", mib(weight_copy));
   std::snprintf(buf, sizeof buf,
-                "memory plan: parameters %.1f MiB, gradients %.1f MiB (+ as much for micro-batch accumulation), "
-                "momentum %.1f MiB, BatchNorm statistics %.1f MiB, activations %.1f MiB (%.1f MiB without reuse), "
-                "workspace %.1f MiB; total %.1f MiB",
-                mib(parameters), mib(gradients), mib(optimizer), mib(statistics), mib(activations),
-                mib(activations_unplanned), mib(workspace), mib(total));
+                "memory plan (%s): parameters %.1f MiB%s, gradients %.1f MiB (+ as much for micro-batch "
+                "accumulation), momentum %.1f MiB, BatchNorm statistics %.1f MiB, activations %.1f MiB (%.1f MiB "
+                "without reuse), workspace %.1f MiB; total %.1f MiB",
+                precision_name(precision), mib(parameters), copy, mib(gradients), mib(optimizer), mib(statistics),
+                mib(activations), mib(activations_unplanned), mib(workspace), mib(total));
   return buf;
 }
 
@@ -84,7 +86,8 @@ struct ActivationPlan {
   size_t bytes = 0, unplanned = 0;
 };
 
-ActivationPlan plan_activations(const Graph& graph, int n) {
+// elem: bytes of one stored activation (2 with bf16/fp16); softmax probabilities stay FP32.
+ActivationPlan plan_activations(const Graph& graph, int n, size_t elem) {
   const int L = static_cast<int>(graph.nodes.size());
   ActivationPlan plan;
   plan.alias.resize(L);
@@ -142,7 +145,7 @@ ActivationPlan plan_activations(const Graph& graph, int n) {
     root_first[r] = std::min(root_first[r], out_first[i]);
     root_last[r] = std::max(root_last[r], out_last[i]);
   }
-  const size_t f = sizeof(float);
+  const size_t f = elem;
   std::vector<PlannedBuffer> buffers;
   std::vector<int> out_buffer(L, -1), pre_buffer(L, -1), argmax_buffer(L, -1), grad_buffer(L, -1);
   size_t unplanned = 0;
@@ -156,7 +159,9 @@ ActivationPlan plan_activations(const Graph& graph, int n) {
     size_t elements = static_cast<size_t>(n) * static_cast<size_t>(node.out.elements());
     LayerType t = node.spec.type;
     bool loss = t == LayerType::Yolo;  // yolo's output is its input: nothing stored
-    if (plan.alias[i].root == i && !loss) out_buffer[i] = add("out " + std::to_string(i), elements * f, root_first[i], root_last[i]);
+    const size_t out_elem = t == LayerType::Softmax ? sizeof(float) : f;
+    if (plan.alias[i].root == i && !loss)
+      out_buffer[i] = add("out " + std::to_string(i), elements * out_elem, root_first[i], root_last[i]);
     if (t == LayerType::Convolutional && node.spec.batch_normalize)
       pre_buffer[i] = add("bn-in " + std::to_string(i), elements * f, i, bwd(i));
     if (t == LayerType::Maxpool) argmax_buffer[i] = add("argmax " + std::to_string(i), elements * sizeof(int), i, bwd(i));
@@ -203,7 +208,8 @@ size_t workspace_bytes(const Graph& graph, int n, bool kernels, Precision precis
       workspace = std::max({workspace, gemm_workspace_bytes(precision, GemmShape{n, out, in, false, true}),
                             gemm_workspace_bytes(precision, GemmShape{out, in, n, true, false}),
                             gemm_workspace_bytes(precision, GemmShape{n, in, out, false, false}),
-                            gemm_workspace_bytes(precision, GemmShape{1, out, n, false, false})});
+                            gemm_workspace_bytes(precision, GemmShape{1, out, n, false, false}),
+                            gemm_workspace_bytes(precision, GemmShape{out, 1, n, true, false})});
     }
   }
   return workspace;
@@ -211,15 +217,22 @@ size_t workspace_bytes(const Graph& graph, int n, bool kernels, Precision precis
 
 }  // namespace
 
-MemoryReport estimate_memory(const Graph& graph, int micro_batch) {
-  ActivationPlan plan = plan_activations(graph, micro_batch);
+MemoryReport estimate_memory(const Graph& graph, int micro_batch, Precision precision) {
+  const size_t elem = activation_bytes(precision);
+  ActivationPlan plan = plan_activations(graph, micro_batch, elem);
   MemoryReport r;
   const size_t f = sizeof(float);
+  r.precision = precision;
   r.parameters = r.gradients = r.optimizer = static_cast<size_t>(graph.trainable) * f;
   r.statistics = 2 * static_cast<size_t>(graph.bn_stats) * f;  // running + last batch statistics
   r.activations = plan.bytes;
   r.activations_unplanned = plan.unplanned;
-  r.total = 4 * r.parameters + r.statistics + r.activations;
+  if (stores_16_bits(precision)) {
+    // The 16-bit weight copy (indexed like the flat parameters) and the 16-bit input images.
+    r.weight_copy = static_cast<size_t>(graph.trainable) * elem;
+    r.activations += static_cast<size_t>(micro_batch) * graph.input.elements() * elem;
+  }
+  r.total = 4 * r.parameters + r.weight_copy + r.statistics + r.activations;
   return r;
 }
 
@@ -233,6 +246,14 @@ struct Executor::Impl {
   float* stats = nullptr;   // running mean and variance of every BN layer
   float* saved = nullptr;   // batch mean and variance of the last forward
   float* ones = nullptr;    // micro_batch ones (bias gradients of connected layers)
+  // bf16/fp16 (stores_16_bits): the 16-bit copies the ops read. Typed float like the views (ops.h).
+  bool half = false;
+  size_t elem = sizeof(float);  // bytes of one stored activation
+  float* weights16 = nullptr;   // the conv/connected weights, indexed like params
+  float* ones16 = nullptr;      // micro_batch ones
+  float* input16 = nullptr;     // the micro-batch's images
+  DeviceMemory widened;         // output(): a 16-bit output widened to FP32
+  float loss_scale = 1.0f;      // the losses' gradients are multiplied by this (fp16)
   void* workspace = nullptr;
   size_t workspace_bytes = 0;
   Precision precision = Precision::Fp32;
@@ -270,6 +291,19 @@ struct Executor::Impl {
   Stream* stream = nullptr;  // the executor's compute stream
 
   OpContext context(Stream& on) const { return OpContext{&on, workspace, workspace_bytes, precision}; }
+  // For the FP32 parameter-space ops (gradient accumulation) in every precision.
+  OpContext fp32_context(Stream& on) const { return OpContext{&on, workspace, workspace_bytes, Precision::Fp32}; }
+  // `count` stored activations past p (pointer arithmetic in the storage type's bytes).
+  float* advance(float* p, int64_t count) const {
+    return reinterpret_cast<float*>(reinterpret_cast<char*>(p) + count * static_cast<int64_t>(elem));
+  }
+  const float* advance(const float* p, int64_t count) const { return advance(const_cast<float*>(p), count); }
+  // The weights the conv/connected ops multiply by: the 16-bit copy with bf16/fp16.
+  const float* weights_at(int64_t offset) const { return half ? advance(weights16, offset) : params + offset; }
+  // Refreshes the 16-bit weight copy from the FP32 masters (after any upload of parameters).
+  void refresh_weight_copy(size_t count) {
+    if (half) to_storage(context(*stream), params, weights16, count);
+  }
   // A copy between host and device memory in the stream's order, done when it returns.
   void copy(void* dst, const void* src, size_t bytes) { copy_and_wait(dst, src, bytes, *stream); }
   void zero(void* dst, size_t bytes) { fill_bytes(dst, 0, bytes, *stream); }
@@ -287,15 +321,14 @@ Executor::Executor(const Graph& graph, Device device, int micro_batch, uint64_t 
   m.precision = precision;
   set_current_device(device);
   if (precision != Precision::Fp32) {
-    if (precision != Precision::Tf32)
-      throw Error(std::string("precision ") + precision_name(precision) +
-                  " (--precision, or the cfg's [net] precision=): 16-bit activations are not built yet; use fp32 "
-                  "or tf32");
     if (!m.kernels)
-      throw Error("precision tf32 (--precision, or the cfg's [net] precision=) runs on tensor cores, but " +
-                  device.name() + " is the CPU backend (fp32 only)");
+      throw Error(std::string("precision ") + precision_name(precision) +
+                  " (--precision, or the cfg's [net] precision=) runs on tensor cores, but " + device.name() +
+                  " is the CPU backend (fp32 only)");
     require_precision(precision, ("training on " + device.name()).c_str());
   }
+  m.half = stores_16_bits(precision);
+  m.elem = activation_bytes(precision);
   stream_ = std::make_unique<Stream>(device, StreamPriority::Normal, "compute");
   m.stream = stream_.get();
   const int L = static_cast<int>(graph.nodes.size());
@@ -346,7 +379,7 @@ Executor::Executor(const Graph& graph, Device device, int micro_batch, uint64_t 
   for (const Graph& g : candidates)
     if (g.input.h > largest->input.h || g.input.w > largest->input.w)
       throw Error("multi-scale sizes must grow together in width and height");
-  m.plan = plan_activations(*largest, n);
+  m.plan = plan_activations(*largest, n, m.elem);
   m.alias = m.plan.alias;
   plan_ = m.plan.buffers;
   const size_t f = sizeof(float);
@@ -355,11 +388,13 @@ Executor::Executor(const Graph& graph, Device device, int micro_batch, uint64_t 
   size_t workspace = 0;
   for (const Graph& g : candidates) workspace = std::max(workspace, workspace_bytes(g, n, m.kernels, precision));
 
-  memory_ = estimate_memory(*largest, n);
+  memory_ = estimate_memory(*largest, n, precision);
   memory_.workspace = workspace;
   size_t small = L * sizeof(YoloLossStats) + 64 + static_cast<size_t>(n) * f + m.segments.size() * sizeof(SgdSegment);
   // Each sub-allocation may add alignment and an ASan red zone: a generous margin per block.
-  memory_.total = 4 * param_count_ * f + memory_.statistics + activation_bytes + workspace + small + 16 * 4096;
+  const size_t input16_bytes = m.half ? static_cast<size_t>(n) * largest->input.elements() * m.elem : 0;
+  memory_.total = 4 * param_count_ * f + memory_.weight_copy + memory_.statistics + activation_bytes + input16_bytes +
+                  workspace + small + 16 * 4096;
   if (std::optional<MemoryInfo> info = device_memory_info(device); info && memory_.total > info->free_bytes)
     throw Error("the model does not fit on " + device.name() + ": it needs " + std::to_string(memory_.total >> 20) +
                 " MiB (" + memory_.text() + ") but " + std::to_string(info->free_bytes >> 20) +
@@ -380,6 +415,13 @@ Executor::Executor(const Graph& graph, Device device, int micro_batch, uint64_t 
   m.nonfinite = arena.allocate_array<int>(1, "non-finite flag");
   m.device_segments = arena.allocate_array<SgdSegment>(std::max<size_t>(m.segments.size(), 1), "sgd segments");
   m.block = static_cast<char*>(arena.allocate(std::max<size_t>(activation_bytes, 1), "activations"));
+  if (m.half) {
+    m.weights16 = static_cast<float*>(arena.allocate(std::max<size_t>(param_count_, 1) * m.elem, "16-bit weights"));
+    m.ones16 = static_cast<float*>(arena.allocate(static_cast<size_t>(n) * m.elem, "16-bit ones"));
+    m.input16 = static_cast<float*>(arena.allocate(std::max<size_t>(input16_bytes, 1), "16-bit input"));
+    // The optimizer writes the copy of the conv/connected weights (the segments with decay).
+    for (SgdSegment& segment : m.segments) segment.copy16 = segment.decay;
+  }
   if (workspace) {
     m.workspace = arena.allocate(workspace, "workspace");
     m.workspace_bytes = workspace;
@@ -407,6 +449,8 @@ Executor::Executor(const Graph& graph, Device device, int micro_batch, uint64_t 
   m.zero(m.momentum, param_count_ * f);
   std::vector<float> ones(static_cast<size_t>(n), 1.0f);
   m.copy(m.ones, ones.data(), ones.size() * f);
+  if (m.half) to_storage(m.context(*stream_), m.ones, m.ones16, ones.size());
+  m.refresh_weight_copy(param_count_);
   m.zero(m.zero_labels, static_cast<size_t>(n) * sizeof(int));
   sgd_check_segments(m.segments.data(), static_cast<int>(m.segments.size()), 0, param_count_);
   m.copy(m.device_segments, m.segments.data(), m.segments.size() * sizeof(SgdSegment));
@@ -444,7 +488,7 @@ void Executor::bind_views() {
     }
     int root = m.alias[i].root;
     float* base = reinterpret_cast<float*>(at(p.out_buffer[root]));
-    nb.out = Act{base + m.alias[i].channel, n, node.out.h, node.out.w, node.out.c, graph_.nodes[root].out.c};
+    nb.out = Act{m.advance(base, m.alias[i].channel), n, node.out.h, node.out.w, node.out.c, graph_.nodes[root].out.c};
   }
 }
 
@@ -465,7 +509,20 @@ ModelSpec spec_of(const Graph& graph) {
   return spec;
 }
 
-ConstAct Executor::output(int node) const { return as_const(impl_->nodes.at(static_cast<size_t>(node)).out); }
+ConstAct Executor::output(int node) const {
+  Impl& m = *impl_;
+  ConstAct out = as_const(m.nodes.at(static_cast<size_t>(node)).out);
+  if (!m.half || graph_.nodes[static_cast<size_t>(node)].spec.type == LayerType::Softmax) return out;
+  // 16-bit: widened into one FP32 buffer (in the compute stream's order), with the view's stride:
+  // element p * stride + ch of the copy is that of the view (a slice's gaps come along).
+  const size_t pixels = out.pixels();
+  if (pixels == 0) return out;
+  const size_t count = (pixels - 1) * static_cast<size_t>(out.stride) + static_cast<size_t>(out.c);
+  if (m.widened.size() < count * sizeof(float)) m.widened = DeviceMemory(device_, count * sizeof(float));
+  float* wide = static_cast<float*>(m.widened.data());
+  from_storage(m.context(*stream_), out.data, wide, count);
+  return ConstAct{wide, out.n, out.h, out.w, out.c, out.stride};
+}
 
 // ---- the passes ------------------------------------------------------------------------------
 
@@ -484,6 +541,11 @@ void Executor::forward(bool training, const float* images, const YoloTruth* trut
   Impl& m = *impl_;
   const int n = micro_batch_;
   const OpContext c = m.context(*stream_);
+  if (m.half) {  // the images as 16-bit activations, for the first layer's forward and backward
+    to_storage(c, images, m.input16, static_cast<size_t>(n) * graph_.input.elements());
+    images = m.input16;
+    m.current_images = images;
+  }
   ConstAct image = ConstAct{images, n, graph_.input.h, graph_.input.w, graph_.input.c, graph_.input.c};
   auto input_of = [&](const Node& node, size_t k = 0) {
     int p = node.inputs[k];
@@ -500,12 +562,12 @@ void Executor::forward(bool training, const float* images, const YoloTruth* trut
       case LayerType::Convolutional: {
         Conv2dShape shape{n, node.in.h, node.in.w, node.in.c, node.out.c, l.size, l.stride};
         if (!l.batch_normalize) {
-          conv2d_forward(c, shape, in, p + nb.w, p + nb.b, nb.out);
+          conv2d_forward(c, shape, in, m.weights_at(nb.w), p + nb.b, nb.out);
           if (l.activation != Activation::Linear) activation_forward(c, l.activation, as_const(nb.out), nb.out);
           break;
         }
         Act pre{nb.pre, n, node.out.h, node.out.w, node.out.c, node.out.c};
-        conv2d_forward(c, shape, in, p + nb.w, nullptr, pre);
+        conv2d_forward(c, shape, in, m.weights_at(nb.w), nullptr, pre);
         if (!training) {
           batchnorm_activation_forward_inference(c, l.activation, as_const(pre), p + nb.s, p + nb.b, m.stats + nb.mean,
                                                  m.stats + nb.var, nb.out);
@@ -551,13 +613,16 @@ void Executor::forward(bool training, const float* images, const YoloTruth* trut
       case LayerType::Yolo: {
         if (!training) break;
         NodeBuffers& producer = m.nodes[node.inputs[0]];
-        yolo_loss(c, in, node.yolo, truths, truth_counts, kYoloMaxTruths, grad_view(producer.grad, producer.out),
+        YoloLossConfig config = node.yolo;
+        config.grad_scale = m.loss_scale;
+        yolo_loss(c, in, config, truths, truth_counts, kYoloMaxTruths, grad_view(producer.grad, producer.out),
                   m.yolo_stats + node.index);
         break;
       }
       case LayerType::Connected: {
         int inputs = static_cast<int>(node.in.elements()), outputs = node.out.c;
-        gemm(c, GemmShape{n, outputs, inputs, false, true}, in.data, p + nb.w, p + nb.b, nb.out.data, false);  // in W^T + b
+        gemm(c, GemmShape{n, outputs, inputs, false, true}, in.data, m.weights_at(nb.w), p + nb.b, nb.out.data,
+             false);  // in W^T + b
         if (l.activation != Activation::Linear) activation_forward(c, l.activation, as_const(nb.out), nb.out);
         break;
       }
@@ -565,7 +630,7 @@ void Executor::forward(bool training, const float* images, const YoloTruth* trut
         NodeBuffers& producer = m.nodes[node.inputs[0]];
         if (training)
           softmax_cross_entropy(c, in.data, labels, n, node.out.c, m.softmax_loss, producer.grad, nb.out.data,
-                                m.bad_label);
+                                m.bad_label, m.loss_scale);
         else  // the op wants labels even when it computes no loss
           softmax_cross_entropy(c, in.data, m.zero_labels, n, node.out.c, nullptr, nullptr, nb.out.data, m.bad_label);
         break;
@@ -586,7 +651,7 @@ void Executor::backward(bool accumulate) {
   for (NodeBuffers& nb : m.nodes) nb.first_writer_pending = true;
   for (const Node& node : graph_.nodes)
     if (node.consumers.empty() && m.nodes[node.index].grad)
-      fill_bytes(m.nodes[node.index].grad, 0, static_cast<size_t>(n) * node.out.elements() * sizeof(float), *stream_);
+      fill_bytes(m.nodes[node.index].grad, 0, static_cast<size_t>(n) * node.out.elements() * m.elem, *stream_);
   // A loss writes its input's gradient at forward time.
   for (const Node& node : graph_.nodes)
     if (node.spec.type == LayerType::Yolo || node.spec.type == LayerType::Softmax)
@@ -640,7 +705,8 @@ void Executor::backward(bool accumulate) {
           activation_backward(c, l.activation, as_const(nb.out), as_const(grad), grad);
         }
         conv2d_backward_weights(c, shape, in, as_const(grad), g + nb.w, l.batch_normalize ? nullptr : g + nb.b);
-        if (q0 != kNetworkInput) conv2d_backward_data(c, shape, as_const(grad), p + nb.w, grad_in, accumulate_into(q0));
+        if (q0 != kNetworkInput)
+          conv2d_backward_data(c, shape, as_const(grad), m.weights_at(nb.w), grad_in, accumulate_into(q0));
         break;
       }
       case LayerType::Shortcut: {
@@ -659,7 +725,7 @@ void Executor::backward(bool accumulate) {
         int channel = 0;
         for (int q : node.inputs) {
           const Node& producer = graph_.nodes[q];
-          ConstAct slice{grad.data + channel, n, node.out.h, node.out.w, producer.out.c, node.out.c};
+          ConstAct slice{m.advance(grad.data, channel), n, node.out.h, node.out.w, producer.out.c, node.out.c};
           Act target = grad_view(m.nodes[q].grad, m.nodes[q].out);
           route_backward(c, slice, std::span<const Act>(&target, 1), accumulate_into(q));
           channel += producer.out.c;
@@ -677,9 +743,12 @@ void Executor::backward(bool accumulate) {
         if (l.activation != Activation::Linear) activation_backward(c, l.activation, as_const(nb.out), as_const(grad), grad);
         const float* in = q0 == kNetworkInput ? m.current_images : m.nodes[q0].out.data;
         gemm(c, GemmShape{outputs, inputs, n, true, false}, grad.data, in, nullptr, g + nb.w, false);  // dW = grad^T in
-        gemm(c, GemmShape{1, outputs, n, false, false}, m.ones, grad.data, nullptr, g + nb.b, false);  // db = 1 grad
+        if (m.half)  // db = grad^T 1: the A^T B layout, which writes FP32 from 16-bit operands
+          gemm(c, GemmShape{outputs, 1, n, true, false}, grad.data, m.ones16, nullptr, g + nb.b, false);
+        else  // db = 1 grad
+          gemm(c, GemmShape{1, outputs, n, false, false}, m.ones, grad.data, nullptr, g + nb.b, false);
         if (q0 != kNetworkInput)  // d in = grad W
-          gemm(c, GemmShape{n, inputs, outputs, false, false}, grad.data, p + nb.w, nullptr, grad_in.data,
+          gemm(c, GemmShape{n, inputs, outputs, false, false}, grad.data, m.weights_at(nb.w), nullptr, grad_in.data,
                accumulate_into(q0));
         break;
       }
@@ -692,7 +761,8 @@ void Executor::backward(bool accumulate) {
       if (accumulate) {
         size_t count = nb.param_end - nb.param_begin;
         Act sum = flat(m.grads + nb.param_begin, count);
-        shortcut_forward(c, as_const(sum), as_const(flat(m.micro_grads + nb.param_begin, count)), sum);
+        shortcut_forward(m.fp32_context(*stream_), as_const(sum), as_const(flat(m.micro_grads + nb.param_begin, count)),
+                         sum);
       }
       if (gradients_ready_ && !early) gradients_ready_(nb.param_end);
     }
@@ -702,6 +772,13 @@ void Executor::backward(bool accumulate) {
 }
 
 float* Executor::gradients() { return impl_->grads; }
+
+void Executor::set_loss_scale(float scale) {
+  if (!(scale > 0.0f) || !std::isfinite(scale))
+    throw Error("set_loss_scale: " + std::to_string(scale) + " is not a positive finite scale");
+  if (scale != 1.0f && !impl_->kernels) throw Error("set_loss_scale: loss scaling (fp16) runs on GPUs only");
+  impl_->loss_scale = scale;
+}
 float* Executor::parameters() { return impl_->params; }
 
 // ---- steps, loss, parameters ----------------------------------------------------------------
@@ -786,8 +863,8 @@ bool Executor::apply_update(float learning_rate, float momentum, float decay, fl
   m.copy(&flag, m.nonfinite, sizeof flag);
   if (flag) return false;
   SgdHyper hyper{learning_rate, momentum, decay, grad_scale};
-  sgd_update(c, m.params, m.grads, m.momentum, m.device_segments, static_cast<int>(m.segments.size()), 0,
-             param_count_, hyper);
+  sgd_update(c, m.params, m.grads, m.momentum, m.device_segments, static_cast<int>(m.segments.size()), 0, param_count_,
+             hyper, m.half ? m.weights16 : nullptr);
   return true;
 }
 
@@ -837,6 +914,7 @@ void Executor::upload_parameters() {
   set_current_device(device_);
   m.copy(m.params, m.host_params.data(), param_count_ * sizeof(float));
   m.copy(m.stats, m.host_stats.data(), m.stat_count * sizeof(float));
+  m.refresh_weight_copy(param_count_);
 }
 
 std::vector<float> Executor::download(const std::string& what) {
@@ -863,6 +941,7 @@ void Executor::upload(const std::string& what, const std::vector<float>& values)
     throw Error("upload of " + what + ": " + std::to_string(values.size()) + " values, the model has " +
                 std::to_string(expect));
   m.copy(dst, values.data(), expect * sizeof(float));
+  if (what == "params") m.refresh_weight_copy(param_count_);
 }
 
 void Executor::set_tracing(bool on) {

@@ -50,7 +50,9 @@ struct PhaseTimes {
 };
 
 struct MemoryReport {
+  Precision precision = Precision::Fp32;
   size_t parameters = 0, gradients = 0, optimizer = 0, statistics = 0;  // bytes
+  size_t weight_copy = 0;                             // bf16/fp16: the 16-bit copy of the conv/connected weights
   size_t activations = 0, activations_unplanned = 0;  // packed by liveness / sum of all
   size_t workspace = 0, total = 0;
   std::string text() const;
@@ -59,9 +61,10 @@ struct MemoryReport {
 // The description a graph was built from (to rebuild it at another input size).
 ModelSpec spec_of(const Graph& graph);
 
-// The memory plan of a replica with `micro_batch` images, without allocating (workspace left
-// out: it depends on the device). For --summary.
-MemoryReport estimate_memory(const Graph& graph, int micro_batch);
+// The memory plan of a replica with `micro_batch` images in `precision` (bf16/fp16 store the
+// activations, their gradients and the input images in 16 bits, plus a 16-bit weight copy),
+// without allocating (workspace left out: it depends on the device). For --summary.
+MemoryReport estimate_memory(const Graph& graph, int micro_batch, Precision precision = Precision::Fp32);
 
 class Executor {
  public:
@@ -69,8 +72,9 @@ class Executor {
   // `seed` (darknet's scheme: uniform, scaled by fan-in). Throws yolo::Error, with the numbers
   // and what to change, when the plan does not fit the device.
   // other_sizes: further input sizes (multi-scale training) the plan must also hold.
-  // precision: what convolutions and connected layers run in (fp32, or tf32 on a GPU of sm_80
-  // or newer; kernels/ops.h); it throws yolo::Error for what the device cannot run.
+  // precision: what the step runs in (kernels/ops.h): fp32; tf32 (tensor cores, sm_80+); bf16
+  // (sm_80+) or fp16 (sm_75+): activations and their gradients in 16 bits, FP32 master weights,
+  // statistics and parameter gradients. It throws yolo::Error for what the device cannot run.
   Executor(const Graph& graph, Device device, int micro_batch, uint64_t seed,
            std::vector<std::pair<int, int>> other_sizes = {}, Precision precision = Precision::Fp32);
   ~Executor();
@@ -107,8 +111,12 @@ class Executor {
   std::vector<float> download(const std::string& what);  // "params", "momentum", "stats", "grads"
   void upload(const std::string& what, const std::vector<float>& values);
 
-  // A node's output after forward (device pointer, NHWC view of the micro-batch).
+  // A node's output after forward (device pointer, NHWC view of the micro-batch), as FP32: with
+  // bf16/fp16 a copy widened on the compute stream, valid until the next call.
   ConstAct output(int node) const;
+  // fp16 loss scaling: the losses' gradients are multiplied by `scale` from the next micro-batch
+  // on (the optimizer's grad_scale must divide it back out). 1 by default.
+  void set_loss_scale(float scale);
 
   // Data parallel: after each layer's backward, called with `ready`: the gradients of the flat
   // buffer's [0, ready) are final for this micro-batch (the buffer is in backward order, so

@@ -14,6 +14,7 @@
 #include <memory>
 #include <mutex>
 #include <numeric>
+#include <optional>
 #include <thread>
 #include <utility>
 
@@ -23,16 +24,17 @@
 #include "data/transform.h"
 #include "graph/evaluate.h"
 #include "graph/executor.h"
+#include "graph/loss_scale.h"
 #include "graph/scaling.h"
 #include "graph/weights.h"
 #include "runtime/check.h"
 #include "runtime/communicator.h"
 #include "runtime/emu_communicator.h"
 #include "runtime/fault.h"
+#include "runtime/memory.h"
 #include "runtime/nccl_communicator.h"
 #include "runtime/rendezvous.h"
 #include "runtime/socket_communicator.h"
-#include "runtime/memory.h"
 
 namespace yolo::graph {
 
@@ -247,11 +249,28 @@ std::string rank_trace_path(const std::string& path, int rank) {
   return (p.parent_path() / (stem + ".rank" + std::to_string(rank) + ".json")).string();
 }
 
+// Where training starts: step, images seen, the loader's position and (fp16) the loss scale.
+struct Start {
+  int64_t iteration = 0;
+  uint64_t seen = 0;
+  data::LoaderState loader;
+  std::optional<LossScaler::State> loss_scale;  // from a checkpoint written with fp16
+};
+
+// The checkpoint tensor holding the loss scaler's state: scale, clean steps, overflows (exact as
+// floats: the clean count stays below the growth interval, overflows below 2^24 in practice).
+constexpr const char* kLossScaleTensor = "loss_scale";
+
 TrainResult run_loop(const Graph& graph, Executor& executor, Source& source, const TrainOptions& options, int batch,
-                     int subdivisions, int64_t start_iteration, uint64_t seen, DataParallel* dp = nullptr) {
+                     int subdivisions, const Start& start, DataParallel* dp = nullptr) {
+  const int64_t start_iteration = start.iteration;
+  uint64_t seen = start.seen;
   const int rank = dp ? dp->comm->rank() : 0;
   const bool leader = rank == 0;  // prints, validates and saves
   const NetParams& net = graph.net;
+  // fp16: dynamic loss scaling, decided on the reduced gradients (the same on every rank).
+  LossScaler scaler(executor.precision() == Precision::Fp16 && options.loss_scaling, options.initial_loss_scale);
+  if (scaler.enabled() && start.loss_scale) scaler.restore(*start.loss_scale, options.out_dir + "/last.ckpt");
   int64_t max_batches = options.max_batches ? options.max_batches : net.max_batches;
   if (max_batches <= 0) throw Error(graph.path + ": max_batches is 0: set it in [net] or pass --max-batches");
   std::filesystem::create_directories(options.out_dir);
@@ -279,12 +298,19 @@ TrainResult run_loop(const Graph& graph, Executor& executor, Source& source, con
     ckpt.tensors.emplace_back("params", executor.download("params"));
     ckpt.tensors.emplace_back("momentum", executor.download("momentum"));
     ckpt.tensors.emplace_back("stats", executor.download("stats"));
+    if (scaler.enabled()) {
+      const LossScaler::State st = scaler.state();
+      ckpt.tensors.emplace_back(kLossScaleTensor, std::vector<float>{st.scale, static_cast<float>(st.clean),
+                                                                     static_cast<float>(st.overflows)});
+    }
     write_checkpoint(result.checkpoint_path, ckpt);
   };
 
   for (int64_t iteration = start_iteration; iteration < max_batches; ++iteration) {
     bool trace_this = !options.trace_file.empty() && iteration == start_iteration + std::min<int64_t>(1, max_batches - start_iteration - 1);
     size_t next_bucket = 0;
+    const float loss_scale = scaler.scale();
+    executor.set_loss_scale(loss_scale);
     auto comm_trace = trace_this && dp ? std::make_shared<CommTrace>() : nullptr;
     std::vector<TraceEvent> host_events;  // host clock (Executor::clock_ms), converted after the step
     auto host_span = [&](const char* name, double start_ms) {
@@ -332,7 +358,9 @@ TrainResult run_loop(const Graph& graph, Executor& executor, Source& source, con
     split.backward_ms = phases.backward_ms;
     double t_update = Executor::clock_ms();
     float lr = learning_rate_at(net, iteration);
-    bool updated = executor.apply_update(lr, net.momentum, net.decay, 1.0f / static_cast<float>(batch));
+    // The loss scale is divided back out with the batch.
+    bool updated = executor.apply_update(lr, net.momentum, net.decay, 1.0f / (static_cast<float>(batch) * loss_scale));
+    scaler.update(!updated);
     LossSums loss = executor.take_loss();
     split.optimizer_ms += Executor::clock_ms() - t_update;
     host_span("optimizer", t_update);
@@ -378,8 +406,17 @@ TrainResult run_loop(const Graph& graph, Executor& executor, Source& source, con
     double mean = loss.images ? loss.total / static_cast<double>(loss.images) : 0;
     if (iteration == start_iteration) result.first_loss = mean;
     result.last_loss = mean;
+    result.losses.push_back(mean);
+    result.loss_scale = scaler.scale();
+    result.overflow_skips = scaler.overflows();
     result.iterations = iteration + 1;
-    if (!updated && leader)
+    if (!updated && leader && scaler.enabled())
+      std::printf(
+          "%strain_yolo: step %lld skipped: fp16 gradients overflowed at loss scale %g; the scale is now %g "
+          "(a loss-scale adjustment, not divergence)\n",
+          tty ? "\n" : "", static_cast<long long>(iteration + 1), static_cast<double>(loss_scale),
+          static_cast<double>(scaler.scale()));
+    else if (!updated && leader)
       std::printf("%strain_yolo: step %lld skipped: a gradient was NaN or infinite (the parameters are unchanged)\n",
                   tty ? "\n" : "", static_cast<long long>(iteration + 1));
 
@@ -452,6 +489,63 @@ struct Setup {
   int batch = 0, subdivisions = 0, micro = 0;
 };
 
+// --precision auto over every device of this process: the choice of the least capable one, so
+// that every replica runs the same precision. `why` gets the reason.
+Precision automatic_precision_of(const std::vector<Device>& devices, std::string* why) {
+  Precision chosen = Precision::Bf16;
+  int lowest = INT32_MAX;
+  for (Device d : devices) {
+    int cc = 0;
+    if (d.runs_kernels()) {
+      set_current_device(d);
+      cc = current_compute_capability();
+    }
+    if (!d.runs_kernels() || cc < lowest) {
+      chosen = automatic_precision(d.runs_kernels(), cc, why);
+      lowest = d.runs_kernels() ? cc : -1;
+    }
+  }
+  return chosen;
+}
+
+}  // namespace
+
+TrainOptions resolve_precision(const TrainOptions& options, const std::vector<Device>& devices) {
+  TrainOptions resolved = options;
+  if (!options.precision) resolved.precision = automatic_precision_of(devices, &resolved.precision_reason);
+  return resolved;
+}
+
+namespace {
+
+// The precision the step runs in: the one asked for (resolve_precision filled in auto's); the
+// leader says which and why.
+Precision chosen_precision(const TrainOptions& options, Device device, bool leader) {
+  if (!options.precision) return chosen_precision(resolve_precision(options, {device}), device, leader);
+  const Precision p = *options.precision;
+  if (!leader) return p;
+  const std::string how =
+      options.precision_reason.empty() ? "" : " (auto: " + options.precision_reason + "; --precision to choose)";
+  switch (p) {
+    case Precision::Fp32:
+      std::printf("train_yolo: precision fp32%s\n", how.c_str());
+      break;
+    case Precision::Tf32:
+      std::printf(
+          "train_yolo: precision tf32: convolutions and connected layers on tensor cores (FP32 tensors, "
+          "inputs rounded to TF32)%s\n",
+          how.c_str());
+      break;
+    default:
+      std::printf(
+          "train_yolo: precision %s: activations and their gradients in %s, convolutions on tensor cores; "
+          "FP32 master weights, statistics and parameter gradients%s%s\n",
+          precision_name(p), precision_name(p), p == Precision::Fp16 ? "; dynamic loss scaling from 2^16" : "",
+          how.c_str());
+  }
+  return p;
+}
+
 // The global batch, split over `world` replicas and `subdivisions` micro-batches each.
 Setup batch_setup(const ModelSpec& spec, const TrainOptions& options, int world = 1) {
   Setup s;
@@ -465,13 +559,6 @@ Setup batch_setup(const ModelSpec& spec, const TrainOptions& options, int world 
   return s;
 }
 
-// Loads --weights or the checkpoint of --resume into the executor; returns (iteration, seen, loader state).
-struct Start {
-  int64_t iteration = 0;
-  uint64_t seen = 0;
-  data::LoaderState loader;
-};
-
 Start prepare_start(const Graph& graph, Executor& executor, const TrainOptions& options) {
   Start start;
   if (options.resume) {
@@ -482,7 +569,16 @@ Start prepare_start(const Graph& graph, Executor& executor, const TrainOptions& 
                   ": resume with the same --cfg and --size");
     if (ckpt.seed != options.seed)
       throw Error(path + " was written with --seed " + std::to_string(ckpt.seed) + ": resume with the same seed");
-    for (const auto& [name, values] : ckpt.tensors) executor.upload(name, values);
+    for (const auto& [name, values] : ckpt.tensors) {
+      if (name != kLossScaleTensor) {
+        executor.upload(name, values);
+        continue;
+      }
+      if (values.size() != 3)
+        throw Error(path + ": the loss_scale entry holds " + std::to_string(values.size()) +
+                    " values, not 3 (scale, clean steps, overflows)");
+      start.loss_scale = LossScaler::State{values[0], static_cast<int64_t>(values[1]), static_cast<int64_t>(values[2])};
+    }
     start.iteration = ckpt.iteration;
     start.seen = ckpt.seen;
     start.loader = ckpt.loader;
@@ -525,7 +621,7 @@ std::vector<std::pair<size_t, size_t>> bucket_plan(const Graph& graph, double bu
 // parameters (rank 0's), then bucketed all-reduces.
 TrainResult run_replica(const Graph& graph, Executor& executor, Source& source, const TrainOptions& options,
                         const Setup& setup, const Start& start, Communicator* comm, ReplicaGroup* group) {
-  if (!comm) return run_loop(graph, executor, source, options, setup.batch, setup.subdivisions, start.iteration, start.seen);
+  if (!comm) return run_loop(graph, executor, source, options, setup.batch, setup.subdivisions, start);
   Stream comm_stream(executor.device(), StreamPriority::High, "comm");
   DataParallel dp;
   dp.comm = comm;
@@ -558,7 +654,7 @@ TrainResult run_replica(const Graph& graph, Executor& executor, Source& source, 
                 dp.overlap ? "all-reduce overlapped with backward" : "all-reduce after backward (--no-overlap)",
                 options.sync_bn ? "over all replicas (--sync-bn)" : "per replica (rank 0's are saved)");
   try {
-    return run_loop(graph, executor, source, options, setup.batch, setup.subdivisions, start.iteration, start.seen, &dp);
+    return run_loop(graph, executor, source, options, setup.batch, setup.subdivisions, start, &dp);
   } catch (const std::exception& e) {
     // Stop the other ranks now, before unwinding waits for this replica's streams.
     if (group) group->failed(comm->rank());
@@ -683,11 +779,9 @@ TrainResult train_detector_replica(const ModelSpec& spec, const data::Dataset& d
     }
   std::vector<std::pair<int, int>> sizes;
   if (multiscale) sizes = data::multiscale_sizes(graph.net.width, graph.net.height);
-  Executor executor(graph, device, setup.micro, options.seed, sizes, options.precision);
+  const Precision precision = chosen_precision(options, device, leader);
+  Executor executor(graph, device, setup.micro, options.seed, sizes, precision);
   if (leader) std::printf("train_yolo: %s\n", executor.memory().text().c_str());
-  if (leader && options.precision == Precision::Tf32)
-    std::printf("train_yolo: precision tf32: convolutions and connected layers on tensor cores (FP32 tensors, "
-                "inputs rounded to TF32)\n");
   if (multiscale && leader)
     std::printf("train_yolo: multi-scale training (random=1): %dx%d .. %dx%d, a new size every 10 steps\n",
                 sizes.front().first, sizes.front().second, sizes.back().first, sizes.back().second);
@@ -769,8 +863,9 @@ TrainResult train_detector_replica(const ModelSpec& spec, const data::Dataset& d
 
 TrainResult train_detector(const ModelSpec& spec, const data::Dataset& dataset, const std::vector<Device>& devices,
                            const TrainOptions& options) {
-  return run_replicas(devices, options, [&](Device device, Communicator* comm, ReplicaGroup* group) {
-    return train_detector_replica(spec, dataset, device, options, comm, group);
+  const TrainOptions resolved = resolve_precision(options, devices);
+  return run_replicas(devices, resolved, [&](Device device, Communicator* comm, ReplicaGroup* group) {
+    return train_detector_replica(spec, dataset, device, resolved, comm, group);
   });
 }
 
@@ -796,7 +891,7 @@ TrainResult train_classifier_replica(const ModelSpec& spec, const data::MnistSet
   int classes = graph.nodes.back().out.c;
   if (classes < 10) throw Error(spec.path + ": the last layer has " + std::to_string(classes) + " outputs; MNIST has 10 classes");
   Setup setup = batch_setup(spec, options, world);
-  Executor executor(graph, device, setup.micro, options.seed, {}, options.precision);
+  Executor executor(graph, device, setup.micro, options.seed, {}, chosen_precision(options, device, rank == 0));
   Start start = prepare_start(graph, executor, options);
   // MNIST batches are cheap: built on the host per micro-batch and copied synchronously.
   const int n = setup.micro;
@@ -855,8 +950,9 @@ TrainResult train_classifier_replica(const ModelSpec& spec, const data::MnistSet
 
 TrainResult train_classifier(const ModelSpec& spec, const data::MnistSet& mnist, const std::vector<Device>& devices,
                              const TrainOptions& options) {
-  return run_replicas(devices, options, [&](Device device, Communicator* comm, ReplicaGroup* group) {
-    return train_classifier_replica(spec, mnist, device, options, comm, group);
+  const TrainOptions resolved = resolve_precision(options, devices);
+  return run_replicas(devices, resolved, [&](Device device, Communicator* comm, ReplicaGroup* group) {
+    return train_classifier_replica(spec, mnist, device, resolved, comm, group);
   });
 }
 

@@ -6,6 +6,7 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -43,7 +44,14 @@ struct TrainOptions {
   double bucket_mb = -1;
   bool overlap = true;
   bool sync_bn = false;         // BatchNorm statistics over every replica's micro-batch (else per replica)
-  Precision precision = Precision::Fp32;  // convolutions and connected layers (graph/executor.h)
+  // What the step runs in (graph/executor.h); nullopt: auto (automatic_precision of the device:
+  // bf16 on sm_80+, fp16 on sm_75, fp32 on the CPU), printed with the reason. fp16 turns on dynamic
+  // loss scaling (graph/loss_scale.h).
+  std::optional<Precision> precision = Precision::Fp32;
+  std::string precision_reason;  // resolve_precision: why auto chose it (printed)
+  // fp16's dynamic loss scaling: off only to show what it is for (tests); its first scale.
+  bool loss_scaling = true;
+  float initial_loss_scale = 65536.0f;
   int check_every = 100;
   double comm_timeout = 300;
   // One rank of a job started by a launcher (runtime/launch.h): this process's rank and the
@@ -74,7 +82,14 @@ struct TrainResult {
   std::string weights_path, checkpoint_path;
   double best_map50 = -1;       // with valid_every: the best validation mAP@0.5 (best.weights)
   StepSplit split;              // the whole run
+  std::vector<double> losses;   // mean per image of every step of this run
+  float loss_scale = 1;         // fp16: the loss scale at the end (1 without scaling)
+  int64_t overflow_skips = 0;   // fp16: steps skipped for overflow (this run and those resumed from)
 };
+
+// options with --precision auto (precision nullopt) replaced by the choice for these devices: that
+// of the least capable one (automatic_precision), so every replica runs the same precision.
+TrainOptions resolve_precision(const TrainOptions& options, const std::vector<Device>& devices);
 
 // Detector training on a dataset's train split; several devices: data parallel (CPU replicas
 // or GPUs as threads of this process; or, when launched, this process as one rank of

@@ -288,7 +288,8 @@ TEST_CASE("cfg model errors name file, line and what is wrong") {
       {net_then(conv + "bogus=1\n"), 8, "unknown option 'bogus' in [convolutional]"},
       {"[net]\nclasses=80\n[upsample]\n", 2, "unknown option 'classes' in [net]"},
       // [net]
-      {"[net]\nwidth=100\n[conv]\nfilters=18\n[yolo]\nmask=0\nanchors=1,1\nnum=1\nclasses=1\n", 2, "not a multiple of 32"},
+      {"[net]\nwidth=100\n[conv]\nfilters=18\n[yolo]\nmask=0\nanchors=1,1\nnum=1\nclasses=1\n", 2,
+       "not a multiple of 32"},
       {"[net]\nheight=1000000000\n[upsample]\n", 2, "out of range (expected an integer in 1..65536)"},
       {"[net]\nwidth=1e9\n[upsample]\n", 2, "'1e9' is not an integer"},
       {"[net]\nchannels=0\n[upsample]\n", 2, "out of range"},
@@ -311,9 +312,10 @@ TEST_CASE("cfg model errors name file, line and what is wrong") {
       {"[net]\nburn_in=-1\n[upsample]\n", 2, "out of range"},
       {"[net]\nmax_batches=-5\n[upsample]\n", 2, "out of range"},
       {"[net]\nhue=2\n[upsample]\n", 2, "in [0, 1]"},
-      {"[net]\nprecision=fp8\n[upsample]\n", 2, "'fp8' is not fp32, tf32, bf16 or fp16"},
+      {"[net]\nprecision=fp8\n[upsample]\n", 2, "'fp8' is not auto, fp32, tf32, bf16 or fp16"},
       // [convolutional]
-      {net_then("[convolutional]\nfilters=99999999999\n"), 5, "'99999999999' is out of range (expected an integer in 1..65536)"},
+      {net_then("[convolutional]\nfilters=99999999999\n"), 5,
+       "'99999999999' is out of range (expected an integer in 1..65536)"},
       {net_then("[convolutional]\nfilters=2147483647\n"), 5, "out of range"},
       {net_then("[convolutional]\nfilters=" + std::string(400, '9') + "\n"), 5, "out of range"},
       {net_then("[convolutional]\nfilters=0\n"), 5, "out of range"},
@@ -625,5 +627,6 @@ TEST_CASE("layer_type_name gives darknet's short names") {
 TEST_CASE("cfg: [net] precision= (our option) is read; absent it is unset") {
   CHECK(model_from("[net]\nprecision=tf32\n[upsample]\n").net.precision == yolo::Precision::Tf32);
   CHECK(model_from("[net]\nprecision=bf16\n[upsample]\n").net.precision == yolo::Precision::Bf16);
+  CHECK(!model_from("[net]\nprecision=auto\n[upsample]\n").net.precision);  // auto: chosen per device
   CHECK_FALSE(model_from("[net]\n[upsample]\n").net.precision.has_value());
 }

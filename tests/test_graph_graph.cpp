@@ -107,6 +107,23 @@ TEST_CASE("memory plan of YOLOv3: no two live buffers overlap, and liveness save
   CHECK(report.text().find("activations") != std::string::npos);
 }
 
+TEST_CASE("memory plan of YOLOv3-416 in bf16/fp16: activations at most 55% of fp32's, plus the 16-bit weight copy") {
+  Graph graph = build_graph(read_model("models/yolov3.cfg"));  // 416 x 416
+  const MemoryReport fp32 = estimate_memory(graph, 16), bf16 = estimate_memory(graph, 16, Precision::Bf16),
+                     fp16 = estimate_memory(graph, 16, Precision::Fp16);
+  const double ratio = double(bf16.activations) / double(fp32.activations);
+  MESSAGE("YOLOv3-416 batch 16 activations: fp32 " << fp32.activations / 1048576.0 << " MiB, bf16 "
+                                                   << bf16.activations / 1048576.0 << " MiB (" << ratio << ")");
+  CHECK(ratio <= 0.55);  // the issue's target: 16-bit activations, gradients and input
+  CHECK(ratio >= 0.45);  // and not less than half: only the storage type changed
+  CHECK(fp16.activations == bf16.activations);
+  CHECK(bf16.weight_copy == 61949149ull * 2);
+  CHECK(fp32.weight_copy == 0);
+  CHECK(bf16.total == 4 * bf16.parameters + bf16.weight_copy + bf16.statistics + bf16.activations);
+  CHECK(bf16.text().find("memory plan (bf16)") != std::string::npos);
+  CHECK(bf16.text().find("16-bit copy") != std::string::npos);
+}
+
 TEST_CASE("memory plan: the [yolo] heads' inputs survive the whole forward pass (inference reads them after)") {
   Graph graph = build_graph(read_model("models/demo.cfg"));
   Executor executor(graph, Device::cpu(), 1, 1);

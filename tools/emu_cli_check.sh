@@ -2,7 +2,8 @@
 # The real CLI over emulated GPUs (build/train_yolo_emu), end to end and small: write a tiny
 # synthetic set, train the demo net on emu:0,1 at 64x64 for 2 steps (the step split printed),
 # evaluate it (map), detect on an image (a drawn copy written), train a step in tf32 (and have
-# it refused on an sm_75), and refuse a bad --devices with the flag named. Prints "tests: N passed, M failed, 0 skipped" for tools/run_tests.sh.
+# it refused on an sm_75), let --precision auto pick bf16 (sm_90) and fp16 (sm_75), refuse bf16
+# on an sm_75, and refuse a bad --devices with the flag named. Prints "tests: N passed, M failed, 0 skipped" for tools/run_tests.sh.
 # BUILD (env): the build folder (build).
 set -u
 cd "$(dirname "$0")/.."
@@ -44,6 +45,15 @@ check "detect on emu:1@sm75" 0 "detections -> drawn/000000.png" "$bin" detect --
 check "train in tf32 on emu:0" 0 "precision tf32: convolutions and connected layers on tensor cores" "$bin" \
   --devices emu:0 --precision tf32 --cfg "$models/demo.cfg" --data set/shapes.data --max-batches 1 --size 64 --batch 4 \
   --out out_tf32
+check "auto picks bf16 on emu:0" 0 "precision bf16: activations and their gradients in bf16" "$bin" \
+  --devices emu:0 --cfg "$models/demo.cfg" --data set/shapes.data --max-batches 1 --size 64 --batch 2 --out out_auto
+check "auto picks fp16 on emu:0@sm75, loss scaling on" 0 "dynamic loss scaling from 2^16 (auto: sm_75 has fp16" "$bin" \
+  --devices emu:0@sm75 --cfg "$models/demo.cfg" --data set/shapes.data --max-batches 1 --size 64 --batch 2 --out out_fp16
+check "bf16 refused on emu:0@sm75" 2 "precision bf16 needs tensor cores of sm_80 or newer; this device is sm_75" "$bin" \
+  --devices emu:0@sm75 --precision bf16 --cfg "$models/demo.cfg" --data set/shapes.data --max-batches 1 --size 64
+check "fp32 asked for on emu:0" 0 "train_yolo: precision fp32" "$bin" \
+  --devices emu:0 --precision fp32 --cfg "$models/demo.cfg" --data set/shapes.data --max-batches 1 --size 64 --batch 2 \
+  --out out_fp32
 check "tf32 refused on emu:0@sm75" 2 "precision tf32 needs tensor cores of sm_80 or newer; this device is sm_75" "$bin" \
   --devices emu:0@sm75 --precision tf32 --cfg "$models/demo.cfg" --data set/shapes.data --max-batches 1 --size 64
 check "a bad --devices" 2 "--devices emu:0@sm61: no emulated GPU preset for sm_61" "$bin" --devices emu:0@sm61 \

@@ -56,9 +56,9 @@ const char* kUsage =
     "                     gradients when smaller; 0 = one layer each)\n"
     "  --no-overlap       data parallel: all-reduce after backward instead of during it\n"
     "  --sync-bn          data parallel: BatchNorm statistics over all replicas (for small per-GPU batches)\n"
-    "  --precision P      fp32 (default; or the cfg's [net] precision=) or tf32: convolutions and connected\n"
-    "                     layers on tensor cores, on GPUs of sm_80 and newer (bf16/fp16 need 16-bit\n"
-    "                     activations: not built yet)\n"
+    "  --precision P      auto (default; or the cfg's [net] precision=): bf16 on GPUs of sm_80 and newer,\n"
+    "                     fp16 on sm_75, fp32 on the CPU. fp32; tf32 (tensor cores, FP32 tensors, sm_80+);\n"
+    "                     bf16 (sm_80+) and fp16 (sm_75+, with dynamic loss scaling): activations in 16 bits\n"
     "  --check-every N    data parallel: compare the replicas' parameter hashes every N steps (100)\n"
     "  --comm-timeout S   data parallel: give up a collective after S seconds (300)\n"
     "  --rendezvous R     launched jobs (mpirun, srun, torchrun): where the ranks meet, tcp://HOST:PORT\n"
@@ -92,7 +92,8 @@ struct Options {
   double bucket_mb = -1, comm_timeout = 300;
   std::string rendezvous;
   bool overlap = true, sync_bn = false;
-  std::optional<yolo::Precision> precision;  // --precision; else the cfg's [net] precision=, else fp32
+  bool precision_given = false;              // --precision (auto included) wins over the cfg's
+  std::optional<yolo::Precision> precision;  // --precision; nullopt: auto
   int check_every = 100;
   bool list_devices = false;
   // The emulated-GPU build (build/train_yolo_emu) exists to run the GPU path: emu:0 by default.
@@ -193,7 +194,8 @@ Options parse(int argc, char** argv) {
     } else if (arg == "--sync-bn") {
       options.sync_bn = true;
     } else if (arg == "--precision") {
-      options.precision = yolo::parse_precision(value(), arg);
+      options.precision = yolo::parse_precision_choice(value(), arg);
+      options.precision_given = true;
     } else if (arg == "--check-every") {
       options.check_every = to_int(arg, value(), 0, 1000000000);
     } else if (arg == "--comm-timeout") {
@@ -473,8 +475,12 @@ int train(const Options& options, const yolo::GpuDiscovery& found) {
     int batch = options.batch ? options.batch : spec.net.batch;
     int subdivisions = options.subdivisions ? options.subdivisions : spec.net.subdivisions;
     int micro = std::max(1, batch / subdivisions);
-    std::printf("%s (micro-batch %d; plus the device's workspace)\n",
-                yolo::graph::estimate_memory(graph, micro).text().c_str(), micro);
+    // The precision asked for (flag, else cfg); auto depends on the device: show fp32 and bf16.
+    const std::optional<yolo::Precision> asked = options.precision_given ? options.precision : spec.net.precision;
+    if (!asked) std::printf("precision auto: bf16 on GPUs of sm_80 and newer, fp16 on sm_75, fp32 on the CPU\n");
+    for (yolo::Precision p : asked ? std::vector{*asked} : std::vector{yolo::Precision::Fp32, yolo::Precision::Bf16})
+      std::printf("%s (micro-batch %d; plus the device's workspace)\n",
+                  yolo::graph::estimate_memory(graph, micro, p).text().c_str(), micro);
     return 0;
   }
   // A launched job (mpirun, srun, torchrun): this process is one rank, on one device.
@@ -504,7 +510,7 @@ int train(const Options& options, const yolo::GpuDiscovery& found) {
   to.bucket_mb = options.bucket_mb;
   to.overlap = options.overlap;
   to.sync_bn = options.sync_bn;
-  to.precision = options.precision.value_or(spec.net.precision.value_or(yolo::Precision::Fp32));
+  to.precision = options.precision_given ? options.precision : spec.net.precision;  // nullopt: auto
   to.check_every = options.check_every;
   to.comm_timeout = options.comm_timeout;
   to.launched = !launch.launcher.empty();
