@@ -1,7 +1,13 @@
 // Shared pieces of the graph tests: a tiny detector cfg and batches of synthetic images.
 #pragma once
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <exception>
+#include <fstream>
+#include <iterator>
 #include <string>
 #include <thread>
 #include <vector>
@@ -73,6 +79,37 @@ inline graph::TrainOptions tiny_dp_options(const std::string& out_dir, int64_t s
   o.max_batches = steps;
   o.bucket_mb = 0;
   o.out_dir = out_dir;
+  return o;
+}
+
+// The tiny detector above as a model.
+inline graph::ModelSpec tiny_detector_spec() {
+  return graph::parse_model(graph::parse_cfg_text(kTinyDetectorCfg, "tiny.cfg"));
+}
+
+// A file's bytes ("" when it cannot be read).
+inline std::string file_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// max over i of |a - b| / (|b| + 1e-2 max|b|): relative, with a floor for entries near zero.
+inline double worst_difference(const std::vector<float>& a, const std::vector<float>& b) {
+  REQUIRE(a.size() == b.size());
+  double norm = 0, worst = 0;
+  for (float v : b) norm = std::max(norm, static_cast<double>(std::fabs(v)));
+  for (size_t i = 0; i < a.size(); ++i)
+    worst = std::max(worst, std::fabs(static_cast<double>(a[i]) - b[i]) / (std::fabs(b[i]) + 1e-2 * norm));
+  return worst;
+}
+
+// The small MLP's data-parallel runs: every bucket its own layer, hashes compared every 5 steps.
+inline graph::TrainOptions small_mlp_options() {
+  graph::TrainOptions o;
+  o.progress_in_place = false;
+  o.check_every = 5;
+  o.bucket_mb = 0;
+  o.seed = 11;
   return o;
 }
 

@@ -22,6 +22,7 @@ using namespace yolo;
 using namespace yolo::graph;
 using yolo::testing::Rng;
 using yolo::testing::TempDir;
+using yolo::testing::file_bytes;
 using yolo::testing::kTinyDetectorCfg;
 
 namespace {
@@ -227,11 +228,6 @@ activation=linear
 namespace {
 
 
-
-std::string file_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
 
 }  // namespace
 

@@ -32,15 +32,10 @@ using namespace yolo;
 using namespace yolo::graph;
 using yolo::testing::AdversarialSchedule;
 using yolo::testing::TempDir;
+using yolo::testing::file_bytes;
+using yolo::testing::worst_difference;
 
 namespace {
-
-ModelSpec tiny_spec() { return parse_model(parse_cfg_text(yolo::testing::kTinyDetectorCfg, "tiny.cfg")); }
-
-std::string file_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
 
 // The tiny detector's single-device runs: its cfg's batch 4 in 2 micro-batches (gradients
 // accumulated on the device), 3 steps.
@@ -54,16 +49,6 @@ TrainOptions single_options(const std::string& out_dir) {
   return o;
 }
 
-// max over i of |a - b| / (|b| + 1e-2 max|b|): relative, with a floor for entries near zero.
-double worst_difference(const std::vector<float>& a, const std::vector<float>& b) {
-  REQUIRE(a.size() == b.size());
-  double norm = 0, worst = 0;
-  for (float v : b) norm = std::max(norm, static_cast<double>(std::fabs(v)));
-  for (size_t i = 0; i < a.size(); ++i)
-    worst = std::max(worst, std::fabs(static_cast<double>(a[i]) - b[i]) / (std::fabs(b[i]) + 1e-2 * norm));
-  return worst;
-}
-
 }  // namespace
 
 TEST_CASE("the GPU path trains the tiny detector as the CPU does, and repeats its own bits (emu:0: also adversarially)") {
@@ -73,7 +58,7 @@ TEST_CASE("the GPU path trains the tiny detector as the CPU does, and repeats it
   TrainOptions o = single_options("");
   auto train = [&](Device on, const std::string& name) {
     o.out_dir = dir / name;
-    TrainResult r = train_detector(tiny_spec(), dataset, on, o);
+    TrainResult r = train_detector(yolo::testing::tiny_detector_spec(), dataset, on, o);
     REQUIRE(r.iterations == 3);
     return std::make_pair(r, read_checkpoint(r.checkpoint_path));
   };
@@ -112,7 +97,7 @@ TEST_CASE("the GPU path in tf32 trains the tiny detector within a band of fp32, 
   auto train = [&](Precision precision, const std::string& name) {
     o.out_dir = dir / name;
     o.precision = precision;
-    TrainResult r = train_detector(tiny_spec(), dataset, device, o);
+    TrainResult r = train_detector(yolo::testing::tiny_detector_spec(), dataset, device, o);
     REQUIRE(r.iterations == 3);
     return std::make_pair(r, read_checkpoint(r.checkpoint_path));
   };
@@ -150,10 +135,10 @@ TEST_CASE("the GPU path in tf32 trains the tiny detector within a band of fp32, 
 
   o.out_dir = dir / "refused";
   o.precision = Precision::Tf32;
-  CHECK_THROWS_WITH_AS(train_detector(tiny_spec(), dataset, Device::cpu(), o),
+  CHECK_THROWS_WITH_AS(train_detector(yolo::testing::tiny_detector_spec(), dataset, Device::cpu(), o),
                        doctest::Contains("precision tf32 (--precision, or the cfg's [net] precision=) runs on tensor cores, but cpu is the CPU backend"), Error);
   o.precision = Precision::Bf16;
-  CHECK_THROWS_WITH_AS(train_detector(tiny_spec(), dataset, Device::cpu(), o),
+  CHECK_THROWS_WITH_AS(train_detector(yolo::testing::tiny_detector_spec(), dataset, Device::cpu(), o),
                        doctest::Contains("precision bf16 (--precision, or the cfg's [net] precision=) runs on tensor "
                                          "cores, but cpu is the CPU backend"),
                        Error);
@@ -161,7 +146,7 @@ TEST_CASE("the GPU path in tf32 trains the tiny detector within a band of fp32, 
   yolo::testing::EmulatedDevicesReset reset;
   emu::configure_device(1, emu::preset_for(75));
   o.precision = Precision::Tf32;
-  CHECK_THROWS_WITH_AS(train_detector(tiny_spec(), dataset, Device::emu(1), o),
+  CHECK_THROWS_WITH_AS(train_detector(yolo::testing::tiny_detector_spec(), dataset, Device::emu(1), o),
                        doctest::Contains("precision tf32 needs tensor cores of sm_80 or newer; this device is sm_75"),
                        Error);
 #endif
@@ -169,7 +154,7 @@ TEST_CASE("the GPU path in tf32 trains the tiny detector within a band of fp32, 
 
 TEST_CASE("the GPU path: a multi-scale switch equals an executor built for that size, bit for bit") {
   KERNEL_TEST_DEVICE(gpu);
-  ModelSpec spec = tiny_spec();
+  ModelSpec spec = yolo::testing::tiny_detector_spec();
   Graph at64 = build_graph(spec), at96 = build_graph(spec, 96, 96);
   const int n = 2;
   Executor both(at64, gpu, n, 11, {{96, 96}, {32, 32}});
@@ -197,13 +182,13 @@ TEST_CASE("the GPU path: a resumed run equals an uninterrupted one bit for bit; 
   data::Dataset dataset = yolo::testing::small_shapes_dataset(dir / "shapes");
   TrainOptions o = single_options(dir / "straight");
   o.max_batches = 4;
-  TrainResult straight = train_detector(tiny_spec(), dataset, device, o);
+  TrainResult straight = train_detector(yolo::testing::tiny_detector_spec(), dataset, device, o);
   o.out_dir = dir / "split";
   o.max_batches = 2;
-  train_detector(tiny_spec(), dataset, device, o);
+  train_detector(yolo::testing::tiny_detector_spec(), dataset, device, o);
   o.max_batches = 4;
   o.resume = true;
-  TrainResult resumed = train_detector(tiny_spec(), dataset, device, o);
+  TrainResult resumed = train_detector(yolo::testing::tiny_detector_spec(), dataset, device, o);
   CHECK(resumed.iterations == 4);
   CHECK(file_bytes(resumed.weights_path) == file_bytes(straight.weights_path));
   // Validation (the CUDA decode and NMS) every epoch, and a trace of one step's layers.
@@ -211,7 +196,7 @@ TEST_CASE("the GPU path: a resumed run equals an uninterrupted one bit for bit; 
   o.out_dir = dir / "valid";
   o.valid_every = 1;
   o.trace_file = dir / "trace.json";
-  TrainResult validated = train_detector(tiny_spec(), dataset, device, o);
+  TrainResult validated = train_detector(yolo::testing::tiny_detector_spec(), dataset, device, o);
   CHECK(validated.best_map50 >= 0);
   CHECK(std::filesystem::exists(dir / "valid/best.weights"));
   std::string trace = file_bytes(dir / "trace.json");
@@ -235,7 +220,7 @@ struct Outcome {
 Outcome run(const data::Dataset& dataset, const std::vector<Device>& devices, const TrainOptions& o) {
   Outcome out;
   try {
-    TrainResult r = train_detector(tiny_spec(), dataset, devices, o);
+    TrainResult r = train_detector(yolo::testing::tiny_detector_spec(), dataset, devices, o);
     out.weights = file_bytes(r.weights_path);
     out.first_loss = r.first_loss;
     out.last_loss = r.last_loss;
@@ -259,7 +244,7 @@ struct PlantedFault {
 
 TEST_CASE("emulated GPU memory: the executor's plan must fit the device, with the numbers") {
   yolo::testing::EmulatedDevicesReset reset;
-  Graph graph = build_graph(tiny_spec());
+  Graph graph = build_graph(yolo::testing::tiny_detector_spec());
   emu::DeviceProps tiny = emu::preset_for(90);
   tiny.memory_bytes = size_t(64) << 10;
   emu::configure_device(2, tiny);
@@ -273,7 +258,7 @@ TEST_CASE("emu:0,1: a replica whose kernel fails mid-step stops the other within
   // Kernels per step on one replica, to fail rank 1 in the middle of step 3.
   TrainOptions probe = yolo::testing::tiny_dp_options(dir / "probe", 1);
   int64_t before = emu::kernel_launches(1);
-  train_detector(tiny_spec(), dataset, std::vector<Device>{Device::emu(0), Device::emu(1)}, probe);
+  train_detector(yolo::testing::tiny_detector_spec(), dataset, std::vector<Device>{Device::emu(0), Device::emu(1)}, probe);
   int64_t per_step = emu::kernel_launches(1) - before;
   REQUIRE(per_step > 10);
   TrainOptions o = yolo::testing::tiny_dp_options(dir / "run", 5);

@@ -30,15 +30,9 @@
 using namespace yolo;
 using namespace yolo::graph;
 using yolo::testing::TempDir;
+using yolo::testing::file_bytes;
 
 namespace {
-
-ModelSpec tiny_spec() { return parse_model(parse_cfg_text(yolo::testing::kTinyDetectorCfg, "tiny.cfg")); }
-
-std::string file_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
 
 constexpr int kBandSteps = 16;  // past burn-in (2) and the lr step (4)
 
@@ -92,7 +86,7 @@ TEST_CASE("bf16 and fp16 train the tiny detector within a band of fp32, the same
     TrainOptions o = band_options(dir / name, precision);
     o.loss_scaling = scaling;
     o.initial_loss_scale = first_scale;
-    TrainResult r = train_detector(tiny_spec(), dataset, device, o);
+    TrainResult r = train_detector(yolo::testing::tiny_detector_spec(), dataset, device, o);
     REQUIRE(r.iterations == kBandSteps);
     return r;
   };
@@ -183,22 +177,12 @@ std::vector<float> loss_scale_entry(const std::string& checkpoint) {
   return {};
 }
 
-// max |a - b| / (|b| + 1e-2 max |b|).
-double worst_relative(const std::vector<float>& a, const std::vector<float>& b) {
-  REQUIRE(a.size() == b.size());
-  double norm = 0, worst = 0;
-  for (float v : b) norm = std::max(norm, static_cast<double>(std::fabs(v)));
-  for (size_t i = 0; i < a.size(); ++i)
-    worst = std::max(worst, std::fabs(static_cast<double>(a[i]) - b[i]) / (std::fabs(b[i]) + 1e-2 * norm));
-  return worst;
-}
-
 }  // namespace
 
 TEST_CASE("fp16 on emu:0,1: a planted overflow skips the step and halves the scale on both replicas; exact resume") {
   TempDir dir;
   data::Dataset dataset = yolo::testing::small_shapes_dataset(dir / "shapes");
-  ModelSpec spec = tiny_spec();
+  ModelSpec spec = yolo::testing::tiny_detector_spec();
   // The plant: a first scale of 2^24 makes every loss gradient above 2^-8 overflow FP16 (Inf), so
   // the first step's reduced gradients are non-finite on both ranks. check_every = 1 compares the
   // replicas' parameter hashes after every step (a mismatch throws).
@@ -240,13 +224,8 @@ TEST_CASE("bf16 data parallel on emu:0,1 equals emu:0 with the whole batch: the 
   {  // The MLP (connected layers through the 16-bit gemm, softmax on 16-bit logits).
     ModelSpec spec = parse_model(parse_cfg_text(yolo::testing::kSmallMlpCfg, "mlp.cfg"));
     data::MnistSet mnist = data::synthetic_mnist(12 * 13, 3);
-    TrainOptions o;
-    o.progress_in_place = false;
-    o.check_every = 5;
-    o.bucket_mb = 0;
-    o.seed = 11;
+    TrainOptions o = yolo::testing::small_mlp_options();
     o.precision = Precision::Bf16;
-    std::vector<double> last_losses;
     auto params_after = [&](std::vector<Device> devices, const std::string& name) {
       o.out_dir = dir / name;
       TrainResult r = train_classifier(spec, mnist, devices, o);
@@ -254,13 +233,12 @@ TEST_CASE("bf16 data parallel on emu:0,1 equals emu:0 with the whole batch: the 
       std::string curve;
       for (double l : r.losses) curve += " " + std::to_string(l).substr(0, 6);
       MESSAGE(name << " (" << std::string(precision_name(*o.precision)) << "):" << curve);
-      last_losses.push_back(r.last_loss);
       return read_checkpoint(r.checkpoint_path).tensors.at(0).second;
     };
     const std::vector<float> one = params_after({Device::emu(0)}, "mlp1"), two = params_after(two_emulated(), "mlp2");
     o.precision = Precision::Fp32;
     const std::vector<float> fp32 = params_after({Device::emu(0)}, "mlp_fp32");
-    const double dp = worst_relative(two, one), vs_fp32 = worst_relative(one, fp32);
+    const double dp = yolo::testing::worst_difference(two, one), vs_fp32 = yolo::testing::worst_difference(one, fp32);
     MESSAGE("MLP bf16: 2 replicas vs 1 " << dp << "; bf16 vs fp32 " << vs_fp32);
     // bf16 tolerance: activations rounded to 2^-9; the replicas' micro-batches round the same
     // values (each image's activations do not depend on the others'), so only the order of the
@@ -270,7 +248,7 @@ TEST_CASE("bf16 data parallel on emu:0,1 equals emu:0 with the whole batch: the 
   }
   {  // The detector with --sync-bn: BatchNorm statistics over both replicas.
     data::Dataset dataset = yolo::testing::small_shapes_dataset(dir / "shapes");
-    ModelSpec spec = tiny_spec();
+    ModelSpec spec = yolo::testing::tiny_detector_spec();
     TrainOptions o = yolo::testing::tiny_dp_options("", 4);
     o.precision = Precision::Bf16;
     auto params_after = [&](std::vector<Device> devices, bool sync, const std::string& name) {
@@ -283,7 +261,7 @@ TEST_CASE("bf16 data parallel on emu:0,1 equals emu:0 with the whole batch: the 
     const std::vector<float> one = params_after({Device::emu(0)}, false, "det1"),
                              synced = params_after(two_emulated(), true, "det2sync"),
                              local = params_after(two_emulated(), false, "det2");
-    const double with_sync = worst_relative(synced, one), without = worst_relative(local, one);
+    const double with_sync = yolo::testing::worst_difference(synced, one), without = yolo::testing::worst_difference(local, one);
     MESSAGE("detector bf16: 2 replicas vs 1, " << with_sync << " with --sync-bn, " << without << " without");
     CHECK(with_sync <= 2e-3);  // fixed before the run: bf16's 2^-9 grown over 4 steps
     CHECK(without > 10 * with_sync);

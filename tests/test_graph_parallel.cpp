@@ -32,6 +32,7 @@
 using namespace yolo;
 using namespace yolo::graph;
 using yolo::testing::TempDir;
+using yolo::testing::file_bytes;
 using yolo::testing::kTinyDetectorCfg;
 using yolo::testing::ChildProcess;
 using yolo::testing::kSmallMlpCfg;
@@ -128,11 +129,6 @@ void check_overlap_is_real(DeviceKind kind) {
   }
 }
 
-std::string file_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
 // train_detector over 2 and 3 replicas, the hash check every step; a trace of the 2-replica
 // run; the naive schedule gives the overlapped one's bits; validation on every rank.
 void check_train_detector_replicas(DeviceKind kind) {
@@ -207,11 +203,7 @@ void check_mlp_replicas(DeviceKind kind, std::vector<int> worlds) {
   TempDir dir;
   ModelSpec spec = parse_model(parse_cfg_text(kSmallMlpCfg, "mlp.cfg"));
   data::MnistSet mnist = data::synthetic_mnist(12 * 13, 3);
-  TrainOptions o;
-  o.progress_in_place = false;
-  o.check_every = 5;
-  o.bucket_mb = 0;
-  o.seed = 11;
+  TrainOptions o = yolo::testing::small_mlp_options();
   auto params_after = [&](int world) {
     o.out_dir = dir / ("mlp" + std::to_string(world));
     TrainResult r = train_classifier(spec, mnist, yolo::testing::replica_devices(kind, world), o);
