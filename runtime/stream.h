@@ -10,6 +10,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "runtime/device.h"
 
@@ -26,6 +27,36 @@ enum class StreamPriority { Normal, High };  // High: communication, so all-redu
 
 struct HostEvent;
 class StreamQueue;
+struct CapturedGraph;
+class Stream;
+
+// A captured sequence of stream work (Stream::begin_capture .. end_capture), replayed as one
+// launch. CUDA streams: a CUDA Graph (cudaStreamBeginCapture in thread-local mode, instantiated
+// once, cudaGraphLaunch). CPU and emulated streams: the captured items pushed again, the capture's
+// events replaced by fresh ones each launch (the dependencies inside hold; the Event objects
+// recorded during capture are not updated by a launch, as in CUDA); work of streams that joined
+// the capture runs on queues the graph owns. Kernel arguments and host functions are what they
+// were at capture; memory is read when the launch runs.
+class StreamGraph {
+ public:
+  StreamGraph();
+  ~StreamGraph();
+  StreamGraph(StreamGraph&&) noexcept;
+  StreamGraph& operator=(StreamGraph&&) noexcept;
+  // Queues the whole graph on `stream` (of the capture's device kind), after its earlier work;
+  // the stream's later work waits for all of it.
+  void launch(Stream& stream);
+  bool valid() const;
+
+ private:
+  friend class Stream;
+  Device device_;
+  std::shared_ptr<CapturedGraph> captured_;             // CPU and emulated streams
+  std::vector<std::unique_ptr<StreamQueue>> branches_;  // one per stream that joined the capture
+#if YOLO_CUDA
+  cudaGraphExec_t exec_ = nullptr;
+#endif
+};
 
 class Event {
  public:
@@ -67,6 +98,14 @@ class Stream {
   // GPUs enforce that). Exceptions are kept and rethrown by synchronize().
   void enqueue(std::function<void()> work);
   void synchronize();
+  // Stream capture (StreamGraph above): from begin_capture to end_capture the work queued on this
+  // stream, and on streams that wait on events recorded in it, is recorded instead of run. While
+  // capturing, synchronising or querying it, and waiting on the host for an event recorded in
+  // the capture, throw yolo::Error (CUDA refuses them), as does waiting, in the capture, on an
+  // event recorded outside it. end_capture throws if a stream that joined was not joined back.
+  void begin_capture();
+  StreamGraph end_capture();
+  bool capturing() const;
   Device device() const { return device_; }
   const std::string& name() const { return name_; }
   bool valid() const;  // false once moved from; any use then throws yolo::Error

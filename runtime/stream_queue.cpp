@@ -164,7 +164,7 @@ std::optional<uint64_t> adversarial_schedule() {
 }
 
 StreamQueue::StreamQueue(std::string name, int emulated_device, bool high_priority)
-    : name_(std::move(name)), emulated_device_(emulated_device) {
+    : name_(std::move(name)), high_priority_(high_priority), emulated_device_(emulated_device) {
   const bool emulated_gpu = emulated_device >= 0;
   QueueScheduler& s = scheduler();
   {
@@ -219,6 +219,10 @@ StreamQueue::~StreamQueue() {
 uint64_t StreamQueue::push_item(Item item) {
   QueueScheduler& s = scheduler();
   std::lock_guard lock(s.mutex);
+  if (capture_ || (item.kind == Item::Kind::Wait && item.event->captured.count(item.generation))) {
+    capture_item(std::move(item));
+    return 0;
+  }
   items_.push_back(std::move(item));
   uint64_t number = ++pushed_;
   if (items_.back().kind == Item::Kind::Record) {
@@ -272,6 +276,7 @@ void StreamQueue::wait_for(uint64_t item) {
   check_may_block(this, "a copy to pageable memory");
   QueueScheduler& s = scheduler();
   std::unique_lock lock(s.mutex);
+  refuse_if_capturing("a copy to pageable memory");
   if (demanded_ < item) {
     demanded_ = item;
     s.reschedule();
@@ -283,6 +288,7 @@ void StreamQueue::wait_for(uint64_t item) {
 bool StreamQueue::has_run(uint64_t item) {
   QueueScheduler& s = scheduler();
   std::lock_guard lock(s.mutex);
+  refuse_if_capturing("a stream query");
   if (finished_ >= item) return true;
   if (demanded_ < item) {
     demanded_ = item;
@@ -295,6 +301,7 @@ void StreamQueue::drain() {
   check_may_block(this, "a stream synchronise");
   QueueScheduler& s = scheduler();
   std::unique_lock lock(s.mutex);
+  refuse_if_capturing("a stream synchronise");
   uint64_t target = pushed_;
   if (demanded_ < target) {
     demanded_ = target;
@@ -367,9 +374,18 @@ uint64_t host_event_issued(const HostEvent& event) {
   return event.issued;
 }
 
+// The host may not wait on, or query, a record made in a capture that has not ended.
+static void refuse_captured(const HostEvent& event, uint64_t generation, const char* what) {
+  if (event.captured.count(generation))
+    throw Error(std::string(what) +
+                " of an event recorded in a stream capture that has not ended (CUDA refuses it: "
+                "cudaErrorCapturedEvent)");
+}
+
 bool host_event_done(const std::shared_ptr<HostEvent>& event, uint64_t generation) {
   QueueScheduler& s = scheduler();
   std::lock_guard lock(s.mutex);
+  refuse_captured(*event, generation, "a query");
   if (generation == 0 || event->is_complete(generation)) return true;
   if (QueueScheduler::demand(*event, generation)) s.reschedule();
   return false;
@@ -380,6 +396,7 @@ void host_event_wait(const std::shared_ptr<HostEvent>& event, uint64_t generatio
   QueueScheduler& s = scheduler();
   std::unique_lock lock(s.mutex);
   if (generation == 0) return;
+  refuse_captured(*event, generation, "a synchronise");
   if (QueueScheduler::demand(*event, generation)) s.reschedule();
   s.changed.wait(lock, [&] { return event->is_complete(generation); });
 }
@@ -416,6 +433,90 @@ void add_host_event_producer(const std::shared_ptr<HostEvent>& event, uint64_t g
   if (event->is_complete(generation)) return;
   event->producers[generation].emplace_back(&queue, item);
   if (event->wanted.count(generation) && QueueScheduler::demand(*event, generation)) s.reschedule();
+}
+
+// ---- stream capture ------------------------------------------------------------------------
+
+std::vector<StreamQueue::Item>& CapturedGraph::items_of(StreamQueue* queue) {
+  for (auto& [q, items] : queues)
+    if (q == queue) return items;
+  queues.emplace_back(queue, std::vector<StreamQueue::Item>{});
+  return queues.back().second;
+}
+
+void StreamQueue::refuse_if_capturing(const char* what) const {
+  if (capture_)
+    throw Error(std::string(what) + " on stream '" + name_ +
+                "', which is capturing (CUDA refuses it: "
+                "cudaErrorStreamCaptureUnsupported)");
+}
+
+void StreamQueue::capture_item(Item item) {
+  if (item.kind == Item::Kind::Wait) {
+    auto it = item.event->captured.find(item.generation);
+    if (it == item.event->captured.end())
+      throw Error("stream '" + name_ +
+                  "' waits, in a capture, on an event recorded outside it (CUDA refuses it: "
+                  "cudaErrorStreamCaptureIsolation)");
+    if (!capture_) {
+      capture_ = it->second->shared_from_this();  // a fork: this queue joins the capture
+    } else if (it->second != capture_.get()) {
+      throw Error("stream '" + name_ + "' waits on an event recorded in another stream capture");
+    }
+  }
+  if (item.kind == Item::Kind::Record) item.event->captured[item.generation] = capture_.get();
+  capture_->items_of(this).push_back(std::move(item));
+}
+
+void StreamQueue::begin_capture() {
+  QueueScheduler& s = scheduler();
+  std::lock_guard lock(s.mutex);
+  if (capture_) throw Error("stream '" + name_ + "' is capturing already");
+  capture_ = std::make_shared<CapturedGraph>();
+  capture_->origin = this;
+  capture_->items_of(this);
+}
+
+bool StreamQueue::capturing() const {
+  QueueScheduler& s = scheduler();
+  std::lock_guard lock(s.mutex);
+  return capture_ != nullptr;
+}
+
+std::shared_ptr<CapturedGraph> StreamQueue::end_capture() {
+  QueueScheduler& s = scheduler();
+  std::lock_guard lock(s.mutex);
+  if (!capture_ || capture_->origin != this)
+    throw Error("stream '" + name_ + "' did not begin a capture (end it on the stream that began it)");
+  std::shared_ptr<CapturedGraph> graph = capture_;
+  // Every queue that joined must be joined back: its last item a record the origin waits on.
+  std::string unjoined;
+  const std::vector<Item>& origin_items = graph->items_of(this);
+  for (auto& [queue, items] : graph->queues) {
+    if (queue == this) continue;
+    const bool joined =
+        !items.empty() && items.back().kind == Item::Kind::Record &&
+        std::any_of(origin_items.begin(), origin_items.end(), [&](const Item& w) {
+          return w.kind == Item::Kind::Wait && w.event == items.back().event && w.generation == items.back().generation;
+        });
+    if (!joined && unjoined.empty()) unjoined = queue->name_;
+  }
+  // The capture ends either way: the queues run their own work again, and the records made in it
+  // complete (they live on as dependencies inside the graph only).
+  for (auto& [queue, items] : graph->queues) {
+    queue->capture_ = nullptr;
+    for (const Item& item : items)
+      if (item.kind == Item::Kind::Record) {
+        item.event->captured.erase(item.generation);
+        QueueScheduler::complete(*item.event, item.generation, "");
+      }
+  }
+  s.reschedule();
+  if (!unjoined.empty())
+    throw Error("stream '" + unjoined + "' joined the capture of '" + name_ +
+                "' but was not joined back (its last work must be waited on by '" + name_ +
+                "'; CUDA refuses it: cudaErrorStreamCaptureUnjoined)");
+  return graph;
 }
 
 }  // namespace yolo

@@ -36,6 +36,7 @@
 namespace yolo {
 
 class StreamQueue;
+struct CapturedGraph;
 
 // Numbered completion points: the state behind an Event of a CPU or emulated stream, and behind
 // the completion of an emulated GPUs' collective. Generations may complete in any order; all of
@@ -51,6 +52,9 @@ struct HostEvent {
   std::map<uint64_t, std::vector<std::pair<StreamQueue*, uint64_t>>> producers;
   std::set<uint64_t> wanted;
   std::string failure;  // set by a failed completion (an aborted collective): waits fail with it
+  // Generations recorded during a stream capture that has not ended (stream_capture.h): only
+  // streams of the same capture may wait on them, and the host may not.
+  std::map<uint64_t, CapturedGraph*> captured;
 
   bool is_complete(uint64_t generation) const { return generation <= prefix || later.count(generation); }
 };
@@ -83,19 +87,32 @@ class StreamQueue {
   uint64_t pushed() const;
   const std::string& name() const { return name_; }
   int emulated_device() const { return emulated_device_; }
+  bool high_priority() const { return high_priority_; }
 
- private:
-  friend struct QueueScheduler;
+  // Stream capture (stream_capture.h, CUDA's cudaStreamBeginCapture): while a queue captures, what
+  // is pushed, recorded and waited on it goes into the graph instead of running (push returns 0).
+  // A queue that waits on an event recorded in the capture joins it. The blocking calls above
+  // throw on a capturing queue, as CUDA refuses them.
+  void begin_capture();                          // throws if this queue is capturing already
+  std::shared_ptr<CapturedGraph> end_capture();  // the capture this queue began; throws if unjoined
+  bool capturing() const;
+
   struct Item {
     enum class Kind { Work, Record, Wait } kind = Kind::Work;
     std::function<void()> work;
     std::shared_ptr<HostEvent> event;
     uint64_t generation = 0;
   };
+
+ private:
+  friend struct QueueScheduler;
   uint64_t push_item(Item item);
+  void capture_item(Item item);                      // the queues' lock held
+  void refuse_if_capturing(const char* what) const;  // the queues' lock held
   void run();
 
   std::string name_;
+  bool high_priority_ = false;
   bool scheduled_ = false;  // adversarial: runs only what the scheduler grants
   bool eager_ = false;      // adversarial: high priority
   int emulated_device_ = -1;
@@ -104,7 +121,16 @@ class StreamQueue {
   uint64_t pushed_ = 0, finished_ = 0, demanded_ = 0;
   bool stopping_ = false, granted_ = false;
   std::exception_ptr first_error_;
+  std::shared_ptr<CapturedGraph> capture_;  // the capture this queue takes part in, or null
   std::thread thread_;
+};
+
+// What a capture recorded: per queue (the one that began it first, then those that joined), its
+// items in order. Replayed by stream_capture.h's Graph.
+struct CapturedGraph : std::enable_shared_from_this<CapturedGraph> {
+  StreamQueue* origin = nullptr;
+  std::vector<std::pair<StreamQueue*, std::vector<StreamQueue::Item>>> queues;
+  std::vector<StreamQueue::Item>& items_of(StreamQueue* queue);
 };
 
 // HostEvent operations for the host and for collectives (each takes the queues' lock).
