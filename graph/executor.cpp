@@ -262,7 +262,10 @@ struct Executor::Impl {
   const float* current_images = nullptr;  // the micro-batch being trained (for the first layer's backward)
   int* bad_label = nullptr;
   int* zero_labels = nullptr;  // inference: the softmax op wants labels even when it computes no loss
-  int* nonfinite = nullptr;
+  // The optimizer's per-step values (learning rate, gradient scale, non-finite flag) in device
+  // memory, read by the kernels when they run (kernels/sgd.h), and their host copy.
+  SgdLive* live = nullptr;
+  SgdLive live_host;
   size_t stat_count = 0;
   std::vector<NodeBuffers> nodes;
   std::vector<Alias> alias;
@@ -412,7 +415,7 @@ Executor::Executor(const Graph& graph, Device device, int micro_batch, uint64_t 
   m.softmax_loss = arena.allocate_array<float>(1, "softmax loss");
   m.bad_label = arena.allocate_array<int>(1, "bad label");
   m.zero_labels = arena.allocate_array<int>(static_cast<size_t>(n), "inference labels");
-  m.nonfinite = arena.allocate_array<int>(1, "non-finite flag");
+  m.live = arena.allocate_array<SgdLive>(1, "optimizer step values");
   m.device_segments = arena.allocate_array<SgdSegment>(std::max<size_t>(m.segments.size(), 1), "sgd segments");
   m.block = static_cast<char*>(arena.allocate(std::max<size_t>(activation_bytes, 1), "activations"));
   if (m.half) {
@@ -857,15 +860,18 @@ bool Executor::apply_update(float learning_rate, float momentum, float decay, fl
   Impl& m = *impl_;
   set_current_device(device_);
   const OpContext c = m.context(*stream_);
-  int flag = 0;
-  m.zero(m.nonfinite, sizeof(int));
-  grad_nonfinite_check(c, m.grads, param_count_, m.nonfinite);
-  m.copy(&flag, m.nonfinite, sizeof flag);
-  if (flag) return false;
-  SgdHyper hyper{learning_rate, momentum, decay, grad_scale};
+  // The step's values travel through device memory and the skip is decided there (the update
+  // reads the flag), so nothing between the check and the update waits for the host; the host
+  // reads the flag afterwards to report the skip.
+  m.live_host = SgdLive{learning_rate, grad_scale, 0};
+  copy_bytes(m.live, &m.live_host, sizeof(SgdLive), stream_.get());
+  grad_nonfinite_check(c, m.grads, param_count_, &m.live->nonfinite);
+  SgdHyper hyper{0.0f, momentum, decay, 0.0f, m.live};
   sgd_update(c, m.params, m.grads, m.momentum, m.device_segments, static_cast<int>(m.segments.size()), 0, param_count_,
              hyper, m.half ? m.weights16 : nullptr);
-  return true;
+  int flag = 0;
+  m.copy(&flag, &m.live->nonfinite, sizeof flag);
+  return flag == 0;
 }
 
 LossSums Executor::take_loss() {

@@ -55,6 +55,11 @@ constexpr int kThreads = 256, kItems = 8;  // a block updates kThreads * kItems 
 template <typename H>
 __global__ void sgd_update_kernel(float* w, const float* g, float* u, const SgdSegment* segments, int segment_count,
                                   size_t begin, size_t end, SgdHyper hyper, H* copy) {
+  if (hyper.live) {  // the same value for every thread: the whole block returns, or none does
+    if (hyper.live->nonfinite) return;
+    hyper.learning_rate = hyper.live->learning_rate;
+    hyper.grad_scale = hyper.live->grad_scale;
+  }
   __shared__ int first_segment;
   size_t chunk = begin + size_t(blockIdx.x) * kThreads * kItems;
   if (threadIdx.x == 0) {
@@ -160,6 +165,8 @@ void sgd_update_reference(T* w, const T* g, T* u, const SgdSegment* segments, in
                           size_t end, SgdHyper hyper) {
   sgd_check_segments(segments, segment_count, begin, end);
   check_buffers("sgd_update", end - begin, {w, g, u});
+  if (hyper.live && hyper.live->nonfinite) return;
+  if (hyper.live) hyper.learning_rate = hyper.live->learning_rate, hyper.grad_scale = hyper.live->grad_scale;
   for (int s = 0; s < segment_count; ++s)
     for (size_t i = segments[s].offset; i < segments[s].offset + segments[s].count; ++i) {
       T step = T(hyper.momentum) * u[i] + g[i] * T(hyper.grad_scale);
@@ -196,6 +203,8 @@ void sgd_update_cpu(float* w, const float* g, float* u, const SgdSegment* segmen
                     size_t end, SgdHyper hyper) {
   sgd_check_segments(segments, segment_count, begin, end);
   check_buffers("sgd_update", end - begin, {w, g, u});
+  if (hyper.live && hyper.live->nonfinite) return;
+  if (hyper.live) hyper.learning_rate = hyper.live->learning_rate, hyper.grad_scale = hyper.live->grad_scale;
   struct Piece {
     size_t first, last;
     bool decay;

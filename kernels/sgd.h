@@ -25,11 +25,23 @@ struct SgdSegment {
   bool copy16 = false;  // with a 16-bit copy (sgd_update_cuda's `copy`): written for this segment
 };
 
+// The per-step values an update can read from memory when it runs (device memory for _cuda,
+// host memory for _cpu and _reference), so that a captured step (a CUDA Graph) replays with new
+// ones: the learning rate, the gradient scale, and the flag grad_nonfinite_check writes (pass
+// &live->nonfinite to it): non-zero, the update leaves w, u and the 16-bit copy untouched.
+struct SgdLive {
+  float learning_rate = 0;
+  float grad_scale = 1;
+  int nonfinite = 0;
+};
+
 struct SgdHyper {
   float learning_rate = 0;
   float momentum = 0;
   float decay = 0;
   float grad_scale = 1;
+  // When set: learning_rate and grad_scale above are not used; they and the skip come from here.
+  const SgdLive* live = nullptr;
 };
 
 // Throws yolo::Error unless segments[0..count) are back to back and cover exactly [begin, end).

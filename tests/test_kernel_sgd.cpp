@@ -274,3 +274,58 @@ TEST_CASE("sgd: cuda with a bf16 or fp16 weight copy writes it in the same pass,
                                        static_cast<Bf16*>(nullptr), nullptr),
                        doctest::Contains("the bf16 weight copy is a null pointer"), Error);
 }
+
+// The per-step values read from memory (SgdLive): the update equals the one with the same values
+// by value, bit for bit; with the non-finite flag set it changes nothing (w, u, the 16-bit copy).
+namespace {
+
+template <typename Run>
+void check_live(Rng& rng, Device device, Run run) {
+  const size_t n = 3001;
+  std::vector<SgdSegment> segments = random_segments(rng, 0, n);
+  for (SgdSegment& s : segments) s.copy16 = s.decay;
+  const std::vector<float> w0 = rng.floats(n), u0 = rng.floats(n, -0.1f, 0.1f), g = rng.floats(n, -20.0f, 20.0f);
+  DeviceArray<SgdSegment> d_segments(device, segments);
+  DeviceArray<float> d_g(device, g);
+  auto update = [&](SgdHyper hyper, const SgdLive* live) {
+    DeviceArray<float> w(device, w0), u(device, u0);
+    DeviceArray<Bf16> copy(device, n);
+    copy.poison();
+    hyper.live = live;
+    run(w.data(), d_g.data(), u.data(), d_segments.data(), int(segments.size()), n, hyper, copy.data());
+    return std::make_tuple(w.download(), u.download(), copy.download());
+  };
+  const SgdHyper by_value{0.02f, 0.9f, 0.0005f, 1.0f / 48};
+  const auto [w_want, u_want, copy_want] = update(by_value, nullptr);
+  DeviceArray<SgdLive> live(device, std::vector<SgdLive>{SgdLive{0.02f, 1.0f / 48, 0}});
+  // Other values by value, which the live ones must override.
+  const auto [w_live, u_live, copy_live] = update(SgdHyper{7.0f, 0.9f, 0.0005f, 3.0f}, live.data());
+  CHECK(same_bits(w_live, w_want));
+  CHECK(same_bits(u_live, u_want));
+  size_t copy_differs = 0;
+  for (size_t i = 0; i < n; ++i) copy_differs += copy_live[i].bits != copy_want[i].bits;
+  CHECK(copy_differs == 0);
+  CHECK(w_live != w0);
+  live.upload({SgdLive{0.02f, 1.0f / 48, 1}});
+  const auto [w_skip, u_skip, copy_skip] = update(by_value, live.data());
+  CHECK(same_bits(w_skip, w0));
+  CHECK(same_bits(u_skip, u0));
+  size_t copy_written = 0;
+  for (const Bf16& c : copy_skip) copy_written += c.bits != 0xffff;
+  CHECK(copy_written == 0);
+}
+
+}  // namespace
+
+TEST_CASE("sgd: step values read from memory (SgdLive) equal them by value; the non-finite flag skips (cpu, cuda)") {
+  Rng rng;
+  CAPTURE(rng.seed());
+  check_live(rng, Device::cpu(),
+             [](float* w, const float* g, float* u, const SgdSegment* segments, int count, size_t n, SgdHyper hyper,
+                Bf16*) { sgd_update_cpu(w, g, u, segments, count, 0, n, hyper); });
+  std::string why;
+  if (auto device = kernel_device(&why))
+    check_live(rng, *device,
+               [](float* w, const float* g, float* u, const SgdSegment* segments, int count, size_t n, SgdHyper hyper,
+                  Bf16* copy) { sgd_update_cuda(w, g, u, segments, count, 0, n, hyper, copy, nullptr); });
+}
