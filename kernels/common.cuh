@@ -72,7 +72,7 @@ __device__ inline float block_sum(float v) {
 }
 
 // ---- V consecutive floats per access: V = 1, or 4 as one 16-byte float4 access --------------
-// The address must be 16-byte aligned for V = 4 (float4_view says when a whole view is). Two
+// The address must be 16-byte aligned for V = 4 (quad_view says when a whole view is). Two
 // forms: a pack (one float or float4 value) for kernels that only move or add whole packs (nvcc
 // unrolls their grid-stride loops further than with arrays), and an array float[V] for
 // per-element math.
@@ -113,11 +113,13 @@ __device__ __forceinline__ void store_floats(float* p, const float (&v)[V]) {
   }
 }
 
-// Whether every 4 channels of the view, from channel 0, can be one float4 access: c and stride
-// multiples of 4 and data 16-byte aligned. Host side, for launchers choosing V.
+// Whether every 4 channels of the view, from channel 0, can be one access of 4 elements: c and
+// stride multiples of 4 and data aligned to 4 elements (16 bytes of float, 8 of a 16-bit storage
+// type). Host side, for launchers choosing V.
 template <typename T>
-bool float4_view(const NhwcView<T>& v) {
-  return v.c % 4 == 0 && v.stride % 4 == 0 && reinterpret_cast<uintptr_t>(v.data) % 16 == 0;
+bool quad_view(const NhwcView<T>& v) {
+  using E = std::remove_const_t<T>;
+  return v.c % 4 == 0 && v.stride % 4 == 0 && reinterpret_cast<uintptr_t>(v.data) % (4 * sizeof(E)) == 0;
 }
 
 // ---- the row grid: elementwise kernels over NHWC rows -------------------------------------

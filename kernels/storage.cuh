@@ -102,12 +102,4 @@ bool vector_view(const NhwcView<T>& v) {
   return v.c % kVector<E> == 0 && v.stride % kVector<E> == 0 && reinterpret_cast<uintptr_t>(v.data) % 16 == 0;
 }
 
-// Whether every 4 channels of the view, from channel 0, can be one access of 4 elements (16 bytes
-// of float, 8 of a 16-bit type): float4_view for any storage type.
-template <typename T>
-bool quad_view(const NhwcView<T>& v) {
-  using E = std::remove_const_t<T>;
-  return v.c % 4 == 0 && v.stride % 4 == 0 && reinterpret_cast<uintptr_t>(v.data) % (4 * sizeof(E)) == 0;
-}
-
 }  // namespace yolo

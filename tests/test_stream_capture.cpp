@@ -21,24 +21,6 @@
 using namespace yolo;
 using namespace yolo::testing;
 
-namespace {
-
-struct Log {
-  std::mutex mutex;
-  std::vector<std::string> entries;
-  std::function<void()> note(const std::string& s) {
-    return [this, s] {
-      std::lock_guard lock(mutex);
-      entries.push_back(s);
-    };
-  }
-  std::vector<std::string> take() {
-    std::lock_guard lock(mutex);
-    return std::exchange(entries, {});
-  }
-};
-
-}  // namespace
 
 TEST_CASE("stream capture (CPU): a replay runs the captured work again, in order, across a fork and join") {
   const Device cpu = Device::cpu();

@@ -14,21 +14,6 @@
 using namespace yolo;
 using namespace yolo::testing;
 
-namespace {
-struct Log {
-  std::mutex mutex;
-  std::vector<std::string> entries;
-  void add(const std::string& s) {
-    std::lock_guard lock(mutex);
-    entries.push_back(s);
-  }
-  std::vector<std::string> get() {
-    std::lock_guard lock(mutex);
-    return entries;
-  }
-};
-}  // namespace
-
 TEST_CASE("cpu stream: work runs in enqueue order") {
   Stream s(Device::cpu(), StreamPriority::Normal, "order");
   std::vector<int> seen;

@@ -8,10 +8,12 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <mutex>
 #include <random>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace yolo::testing {
@@ -66,6 +68,27 @@ inline std::vector<float> rank_ordered_sum(const std::vector<std::vector<float>>
     for (size_t i = 0; i < out.size(); ++i) out[i] += data[r][i];
   return out;
 }
+
+// What work on several streams did, in the order it happened (thread-safe).
+struct Log {
+  std::mutex mutex;
+  std::vector<std::string> entries;
+  void add(const std::string& s) {
+    std::lock_guard lock(mutex);
+    entries.push_back(s);
+  }
+  std::function<void()> note(const std::string& s) {  // work that adds s
+    return [this, s] { add(s); };
+  }
+  std::vector<std::string> get() {
+    std::lock_guard lock(mutex);
+    return entries;
+  }
+  std::vector<std::string> take() {  // get, then forget
+    std::lock_guard lock(mutex);
+    return std::exchange(entries, {});
+  }
+};
 
 // A one-shot latch whose wait gives up after a timeout (so a broken test fails, never hangs).
 class Latch {
