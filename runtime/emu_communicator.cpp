@@ -74,10 +74,17 @@ class EmulatedGpuCommunicator : public Communicator {
     return *stream.queue();
   }
 
+  // In a stream capture the collective is numbered and queued afresh at each launch of the graph
+  // (push_replayable), as every rank captures and launches alike; the graph must not outlive this
+  // communicator.
+  void enqueue(const char* op, int root, float* data, size_t count, Stream& stream) {
+    own_queue(stream).push_replayable(
+        [this, op, root, data, count](StreamQueue& queue) { enqueue_on(op, root, data, count, queue); });
+  }
+
   // This rank's part of collective number `++issued_` (every rank issues them in one order):
   // an arrive item, then a wait for the collective's completion.
-  void enqueue(const char* op, int root, float* data, size_t count, Stream& stream) {
-    StreamQueue& queue = own_queue(stream);
+  void enqueue_on(const char* op, int root, float* data, size_t count, StreamQueue& queue) {
     auto& s = *shared_;
     std::shared_ptr<EmulatedCollective> c;
     std::string out_of_step;

@@ -92,6 +92,9 @@ class Stream {
   Stream& operator=(Stream&&) noexcept;
 
   void record(Event& event);
+  // As record(), and in a capture each launch records `event` itself (CUDA: an external event
+  // node, cudaEventRecordExternal), so the host can time a replayed graph's parts after it ran.
+  void record_timing(Event& event);
   void wait(const Event& event);
   // Host work in stream order. CPU and emulated GPUs: runs on the stream's thread. CUDA:
   // cudaLaunchHostFunc (the function must not call CUDA, nor touch device memory: emulated

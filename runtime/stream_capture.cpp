@@ -23,6 +23,23 @@ void Stream::begin_capture() {
 #endif
 }
 
+void Stream::record_timing(Event& event) {
+  if (!valid()) throw Error("record_timing: the stream was moved from");
+  if (!event.valid()) throw Error("record_timing: the event was moved from");
+  if (event.device() != device_)
+    throw Error("stream '" + name_ + "' on " + device_.name() + " cannot record an event of " + event.device().name());
+  if (queue_) {
+    queue_->record(event.host_, /*external=*/true);
+    return;
+  }
+#if YOLO_CUDA
+  if (capturing())
+    CHECKED(cudaEventRecordWithFlags(event.cuda_, cuda_, cudaEventRecordExternal));
+  else
+    CHECKED(cudaEventRecord(event.cuda_, cuda_));
+#endif
+}
+
 bool Stream::capturing() const {
   if (!valid()) return false;
   if (queue_) return queue_->capturing();
@@ -108,11 +125,15 @@ void StreamGraph::launch(Stream& stream) {
       for (const StreamQueue::Item& item : captured_->queues[q].second) {
         switch (item.kind) {
           case StreamQueue::Item::Kind::Work:
-            on.push(item.work);
+            if (item.replay)
+              item.replay(on);
+            else
+              on.push(item.work);
             break;
           case StreamQueue::Item::Kind::Record:
-            on.record(fresh_of(item));
-            break;  // its generation 1
+            on.record(fresh_of(item));  // its generation 1
+            if (item.external) on.record(item.event);
+            break;
           case StreamQueue::Item::Kind::Wait:
             on.wait(fresh_of(item), 1);
             break;

@@ -242,7 +242,7 @@ uint64_t StreamQueue::push(std::function<void()> work) {
   return push_item(std::move(item));
 }
 
-uint64_t StreamQueue::record(const std::shared_ptr<HostEvent>& event) {
+uint64_t StreamQueue::record(const std::shared_ptr<HostEvent>& event, bool external) {
   QueueScheduler& s = scheduler();
   uint64_t generation;
   {
@@ -253,8 +253,23 @@ uint64_t StreamQueue::record(const std::shared_ptr<HostEvent>& event) {
   item.kind = Item::Kind::Record;
   item.event = event;
   item.generation = generation;
+  item.external = external;
   push_item(std::move(item));
   return generation;
+}
+
+void StreamQueue::push_replayable(std::function<void(StreamQueue&)> enqueue) {
+  {
+    QueueScheduler& s = scheduler();
+    std::lock_guard lock(s.mutex);
+    if (capture_) {
+      Item item;
+      item.replay = std::move(enqueue);
+      capture_item(std::move(item));
+      return;
+    }
+  }
+  enqueue(*this);
 }
 
 void StreamQueue::wait(const std::shared_ptr<HostEvent>& event, uint64_t generation) {

@@ -75,7 +75,9 @@ class StreamQueue {
   StreamQueue& operator=(const StreamQueue&) = delete;
 
   uint64_t push(std::function<void()> work);                 // returns the item's number (1, 2, ...)
-  uint64_t record(const std::shared_ptr<HostEvent>& event);  // returns the generation issued
+  // Returns the generation issued. external: in a capture, each launch records `event` itself
+  // (CUDA's cudaEventRecordExternal), for events the host reads after a launch (timings).
+  uint64_t record(const std::shared_ptr<HostEvent>& event, bool external = false);
   void wait(const std::shared_ptr<HostEvent>& event, uint64_t generation);  // generation 0: nothing
   // Blocking waits (these two, and host_event_wait) must not be called from a queue's own work
   // (nor from any work of an adversarially scheduled queue): they throw yolo::Error instead of
@@ -93,6 +95,10 @@ class StreamQueue {
   // is pushed, recorded and waited on it goes into the graph instead of running (push returns 0).
   // A queue that waits on an event recorded in the capture joins it. The blocking calls above
   // throw on a capturing queue, as CUDA refuses them.
+  // Work whose items must be made afresh at each launch (a collective's, which are numbered as
+  // they are issued): outside a capture, enqueue(*this) now; in a capture, each launch calls
+  // enqueue with the queue the graph runs that branch on.
+  void push_replayable(std::function<void(StreamQueue&)> enqueue);
   void begin_capture();                          // throws if this queue is capturing already
   std::shared_ptr<CapturedGraph> end_capture();  // the capture this queue began; throws if unjoined
   bool capturing() const;
@@ -102,6 +108,8 @@ class StreamQueue {
     std::function<void()> work;
     std::shared_ptr<HostEvent> event;
     uint64_t generation = 0;
+    bool external = false;                     // Record: a launch records `event` itself too
+    std::function<void(StreamQueue&)> replay;  // Work from push_replayable: a launch calls this
   };
 
  private:

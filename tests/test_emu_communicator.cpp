@@ -104,6 +104,61 @@ TEST_CASE("emulated GPUs' collectives read their buffer when the stream reaches 
   }
 }
 
+TEST_CASE(
+    "emulated GPUs' collectives in a stream capture: every launch of the graph all-reduces afresh, in step with the "
+    "other ranks' launches and with eager collectives between them") {
+  Rng rng;
+  CAPTURE(rng.seed());
+  for (bool adversarial : {false, true}) {
+    CAPTURE(adversarial);
+    std::optional<AdversarialSchedule> schedule;
+    if (adversarial) schedule.emplace(rng.seed());
+    const int n = 2;
+    const size_t count = 37;
+    const int launches = 3;
+    // Per launch and rank: fresh data; an eager all-reduce of another buffer between launches.
+    std::vector<std::vector<std::vector<float>>> data(launches, std::vector<std::vector<float>>(n));
+    for (auto& per_rank : data)
+      for (auto& d : per_rank) d = rng.floats(count, -1e3f, 1e3f);
+    std::vector<std::vector<std::vector<float>>> reduced(launches, std::vector<std::vector<float>>(n));
+    std::vector<std::vector<float>> eager(n);
+    std::vector<std::string> errors = on_ranks(n, 20, [&](int r, Communicator& comm) {
+      Device gpu = Device::emu(r);
+      DeviceMemory buffer(gpu, count * sizeof(float)), other(gpu, sizeof(float));
+      Stream compute(gpu, StreamPriority::Normal, "compute");
+      Stream comm_stream(gpu, StreamPriority::High, "comm");
+      Event fork(gpu), join(gpu);
+      compute.begin_capture();
+      compute.record(fork);
+      comm_stream.wait(fork);  // the comm stream joins the capture
+      comm.all_reduce_sum(static_cast<float*>(buffer.data()), count, comm_stream);
+      comm_stream.record(join);
+      compute.wait(join);
+      StreamGraph graph = compute.end_capture();
+      const float one = static_cast<float>(r + 1);
+      for (int launch = 0; launch < launches; ++launch) {
+        copy_bytes(buffer.data(), data[launch][r].data(), buffer.size(), &compute);
+        graph.launch(compute);
+        comm.wait(compute);  // the deadline wait, on the stream the graph ran on
+        reduced[launch][r] = download(buffer, count);
+        copy_bytes(other.data(), &one, sizeof one, &comm_stream);
+        comm.all_reduce_sum(static_cast<float*>(other.data()), 1, comm_stream);  // numbered between launches
+        comm.wait(comm_stream);
+        comm_stream.synchronize();
+        eager[r].push_back(download(other, 1)[0]);
+      }
+    });
+    for (int r = 0; r < n; ++r) {
+      CHECK(errors[r].empty());
+      CHECK(eager[r] == std::vector<float>(launches, 3.0f));
+      for (int launch = 0; launch < launches; ++launch) {
+        CAPTURE(launch);
+        CHECK(reduced[launch][r] == testing::rank_ordered_sum(data[launch]));
+      }
+    }
+  }
+}
+
 TEST_CASE("emulated GPUs: an abort ends every rank's pending collectives, naming the rank") {
   auto start = std::chrono::steady_clock::now();
   std::string stream_error;

@@ -4,10 +4,13 @@
 // CUDA Graph on a GPU) reads its buffers at run time with the arguments of the capture.
 #include <doctest/doctest.h>
 
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <functional>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -125,5 +128,37 @@ TEST_CASE(
     std::vector<float> want(count);
     for (size_t i = 0; i < count; ++i) want[i] = activate<Activation::Leaky>(input[i]);
     CHECK(y.download() == want);
+  }
+}
+
+TEST_CASE("stream capture (CPU): an event recorded with record_timing is recorded by every launch; record's is not") {
+  Device cpu = Device::cpu();
+  Stream s(cpu, StreamPriority::Normal, "compute");
+  for (bool timing : {true, false}) {
+    CAPTURE(timing);
+    Event begin(cpu), end(cpu);
+    std::atomic<int> runs{0};
+    s.begin_capture();
+    s.record_timing(begin);
+    s.enqueue([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(30));
+      ++runs;
+    });
+    if (timing)
+      s.record_timing(end);
+    else
+      s.record(end);
+    StreamGraph graph = s.end_capture();
+    for (int launch = 1; launch <= 2; ++launch) {
+      graph.launch(s);
+      end.synchronize();  // with record_timing: waits for this launch's work
+      if (timing) {
+        CHECK(runs == launch);
+        CHECK(end.elapsed_ms_since(begin) >= 25.0f);
+      } else {
+        CHECK(runs == launch - 1);  // the capture's record completed when the capture ended
+      }
+      s.synchronize();
+    }
   }
 }
