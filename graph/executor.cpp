@@ -45,12 +45,14 @@ std::string MemoryReport::text() const {
   char buf[512];
   char copy[64] = "";
   if (weight_copy) std::snprintf(copy, sizeof copy, " (+ %.1f MiB 16-bit copy)", mib(weight_copy));
+  char staged[64] = "";
+  if (staged_inputs) std::snprintf(staged, sizeof staged, ", fixed input buffers %.1f MiB", mib(staged_inputs));
   std::snprintf(buf, sizeof buf,
                 "memory plan (%s): parameters %.1f MiB%s, gradients %.1f MiB (+ as much for micro-batch "
                 "accumulation), momentum %.1f MiB, BatchNorm statistics %.1f MiB, activations %.1f MiB (%.1f MiB "
-                "without reuse), workspace %.1f MiB; total %.1f MiB",
+                "without reuse), workspace %.1f MiB%s; total %.1f MiB",
                 precision_name(precision), mib(parameters), copy, mib(gradients), mib(optimizer), mib(statistics),
-                mib(activations), mib(activations_unplanned), mib(workspace), mib(total));
+                mib(activations), mib(activations_unplanned), mib(workspace), staged, mib(total));
   return buf;
 }
 
@@ -254,12 +256,24 @@ struct Executor::Impl {
   float* input16 = nullptr;     // the micro-batch's images
   DeviceMemory widened;         // output(): a 16-bit output widened to FP32
   float loss_scale = 1.0f;      // the losses' gradients are multiplied by this (fp16)
+  float* loss_scale_at = nullptr;  // GPUs: its device copy, which the loss kernels read when they run
   void* workspace = nullptr;
   size_t workspace_bytes = 0;
   Precision precision = Precision::Fp32;
   YoloLossStats* yolo_stats = nullptr;  // one per node (only [yolo] entries used)
   float* softmax_loss = nullptr;
   const float* current_images = nullptr;  // the micro-batch being trained (for the first layer's backward)
+  // The micro-batch's inputs the queued work reads: the caller's buffers, or (stage_inputs) the
+  // fixed buffers below, whose addresses a captured step keeps.
+  const float* in_images = nullptr;
+  const YoloTruth* in_truths = nullptr;
+  const int* in_counts = nullptr;
+  const int* in_labels = nullptr;
+  float* staged_images = nullptr;  // GPUs: the largest planned input size
+  YoloTruth* staged_truths = nullptr;
+  int* staged_counts = nullptr;
+  int* staged_labels = nullptr;
+  size_t staged_bytes = 0;
   int* bad_label = nullptr;
   int* zero_labels = nullptr;  // inference: the softmax op wants labels even when it computes no loss
   // The optimizer's per-step values (learning rate, gradient scale, non-finite flag) in device
@@ -288,8 +302,12 @@ struct Executor::Impl {
   DeviceMemory bn_scratch;  // 4 x the widest BN layer's channels: sums, squares / sums2
   std::vector<Event> bn_events;  // compute -> comm, comm -> compute
   // Forward/backward time of the micro-batches since take_phase_times, timed by events.
-  std::vector<Event> phase_events;  // 3 per micro-batch since take_phase_times, read there
-  size_t phase_marks = 0;           // micro-batches with events recorded
+  // Timing events (record_timing: replayed graphs record them too): forward start, forward end,
+  // backward end; update start, update end. Read after each micro-batch's loss and after the
+  // update's flag, when the host has waited for them anyway.
+  std::vector<Event> marks;
+  bool update_marked = false;  // marks 3 and 4 recorded since the last update_applied
+  PhaseTimes phases;           // since take_phase_times
 
   Stream* stream = nullptr;  // the executor's compute stream
 
@@ -393,11 +411,17 @@ Executor::Executor(const Graph& graph, Device device, int micro_batch, uint64_t 
 
   memory_ = estimate_memory(*largest, n, precision);
   memory_.workspace = workspace;
+  // GPUs: fixed buffers for a micro-batch's inputs, which a captured step reads (stage_inputs).
+  if (m.kernels) {
+    memory_.staged_inputs = static_cast<size_t>(n) *
+                            (largest->input.elements() * f + data::kMaxBoxes * sizeof(YoloTruth) + 2 * sizeof(int));
+    memory_.total += memory_.staged_inputs;
+  }
   size_t small = L * sizeof(YoloLossStats) + 64 + static_cast<size_t>(n) * f + m.segments.size() * sizeof(SgdSegment);
   // Each sub-allocation may add alignment and an ASan red zone: a generous margin per block.
   const size_t input16_bytes = m.half ? static_cast<size_t>(n) * largest->input.elements() * m.elem : 0;
   memory_.total = 4 * param_count_ * f + memory_.weight_copy + memory_.statistics + activation_bytes + input16_bytes +
-                  workspace + small + 16 * 4096;
+                  workspace + memory_.staged_inputs + small + 16 * 4096;
   if (std::optional<MemoryInfo> info = device_memory_info(device); info && memory_.total > info->free_bytes)
     throw Error("the model does not fit on " + device.name() + ": it needs " + std::to_string(memory_.total >> 20) +
                 " MiB (" + memory_.text() + ") but " + std::to_string(info->free_bytes >> 20) +
@@ -416,6 +440,13 @@ Executor::Executor(const Graph& graph, Device device, int micro_batch, uint64_t 
   m.bad_label = arena.allocate_array<int>(1, "bad label");
   m.zero_labels = arena.allocate_array<int>(static_cast<size_t>(n), "inference labels");
   m.live = arena.allocate_array<SgdLive>(1, "optimizer step values");
+  if (m.kernels) {
+    m.loss_scale_at = arena.allocate_array<float>(1, "loss scale");
+    m.staged_images = arena.allocate_array<float>(static_cast<size_t>(n) * largest->input.elements(), "staged images");
+    m.staged_truths = arena.allocate_array<YoloTruth>(static_cast<size_t>(n) * data::kMaxBoxes, "staged truths");
+    m.staged_counts = arena.allocate_array<int>(static_cast<size_t>(n), "staged truth counts");
+    m.staged_labels = arena.allocate_array<int>(static_cast<size_t>(n), "staged labels");
+  }
   m.device_segments = arena.allocate_array<SgdSegment>(std::max<size_t>(m.segments.size(), 1), "sgd segments");
   m.block = static_cast<char*>(arena.allocate(std::max<size_t>(activation_bytes, 1), "activations"));
   if (m.half) {
@@ -457,6 +488,8 @@ Executor::Executor(const Graph& graph, Device device, int micro_batch, uint64_t 
   m.zero(m.zero_labels, static_cast<size_t>(n) * sizeof(int));
   sgd_check_segments(m.segments.data(), static_cast<int>(m.segments.size()), 0, param_count_);
   m.copy(m.device_segments, m.segments.data(), m.segments.size() * sizeof(SgdSegment));
+  if (m.loss_scale_at) m.copy(m.loss_scale_at, &m.loss_scale, sizeof(float));
+  for (int k = 0; k < 5; ++k) m.marks.emplace_back(device_);
   m.synchronize();
 }
 
@@ -539,9 +572,13 @@ Act flat(float* data, size_t count) { return Act{data, 1, 1, static_cast<int>(co
 
 }  // namespace
 
-void Executor::forward(bool training, const float* images, const YoloTruth* truths, const int* truth_counts,
-                       const int* labels) {
+void Executor::forward(bool training) {
   Impl& m = *impl_;
+  const float* images = m.in_images;
+  const YoloTruth* truths = m.in_truths;
+  const int* truth_counts = m.in_counts;
+  const int* labels = m.in_labels;
+  m.current_images = images;
   const int n = micro_batch_;
   const OpContext c = m.context(*stream_);
   if (m.half) {  // the images as 16-bit activations, for the first layer's forward and backward
@@ -618,6 +655,7 @@ void Executor::forward(bool training, const float* images, const YoloTruth* trut
         NodeBuffers& producer = m.nodes[node.inputs[0]];
         YoloLossConfig config = node.yolo;
         config.grad_scale = m.loss_scale;
+        config.grad_scale_at = m.loss_scale_at;  // GPUs: read when the kernel runs (a replayed graph)
         yolo_loss(c, in, config, truths, truth_counts, kYoloMaxTruths, grad_view(producer.grad, producer.out),
                   m.yolo_stats + node.index);
         break;
@@ -633,7 +671,7 @@ void Executor::forward(bool training, const float* images, const YoloTruth* trut
         NodeBuffers& producer = m.nodes[node.inputs[0]];
         if (training)
           softmax_cross_entropy(c, in.data, labels, n, node.out.c, m.softmax_loss, producer.grad, nb.out.data,
-                                m.bad_label, m.loss_scale);
+                                m.bad_label, m.loss_scale, m.loss_scale_at);
         else  // the op wants labels even when it computes no loss
           softmax_cross_entropy(c, in.data, m.zero_labels, n, node.out.c, nullptr, nullptr, nb.out.data, m.bad_label);
         break;
@@ -780,35 +818,66 @@ void Executor::set_loss_scale(float scale) {
   if (!(scale > 0.0f) || !std::isfinite(scale))
     throw Error("set_loss_scale: " + std::to_string(scale) + " is not a positive finite scale");
   if (scale != 1.0f && !impl_->kernels) throw Error("set_loss_scale: loss scaling (fp16) runs on GPUs only");
-  impl_->loss_scale = scale;
+  Impl& m = *impl_;
+  if (scale == m.loss_scale) return;
+  m.loss_scale = scale;
+  // In the compute stream's order: the micro-batches queued after this call read it (a pageable
+  // source is staged before copy_bytes returns).
+  if (m.loss_scale_at) copy_bytes(m.loss_scale_at, &m.loss_scale, sizeof(float), stream_.get());
 }
 float* Executor::parameters() { return impl_->params; }
 
 // ---- steps, loss, parameters ----------------------------------------------------------------
 
-void Executor::train_micro_batch(const float* images, const YoloTruth* truths, const int* truth_counts,
-                                 const int* labels, bool accumulate) {
+void Executor::use_inputs(const float* images, const YoloTruth* truths, const int* truth_counts, const int* labels) {
   Impl& m = *impl_;
   if (graph_.detection && (!truths || !truth_counts)) throw Error("train_micro_batch: a detector needs truths");
   if (!graph_.detection && !labels) throw Error("train_micro_batch: a classifier needs labels");
+  m.in_images = images;
+  m.in_truths = truths;
+  m.in_counts = truth_counts;
+  m.in_labels = labels;
+}
+
+void Executor::stage_inputs(const float* images, const YoloTruth* truths, const int* truth_counts, const int* labels) {
+  Impl& m = *impl_;
+  if (!m.staged_images) throw Error("stage_inputs: the CPU backend reads the inputs where they are (no graphs)");
+  use_inputs(images, truths, truth_counts, labels);
   set_current_device(device_);
-  m.current_images = images;
+  const size_t n = static_cast<size_t>(micro_batch_);
+  copy_bytes(m.staged_images, images, n * graph_.input.elements() * sizeof(float), stream_.get());
+  m.in_images = m.staged_images;
+  if (truths) {
+    copy_bytes(m.staged_truths, truths, n * data::kMaxBoxes * sizeof(YoloTruth), stream_.get());
+    copy_bytes(m.staged_counts, truth_counts, n * sizeof(int), stream_.get());
+    m.in_truths = m.staged_truths;
+    m.in_counts = m.staged_counts;
+  }
+  if (labels) {
+    copy_bytes(m.staged_labels, labels, n * sizeof(int), stream_.get());
+    m.in_labels = m.staged_labels;
+  }
+}
+
+void Executor::queue_micro_batch(bool accumulate) {
+  Impl& m = *impl_;
+  if (!m.in_images) throw Error("queue_micro_batch: no inputs (use_inputs or stage_inputs first)");
+  set_current_device(device_);
   if (tracing_) stream_->enqueue([&m] { m.trace_origin = now_ms(); });
   m.zero(m.bad_label, sizeof(int));
-  // Phase times: events read later, in take_phase_times (no host wait here: with --sync-bn the
-  // compute stream depends on other ranks, and host waits on it must have a deadline).
-  while (m.phase_events.size() < 3 * (m.phase_marks + 1)) m.phase_events.emplace_back(device_);
-  Event* marks = &m.phase_events[3 * m.phase_marks++];
-  stream_->record(marks[0]);
-  forward(true, images, truths, truth_counts, labels);
-  stream_->record(marks[1]);
+  stream_->record_timing(m.marks[0]);
+  forward(true);
+  stream_->record_timing(m.marks[1]);
   backward(accumulate);
-  stream_->record(marks[2]);
+  stream_->record_timing(m.marks[2]);
+}
 
-  // The loss read-back below waits for the compute stream, which (--sync-bn) waits for the
-  // comm stream: wait for that first, with the communicator's deadline.
-  if (m.bn_comm) m.bn_comm->wait(*m.bn_comm_stream);
-  // This micro-batch's loss, to the host.
+void Executor::read_micro_batch_loss() {
+  Impl& m = *impl_;
+  set_current_device(device_);
+  // The read-back below waits for the compute stream, which (--sync-bn) waits for other ranks:
+  // wait for it first with the communicator's deadline.
+  if (m.bn_comm) m.bn_comm->wait(*stream_);
   LossSums sums;
   sums.images = micro_batch_;
   for (const Node& node : graph_.nodes) {
@@ -839,7 +908,7 @@ void Executor::train_micro_batch(const float* images, const YoloTruth* truths, c
       std::vector<float> probs(static_cast<size_t>(micro_batch_) * node.out.c);
       std::vector<int> host_labels(static_cast<size_t>(micro_batch_));
       m.copy(probs.data(), m.nodes[node.index].out.data, probs.size() * sizeof(float));
-      m.copy(host_labels.data(), labels, host_labels.size() * sizeof(int));
+      m.copy(host_labels.data(), m.in_labels, host_labels.size() * sizeof(int));
       for (int b = 0; b < micro_batch_; ++b) {
         const float* row = probs.data() + static_cast<size_t>(b) * node.out.c;
         sums.correct += (std::max_element(row, row + node.out.c) - row) == host_labels[b];
@@ -847,31 +916,69 @@ void Executor::train_micro_batch(const float* images, const YoloTruth* truths, c
     }
   }
   m.loss += sums;
+  // The stream has passed the micro-batch's timing events: its forward and backward time.
+  m.phases.forward_ms += m.marks[1].elapsed_ms_since(m.marks[0]);
+  m.phases.backward_ms += m.marks[2].elapsed_ms_since(m.marks[1]);
+}
+
+void Executor::train_micro_batch(const float* images, const YoloTruth* truths, const int* truth_counts,
+                                 const int* labels, bool accumulate) {
+  use_inputs(images, truths, truth_counts, labels);
+  queue_micro_batch(accumulate);
+  read_micro_batch_loss();
 }
 
 void Executor::infer(const float* images) {
+  Impl& m = *impl_;
   set_current_device(device_);
-  impl_->current_images = images;
-  forward(false, images, nullptr, nullptr, nullptr);
-  impl_->synchronize();
+  m.in_images = images;
+  m.in_truths = nullptr;
+  m.in_counts = nullptr;
+  m.in_labels = nullptr;
+  forward(false);
+  m.synchronize();
 }
 
-bool Executor::apply_update(float learning_rate, float momentum, float decay, float grad_scale) {
+void Executor::set_step_values(float learning_rate, float grad_scale) {
+  Impl& m = *impl_;
+  set_current_device(device_);
+  m.live_host = SgdLive{learning_rate, grad_scale, 0};
+  copy_bytes(m.live, &m.live_host, sizeof(SgdLive), stream_.get());
+}
+
+void Executor::queue_update(float momentum, float decay) {
   Impl& m = *impl_;
   set_current_device(device_);
   const OpContext c = m.context(*stream_);
-  // The step's values travel through device memory and the skip is decided there (the update
-  // reads the flag), so nothing between the check and the update waits for the host; the host
-  // reads the flag afterwards to report the skip.
-  m.live_host = SgdLive{learning_rate, grad_scale, 0};
-  copy_bytes(m.live, &m.live_host, sizeof(SgdLive), stream_.get());
+  // The step's values come from device memory (set_step_values) and the skip is decided there
+  // (the update reads the flag), so nothing between the check and the update waits for the host.
+  stream_->record_timing(m.marks[3]);
   grad_nonfinite_check(c, m.grads, param_count_, &m.live->nonfinite);
   SgdHyper hyper{0.0f, momentum, decay, 0.0f, m.live};
   sgd_update(c, m.params, m.grads, m.momentum, m.device_segments, static_cast<int>(m.segments.size()), 0, param_count_,
              hyper, m.half ? m.weights16 : nullptr);
+  stream_->record_timing(m.marks[4]);
+  m.update_marked = true;
+}
+
+bool Executor::update_applied() {
+  Impl& m = *impl_;
+  set_current_device(device_);
   int flag = 0;
   m.copy(&flag, &m.live->nonfinite, sizeof flag);
+  if (m.update_marked) {
+    // From the last backward's end: what the compute stream waited for (the all-reduces), then the update.
+    m.phases.wait_ms += m.marks[3].elapsed_ms_since(m.marks[2]);
+    m.phases.update_ms += m.marks[4].elapsed_ms_since(m.marks[3]);
+    m.update_marked = false;
+  }
   return flag == 0;
+}
+
+bool Executor::apply_update(float learning_rate, float momentum, float decay, float grad_scale) {
+  set_step_values(learning_rate, grad_scale);
+  queue_update(momentum, decay);
+  return update_applied();
 }
 
 LossSums Executor::take_loss() {
@@ -988,17 +1095,7 @@ void Executor::sync_batchnorm_sums(float* data, int count) {
   stream_->wait(m.bn_events[1]);
 }
 
-PhaseTimes Executor::take_phase_times() {
-  Impl& m = *impl_;
-  PhaseTimes out;
-  for (size_t k = 0; k < m.phase_marks; ++k) {
-    const Event* marks = &m.phase_events[3 * k];
-    out.forward_ms += marks[1].elapsed_ms_since(marks[0]);
-    out.backward_ms += marks[2].elapsed_ms_since(marks[1]);
-  }
-  m.phase_marks = 0;
-  return out;
-}
+PhaseTimes Executor::take_phase_times() { return std::exchange(impl_->phases, PhaseTimes{}); }
 
 std::vector<TraceEvent> Executor::take_trace() {
   Impl& m = *impl_;

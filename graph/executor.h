@@ -44,9 +44,11 @@ struct TraceEvent {
   double start_ms, end_ms;
 };
 
-// Device time of forward and backward (each summed over micro-batches), for the step-time split.
+// Device time of forward and backward (each summed over micro-batches), of what the compute stream
+// waited for between the last backward and the update (the all-reduces backward did not hide; host
+// work between them with the eager calls), and of the update, for the step-time split.
 struct PhaseTimes {
-  double forward_ms = 0, backward_ms = 0;
+  double forward_ms = 0, backward_ms = 0, wait_ms = 0, update_ms = 0;
 };
 
 struct MemoryReport {
@@ -54,6 +56,7 @@ struct MemoryReport {
   size_t parameters = 0, gradients = 0, optimizer = 0, statistics = 0;  // bytes
   size_t weight_copy = 0;                             // bf16/fp16: the 16-bit copy of the conv/connected weights
   size_t activations = 0, activations_unplanned = 0;  // packed by liveness / sum of all
+  size_t staged_inputs = 0;  // GPUs: the fixed input buffers a captured step reads (stage_inputs)
   size_t workspace = 0, total = 0;
   std::string text() const;
 };
@@ -105,6 +108,29 @@ class Executor {
   // Loss since the last call (waits for the device).
   LossSums take_loss();
 
+  // The same step in pieces that queue work without waiting for the host, so that a step can be
+  // captured into a graph and replayed (CUDA Graphs; graph/step_graphs.h). train_micro_batch is
+  // use_inputs + queue_micro_batch + read_micro_batch_loss; apply_update is set_step_values +
+  // queue_update + update_applied.
+  //   use_inputs: the queued work reads these buffers. stage_inputs (GPUs): copies them, on the
+  //   compute stream, into fixed buffers of the largest planned size, which the work then reads
+  //   (a replayed graph reads the addresses it was captured with).
+  void use_inputs(const float* images, const YoloTruth* truths, const int* truth_counts, const int* labels);
+  void stage_inputs(const float* images, const YoloTruth* truths, const int* truth_counts, const int* labels);
+  //   queue_micro_batch: forward, loss, backward on the compute stream; no host wait.
+  void queue_micro_batch(bool accumulate);
+  //   read_micro_batch_loss: once it is queued (or launched): its loss to the host (waits; with
+  //   --sync-bn first with the communicator's deadline), added to what take_loss returns.
+  void read_micro_batch_loss();
+  //   set_step_values: the learning rate and gradient scale to device memory, in stream order
+  //   (outside a capture: the copy reads host memory).
+  void set_step_values(float learning_rate, float grad_scale);
+  //   queue_update: the non-finite check and the update, reading those values; no host wait.
+  void queue_update(float momentum, float decay);
+  //   update_applied: whether the last update ran (false: a gradient was NaN or infinite, and
+  //   nothing changed); waits.
+  bool update_applied();
+
   // Parameters <-> host, in our layouts, for .weights files and checkpoints.
   std::vector<LayerParams> download_parameters();  // views into a host mirror, valid until the next call
   void upload_parameters();                        // writes the host mirror back
@@ -140,14 +166,13 @@ class Executor {
   // The host clock trace_now_ms() counts from (milliseconds, steady).
   static double clock_ms();
   std::vector<TraceEvent> take_trace();
-  // Forward and backward time of the micro-batches trained since the last call (waits for their
-  // events; call it once the step's collectives are known to be done).
+  // Device times since the last call: of the micro-batches' losses read and the updates applied.
   PhaseTimes take_phase_times();
 
  private:
   struct Impl;
   void bind_views();
-  void forward(bool training, const float* images, const YoloTruth* truths, const int* truth_counts, const int* labels);
+  void forward(bool training);  // reads the inputs of use_inputs / stage_inputs
   void backward(bool accumulate);
   void sync_batchnorm_sums(float* data, int count);
 

@@ -26,6 +26,7 @@
 #include "graph/executor.h"
 #include "graph/loss_scale.h"
 #include "graph/scaling.h"
+#include "graph/step_graphs.h"
 #include "graph/weights.h"
 #include "runtime/check.h"
 #include "runtime/communicator.h"
@@ -194,11 +195,21 @@ struct DataParallel {
   Communicator* comm = nullptr;
   Stream* stream = nullptr;                          // the replica's communication stream
   std::unique_ptr<Event> gradients_done;             // on the compute stream: the comm stream waits on it
+  std::unique_ptr<Event> reduced;                    // on the comm stream: the update waits on it
   std::vector<std::pair<size_t, size_t>> buckets;   // [begin, end) of the flat gradients, backward order
   bool overlap = true;
   int check_every = 100;
   TraceBook* traces = nullptr;                       // in-process ranks: rank 0 writes them all
+  std::string graphs_off;                            // why this kind of group runs its steps eagerly ("": it need not)
 };
+
+// Why the steps run eagerly rather than as CUDA Graphs ("": graphs).
+std::string graphs_off_reason(const TrainOptions& options, Device device, const DataParallel* dp) {
+  if (!options.graphs) return "--no-graph";
+  if (!device.runs_kernels()) return "the CPU backend runs its ops as they are queued";
+  if (dp && !dp->graphs_off.empty()) return dp->graphs_off;
+  return "";
+}
 
 // A hash of the parameters' bytes (replicas must agree bit for bit).
 uint64_t parameter_hash(Executor& executor) {
@@ -306,11 +317,22 @@ TrainResult run_loop(const Graph& graph, Executor& executor, Source& source, con
     write_checkpoint(result.checkpoint_path, ckpt);
   };
 
+  StepGraphs graphs(executor.compute_stream(), graphs_off_reason(options, executor.device(), dp));
+  if (leader && executor.device().runs_kernels()) {
+    if (graphs.on())
+      std::printf(
+          "train_yolo: CUDA Graphs: each kind of micro-batch is captured after one eager run and replayed "
+          "(--no-graph: eager)\n");
+    else
+      std::printf("train_yolo: the steps run eagerly, without CUDA Graphs: %s\n", graphs.off_reason().c_str());
+  }
+
   for (int64_t iteration = start_iteration; iteration < max_batches; ++iteration) {
-    bool trace_this = !options.trace_file.empty() && iteration == start_iteration + std::min<int64_t>(1, max_batches - start_iteration - 1);
-    size_t next_bucket = 0;
+    bool trace_this = !options.trace_file.empty() &&
+                      iteration == start_iteration + std::min<int64_t>(1, max_batches - start_iteration - 1);
     const float loss_scale = scaler.scale();
     executor.set_loss_scale(loss_scale);
+    const float lr = learning_rate_at(net, iteration);
     auto comm_trace = trace_this && dp ? std::make_shared<CommTrace>() : nullptr;
     std::vector<TraceEvent> host_events;  // host clock (Executor::clock_ms), converted after the step
     auto host_span = [&](const char* name, double start_ms) {
@@ -320,50 +342,77 @@ TrainResult run_loop(const Graph& graph, Executor& executor, Source& source, con
     StepSplit split;
     if (trace_this && source.trace_copies) source.trace_copies(true);
     for (int s = 0; s < subdivisions; ++s) {
+      const bool last = s == subdivisions - 1;
+      // A traced step runs eagerly: its per-layer events are timed where they are queued.
+      const bool replay = graphs.on() && !trace_this;
       executor.set_tracing(trace_this && s == 0);  // the step's first micro-batch
-      // Overlap: in the step's last micro-batch, each bucket's all-reduce starts on the
-      // communication stream as soon as backward has produced its last gradient.
-      if (dp && dp->overlap && s == subdivisions - 1)
-        executor.set_gradients_ready([&](size_t ready) {
-          while (next_bucket < dp->buckets.size() && dp->buckets[next_bucket].second <= ready) {
-            auto [begin, end] = dp->buckets[next_bucket];
-            all_reduce_gradients(executor, *dp, begin, end, comm_trace, static_cast<int>(next_bucket));
-            ++next_bucket;
-          }
-        });
-      else
-        executor.set_gradients_ready({});
       double t = Executor::clock_ms();
       MicroBatch mb = source.next();
       split.data_ms += Executor::clock_ms() - t;
       host_span("data wait", t);
       t = Executor::clock_ms();
-      executor.train_micro_batch(mb.images, mb.truths, mb.truth_counts, mb.labels, s > 0);
-      host_span("forward + backward (host)", t);
+      if (replay)
+        executor.stage_inputs(mb.images, mb.truths, mb.truth_counts, mb.labels);
+      else
+        executor.use_inputs(mb.images, mb.truths, mb.truth_counts, mb.labels);
+      // The loss scale is divided back out with the batch.
+      if (last) executor.set_step_values(lr, 1.0f / (static_cast<float>(batch) * loss_scale));
+      // Everything of this micro-batch that runs on the device, queued without waiting for the
+      // host: forward, backward and, in the last, the all-reduces and the update.
+      auto queue = [&] {
+        size_t next_bucket = 0;
+        // Overlap: in the step's last micro-batch, each bucket's all-reduce starts on the
+        // communication stream as soon as backward has produced its last gradient.
+        if (dp && dp->overlap && last)
+          executor.set_gradients_ready([&](size_t ready) {
+            while (next_bucket < dp->buckets.size() && dp->buckets[next_bucket].second <= ready) {
+              auto [begin, end] = dp->buckets[next_bucket];
+              all_reduce_gradients(executor, *dp, begin, end, comm_trace, static_cast<int>(next_bucket));
+              ++next_bucket;
+            }
+          });
+        else
+          executor.set_gradients_ready({});
+        executor.queue_micro_batch(s > 0);
+        executor.set_gradients_ready({});  // the callback refers to this frame's next_bucket
+        if (!last) return;
+        if (dp) {
+          if (!dp->overlap)
+            all_reduce_gradients(executor, *dp, 0, executor.parameter_count(), comm_trace, -1);
+          else if (next_bucket != dp->buckets.size())
+            throw Error("internal error: " + std::to_string(next_bucket) + " of " + std::to_string(dp->buckets.size()) +
+                        " gradient buckets were all-reduced in backward");
+          dp->stream->record(*dp->reduced);  // the update waits for the reduced gradients on the device
+          executor.compute_stream().wait(*dp->reduced);
+        }
+        executor.queue_update(net.momentum, net.decay);
+      };
+      const std::string key = std::to_string(executor.graph().input.w) + "x" +
+                              std::to_string(executor.graph().input.h) + (s > 0 ? " accumulating" : " first") +
+                              (last ? " last" : "");
+      if (replay) {
+        if (graphs.run(key, queue)) ++result.graph_launches;
+        if (std::string why = graphs.take_notice(); !why.empty() && leader)
+          std::printf("%strain_yolo: CUDA Graphs off, the steps run eagerly from now on: %s\n", tty ? "\n" : "",
+                      why.c_str());
+      } else {
+        queue();
+      }
+      host_span("queue micro-batch (host)", t);
+      t = Executor::clock_ms();
+      if (last && dp) dp->comm->wait(executor.compute_stream());  // the step's collectives, with the deadline
+      executor.read_micro_batch_loss();
+      host_span("wait for the micro-batch (host)", t);
     }
-    if (dp) {
-      double t = Executor::clock_ms();
-      if (!dp->overlap)
-        all_reduce_gradients(executor, *dp, 0, executor.parameter_count(), comm_trace, -1);
-      else if (next_bucket != dp->buckets.size())
-        throw Error("internal error: " + std::to_string(next_bucket) + " of " + std::to_string(dp->buckets.size()) +
-                    " gradient buckets were all-reduced in backward");
-      dp->comm->wait(*dp->stream);  // what backward did not hide
-      dp->stream->synchronize();    // done by now; rethrows an error of its host functions
-      split.comm_ms += Executor::clock_ms() - t;
-      host_span("wait for all-reduce", t);
-    }
-    PhaseTimes phases = executor.take_phase_times();
+    const bool updated = executor.update_applied();
+    scaler.update(!updated);
+    if (dp) dp->stream->synchronize();  // done by now; rethrows an error of its host functions
+    const PhaseTimes phases = executor.take_phase_times();
     split.forward_ms = phases.forward_ms;
     split.backward_ms = phases.backward_ms;
-    double t_update = Executor::clock_ms();
-    float lr = learning_rate_at(net, iteration);
-    // The loss scale is divided back out with the batch.
-    bool updated = executor.apply_update(lr, net.momentum, net.decay, 1.0f / (static_cast<float>(batch) * loss_scale));
-    scaler.update(!updated);
+    split.comm_ms = phases.wait_ms;
+    split.optimizer_ms = phases.update_ms;
     LossSums loss = executor.take_loss();
-    split.optimizer_ms += Executor::clock_ms() - t_update;
-    host_span("optimizer", t_update);
     if (dp && dp->check_every > 0 && (iteration + 1) % dp->check_every == 0) {
       double t = Executor::clock_ms();
       std::vector<uint64_t> hashes = dp->comm->all_gather(parameter_hash(executor));
@@ -481,6 +530,8 @@ TrainResult run_loop(const Graph& graph, Executor& executor, Source& source, con
     std::printf("train_yolo: the last %lld steps: %s\n", static_cast<long long>(epoch_split.steps),
                 epoch_split.text().c_str());
   result.images_per_second = images_this_run / std::max(seconds_since(t_start), 1e-9);
+  result.graphs_captured = graphs.captured();
+  result.graphs_off = graphs.off_reason();
   if (leader) save(result.iterations);
   return result;
 }
@@ -627,6 +678,14 @@ TrainResult run_replica(const Graph& graph, Executor& executor, Source& source, 
   dp.comm = comm;
   dp.stream = &comm_stream;
   dp.gradients_done = std::make_unique<Event>(executor.device());
+  dp.reduced = std::make_unique<Event>(executor.device());
+  // NCCL's documentation: several GPUs per process with graph-captured collectives may deadlock
+  // (a cudaGraphLaunch can block until the other GPUs' kernels launch).
+  if (executor.device().is_cuda() && group && comm->size() > 1)
+    dp.graphs_off =
+        "NCCL warns that graph-captured collectives of several GPUs in one process may deadlock in "
+        "cudaGraphLaunch; one process per GPU (started by a launcher: torchrun, mpirun, srun) replays the step as "
+        "graphs";
   // The parameters were initialised or loaded on the compute stream.
   executor.compute_stream().record(*dp.gradients_done);
   comm_stream.wait(*dp.gradients_done);

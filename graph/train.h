@@ -61,12 +61,17 @@ struct TrainOptions {
   int process_rank = 0, process_world = 1;
   std::string rendezvous;
   bool progress_in_place = true;  // '\r' progress on a terminal
+  // GPUs and emulated GPUs: each kind of micro-batch captured as a CUDA Graph after one eager run
+  // and replayed (graph/step_graphs.h); false: every step eager (--no-graph). Several GPUs in one
+  // process run eagerly whatever this says (NCCL's warning; the trainer prints it).
+  bool graphs = true;
 };
 
-// Where the steps' time went (milliseconds summed over `steps`): host wall clock, except
-// forward and backward, which are device time (CUDA events; the CPU backend: its own clock).
-// Exposed comm: time the host waited for all-reduces after backward (what overlap did not
-// hide), plus the parameter hash checks. Other: the rest (loss read-back, bookkeeping).
+// Where the steps' time went (milliseconds summed over `steps`): host wall clock for the data
+// wait and the whole; device time (events; the CPU backend: its own clock) for forward, backward,
+// the optimizer and exposed comm: what the compute stream waited for the all-reduces between the
+// last backward and the update (what overlap did not hide), plus the host's parameter hash
+// checks. Other: the rest (queueing, loss read-back, bookkeeping).
 struct StepSplit {
   int64_t steps = 0, images = 0;
   double wall_ms = 0, data_ms = 0, forward_ms = 0, backward_ms = 0, comm_ms = 0, optimizer_ms = 0;
@@ -85,6 +90,9 @@ struct TrainResult {
   std::vector<double> losses;   // mean per image of every step of this run
   float loss_scale = 1;         // fp16: the loss scale at the end (1 without scaling)
   int64_t overflow_skips = 0;   // fp16: steps skipped for overflow (this run and those resumed from)
+  int64_t graph_launches = 0;   // micro-batches that ran as a graph launch (rank 0's)
+  size_t graphs_captured = 0;   // graphs held at the end (kinds of micro-batch: sizes x first/accumulating/last)
+  std::string graphs_off;       // why the steps ran eagerly ("" while graphs were on)
 };
 
 // options with --precision auto (precision nullopt) replaced by the choice for these devices: that

@@ -417,8 +417,9 @@ void yolo_loss(const OpContext& c, ConstAct input, const YoloLossConfig& config,
 }
 
 void softmax_cross_entropy(const OpContext& c, const float* logits, const int* labels, int n, int k, float* loss,
-                           float* grad_logits, float* probabilities, int* bad_label, float grad_scale) {
-  if (grad_scale != 1.0f && !c.stream->device().runs_kernels())
+                           float* grad_logits, float* probabilities, int* bad_label, float grad_scale,
+                           const float* grad_scale_at) {
+  if ((grad_scale != 1.0f || grad_scale_at) && !c.stream->device().runs_kernels())
     throw Error("softmax_cross_entropy: loss scaling (fp16) runs on the CUDA path only");
   dispatch(
       c, "softmax_cross_entropy",
@@ -426,7 +427,7 @@ void softmax_cross_entropy(const OpContext& c, const float* logits, const int* l
       [&](cudaStream_t s) {
         with_storage(c, [&]<typename T>() {
           softmax_cross_entropy_cuda<T>(as<T>(logits), labels, n, k, loss, as<T>(grad_logits), probabilities, bad_label,
-                                        s, grad_scale);
+                                        s, grad_scale, grad_scale_at);
         });
       });
 }

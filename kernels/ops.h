@@ -104,9 +104,11 @@ void yolo_loss(const OpContext& c, ConstAct input, const YoloLossConfig& config,
                const int* truth_counts, int truth_stride, Act grad, YoloLossStats* stats);
 // bad_label (device memory): set as softmax_cross_entropy_cuda does; the CPU version throws for a
 // label out of range instead (the error reaches the host at the stream's next synchronise).
-// grad_scale: multiplies the stored gradient (fp16 loss scaling; GPUs only, 1 on the CPU).
+// grad_scale: multiplies the stored gradient (fp16 loss scaling; GPUs only, 1 on the CPU), or the
+// device float at grad_scale_at when set (read when the kernel runs: CUDA Graphs).
 void softmax_cross_entropy(const OpContext& c, const float* logits, const int* labels, int n, int k, float* loss,
-                           float* grad_logits, float* probabilities, int* bad_label, float grad_scale = 1.0f);
+                           float* grad_logits, float* probabilities, int* bad_label, float grad_scale = 1.0f,
+                           const float* grad_scale_at = nullptr);
 
 // ---- sgd.h: segments and flag in device memory -----------------------------------------------
 // copy16 (precision bf16/fp16 only): the 16-bit weight copy, written in the same pass (sgd.h).

@@ -48,7 +48,9 @@ constexpr int kThreads = 1024;
 // T: the logits' and their gradient's storage type (float, Bf16, Fp16); the math is FP32.
 template <typename T>
 __global__ void softmax_cross_entropy_kernel(const T* logits, const int* labels, int n, int k, float* loss,
-                                             T* grad_logits, float* probabilities, int* bad_label, float grad_scale) {
+                                             T* grad_logits, float* probabilities, int* bad_label, float grad_scale,
+                                             const float* grad_scale_at) {
+  if (grad_scale_at) grad_scale = *grad_scale_at;
   int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
   float warp_loss = 0.0f;  // lane 0's running sum, samples in order
   for (int i = warp; i < n; i += warps) {
@@ -128,7 +130,7 @@ void softmax_cross_entropy_cpu(const float* logits, const int* labels, int n, in
 template <typename T>
 void softmax_cross_entropy_cuda(const T* logits, const int* labels, int n, int k, float* loss,
                                 std::type_identity_t<T>* grad_logits, float* probabilities, int* bad_label,
-                                cudaStream_t stream, float grad_scale) {
+                                cudaStream_t stream, float grad_scale, const float* grad_scale_at) {
   check_arguments(logits, labels, n, k);
   if (!(grad_scale > 0.0f) || !std::isfinite(grad_scale))
     throw Error("softmax_cross_entropy_cuda: grad_scale " + std::to_string(grad_scale) +
@@ -136,12 +138,12 @@ void softmax_cross_entropy_cuda(const T* logits, const int* labels, int n, int k
   if (!bad_label) throw Error("softmax_cross_entropy_cuda: bad_label (the error flag) is a null pointer");
   if (n == 0 && !loss) return;
   LAUNCH(softmax_cross_entropy_kernel<T>, dim3(1), dim3(kThreads), 0, stream, logits, labels, n, k, loss, grad_logits,
-         probabilities, bad_label, grad_scale);
+         probabilities, bad_label, grad_scale, grad_scale_at);
 }
 
 #define YOLO_SOFTMAX_CUDA(T)                                                                                          \
   template void softmax_cross_entropy_cuda<T>(const T*, const int*, int, int, float*, T*, float*, int*, cudaStream_t, \
-                                              float);
+                                              float, const float*);
 YOLO_SOFTMAX_CUDA(float)
 YOLO_SOFTMAX_CUDA(Bf16)
 YOLO_SOFTMAX_CUDA(Fp16)

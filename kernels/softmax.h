@@ -26,10 +26,11 @@ void softmax_cross_entropy_cpu(const float* logits, const int* labels, int n, in
                                float* probabilities);
 // T: float, or the 16-bit storage types Bf16/Fp16 of logits and grad_logits (FP32 math, the
 // gradient rounded once; loss and probabilities FP32). grad_scale multiplies the gradient (not the
-// loss) before it is stored: --precision fp16's loss scale.
+// loss) before it is stored: --precision fp16's loss scale; grad_scale_at (device memory), when
+// set, is read when the kernel runs instead (a replayed CUDA Graph applies the current scale).
 template <typename T>
 void softmax_cross_entropy_cuda(const T* logits, const int* labels, int n, int k, float* loss,
                                 std::type_identity_t<T>* grad_logits, float* probabilities, int* bad_label,
-                                cudaStream_t stream, float grad_scale = 1.0f);
+                                cudaStream_t stream, float grad_scale = 1.0f, const float* grad_scale_at = nullptr);
 
 }  // namespace yolo

@@ -279,6 +279,7 @@ __global__ void __launch_bounds__(kLossThreads)
   const int first_pixel = blockIdx.x * pixels_per_block;
   const int pixels = min(pixels_per_block, H * W - first_pixel);
   const int truth_count = summaries[b].valid_count;
+  const float grad_scale = c.grad_scale_at ? *c.grad_scale_at : c.grad_scale;
   for (int t = threadIdx.x; t < truth_count; t += blockDim.x) truth[t] = prepared[size_t(b) * kYoloMaxTruths + t];
   __syncthreads();
 
@@ -319,7 +320,7 @@ __global__ void __launch_bounds__(kLossThreads)
         g = logistic(xv) - target;
         class_loss += bce_logit(xv, target);
       }
-      out[ch] = from_float<T>(g * c.grad_scale);
+      out[ch] = from_float<T>(g * grad_scale);
       for (k += 32; k >= per; k -= per) ++a;
     }
   }
@@ -429,7 +430,7 @@ template <typename T>
 void yolo_loss_reference(NhwcView<const T> input, const YoloLossConfig& config, const YoloTruth* truths,
                          const int* truth_counts, int truth_stride, NhwcView<T> grad, YoloLossStatsT<T>* stats) {
   validate_arguments(input, config, truths, truth_counts, truth_stride, grad, stats);
-  if (config.grad_scale != 1.0f)
+  if (config.grad_scale != 1.0f || config.grad_scale_at)
     bad_argument("grad_scale (fp16 loss scaling) is a CUDA-path option; it must be 1 here");
   const int A = config.mask_count, K = config.classes, H = input.h, W = input.w;
   YoloLossStatsT<T> s{};
@@ -536,7 +537,7 @@ template void yolo_loss_reference<double>(NhwcView<const double>, const YoloLoss
 void yolo_loss_cpu(ConstAct input, const YoloLossConfig& config, const YoloTruth* truths, const int* truth_counts,
                    int truth_stride, Act grad, YoloLossStats* stats) {
   validate_arguments(input, config, truths, truth_counts, truth_stride, grad, stats);
-  if (config.grad_scale != 1.0f)
+  if (config.grad_scale != 1.0f || config.grad_scale_at)
     bad_argument("grad_scale (fp16 loss scaling) is a CUDA-path option; it must be 1 here");
   const int A = config.mask_count, per = 5 + config.classes, H = input.h, W = input.w;
   struct ImageTruths {

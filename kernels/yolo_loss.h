@@ -72,6 +72,9 @@ struct YoloLossConfig {
   // The gradient (not the loss or its statistics) is multiplied by this before it is stored:
   // --precision fp16's loss scale, so small gradients survive FP16. _cuda only (1 elsewhere).
   float grad_scale = 1.0f;
+  // When set (device memory), the scale is read from here when the kernel runs and grad_scale is
+  // not used: a replayed CUDA Graph then applies the current loss scale. _cuda only.
+  const float* grad_scale_at = nullptr;
 };
 
 // Builds a config (anchors as w0,h0,w1,h1,...) and validates it; throws yolo::Error.

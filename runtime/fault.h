@@ -10,6 +10,7 @@ enum class Fault {
   CommSkipsComputeWait,       // a bucket's all-reduce does not wait for the compute stream's event
   LossReadWithoutSync,        // the host reads the loss statistics without synchronising the stream
   AllReduceBeforeLastKernel,  // a bucket's all-reduce is queued before its last backward kernel
+  CaptureFails,               // ending a stream capture fails, as where a driver cannot capture the step
 };
 
 #if YOLO_EMU

@@ -128,6 +128,38 @@ TEST_CASE("softmax: cuda matches the reference and repeats bit for bit") {
   });
 }
 
+TEST_CASE("softmax: cuda's loss scale multiplies the gradient only, by value or read from device memory") {
+  KERNEL_TEST_DEVICE(device);
+  Rng rng;
+  CAPTURE(rng.seed());
+  const int n = 13, k = 37;
+  const std::vector<float> logits = rng.floats(size_t(n) * k, -4.0f, 4.0f);
+  std::vector<int> labels = labels_for(rng, n, k);
+  DeviceArray<float> d_logits(device, logits), d_grad(device, logits.size()), d_loss(device, 1), d_scale(device, 1);
+  DeviceArray<int> d_labels(device, labels), d_flag(device, std::vector<int>{0});
+  auto run = [&](float scale, bool from_memory) {
+    d_grad.poison();
+    d_loss.poison();
+    d_scale.upload(std::vector<float>{scale});
+    softmax_cross_entropy_cuda(d_logits.data(), d_labels.data(), n, k, d_loss.data(), d_grad.data(), nullptr,
+                               d_flag.data(), nullptr, from_memory ? 1.0f : scale,
+                               from_memory ? d_scale.data() : nullptr);
+    return Run{d_loss.download()[0], d_grad.download(), {}};
+  };
+  const Run unscaled = run(1.0f, false);
+  for (float scale : {16.0f, 0.5f}) {  // powers of two: scaling is exact
+    CAPTURE(scale);
+    std::vector<float> want = unscaled.grad;
+    for (float& x : want) x *= scale;
+    for (bool from_memory : {false, true}) {
+      CAPTURE(from_memory);
+      const Run r = run(scale, from_memory);
+      CHECK(same_bits(r.grad, want));
+      CHECK(std::memcmp(&r.loss, &unscaled.loss, sizeof(float)) == 0);
+    }
+  }
+}
+
 TEST_CASE("softmax: a label outside [0, k) is reported") {
   Rng rng;
   CAPTURE(rng.seed());

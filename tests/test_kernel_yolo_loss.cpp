@@ -62,7 +62,8 @@ struct Outcome {
   YoloLossStats stats;
 };
 
-Outcome run(const Case& k, Impl impl) {
+// device_scale > 0 (Impl::Cuda): the loss scale read from device memory (config.grad_scale_at).
+Outcome run(const Case& k, Impl impl, float device_scale = 0) {
   const float nan = std::numeric_limits<float>::quiet_NaN();
   Outcome o;
   o.buffer.assign(k.buffer_size(), nan);
@@ -88,7 +89,10 @@ Outcome run(const Case& k, Impl impl) {
     d_grad.poison();
     d_stats.poison();
     d_workspace.poison();
-    yolo_loss_cuda(in_view(d_input.data()), k.config, d_truths.data(), d_counts.data(), k.truth_stride,
+    DeviceArray<float> d_scale(device, std::vector<float>{device_scale});
+    YoloLossConfig config = k.config;
+    if (device_scale > 0) config.grad_scale_at = d_scale.data();
+    yolo_loss_cuda(in_view(d_input.data()), config, d_truths.data(), d_counts.data(), k.truth_stride,
                    out_view(d_grad.data()), d_stats.data(), d_workspace.data(), bytes, nullptr);
     o.buffer = d_grad.download();
     o.stats = d_stats.download()[0];
@@ -550,6 +554,32 @@ TEST_CASE("yolo_loss: cuda run twice gives identical bits") {
   Outcome first = run(k, Impl::Cuda), second = run(k, Impl::Cuda);
   CHECK(same_bits(first.buffer, second.buffer));
   CHECK(std::memcmp(&first.stats, &second.stats, sizeof(YoloLossStats)) == 0);
+}
+
+TEST_CASE("yolo_loss: cuda's loss scale multiplies the gradient only, by value or read from device memory") {
+  KERNEL_TEST_DEVICE(device);
+  (void)device;
+  Rng rng;
+  CAPTURE(rng.seed());
+  YoloLossConfig config = make_yolo_loss_config(kYolov3Anchors, {3, 4, 5}, 3, 160, 224, 0.5f, 1.0f);
+  Case k = make_case(config, 2, 5, 7, 10, 3, 2);
+  random_truths_and_input(k, rng, 10, false);
+  const Outcome unscaled = run(k, Impl::Cuda);
+  for (float scale : {8.0f, 0.25f}) {  // powers of two: scaling is exact
+    CAPTURE(scale);
+    Case by_value = k;
+    by_value.config.grad_scale = scale;
+    const Outcome v = run(by_value, Impl::Cuda), d = run(k, Impl::Cuda, scale);
+    std::vector<float> want = unscaled.buffer;
+    for (float& x : want)
+      if (!std::isnan(x)) x *= scale;  // outside the view: still the poison
+    CHECK(same_bits(v.buffer, want));
+    CHECK(same_bits(d.buffer, want));
+    CHECK(std::memcmp(&d.stats, &unscaled.stats, sizeof(YoloLossStats)) == 0);  // the loss is not scaled
+  }
+  Case on_cpu = k;
+  on_cpu.config.grad_scale_at = on_cpu.input.data();
+  CHECK_THROWS_AS(run(on_cpu, Impl::Cpu), Error);
 }
 
 TEST_CASE("yolo_loss: bad arguments are reported") {

@@ -1,0 +1,159 @@
+// The training step as graphs (graph/step_graphs.h, issue 15) on emulated GPUs, where a graph is
+// the capture of the streams' queues: replayed steps give the bits of eager ones (--no-graph) over
+// burn-in learning-rate changes, fp16 overflow skips with their loss-scale changes, a multi-scale
+// size switch and a checkpoint/resume, on emu:0 and on emu:0,1 (overlapped all-reduces, --sync-bn),
+// so that any value baked into a graph fails; a capture that fails falls back to eager with the
+// reason and the same bits; the CPU backend runs eagerly and says why.
+#include <doctest/doctest.h>
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "data/synthetic.h"
+#include "data/transform.h"
+#include "graph/cfg.h"
+#include "graph/train.h"
+#include "runtime/fault.h"
+#include "tests/emu_fixtures.h"
+#include "tests/graph_fixtures.h"
+#include "tests/test_support.h"
+
+using namespace yolo;
+using namespace yolo::graph;
+using yolo::testing::file_bytes;
+using yolo::testing::TempDir;
+
+#if YOLO_EMULATED_KERNELS
+namespace {
+
+// The tiny detector at 96x32 with multi-scale training (random=1: 96x32 or 128x32, a new size every
+// 10 steps), batch 2 in 2 micro-batches: graphs of two sizes, each a first and a last micro-batch.
+std::string multiscale_tiny_cfg() {
+  std::string cfg = yolo::testing::kTinyDetectorCfg;
+  auto set = [&](const std::string& from, const std::string& to) {
+    const size_t at = cfg.find(from);
+    REQUIRE(at != std::string::npos);
+    cfg.replace(at, from.size(), to);
+  };
+  set("batch=4", "batch=2");
+  set("width=64", "width=96");
+  set("height=64", "height=32");
+  set("jitter=.1", "jitter=.1\nrandom=1");
+  return cfg;
+}
+
+// A seed whose first two multi-scale sizes (steps 0-9 and 10-19) differ.
+uint64_t seed_with_size_switch() {
+  for (uint64_t seed = 1;; ++seed)
+    if (data::multiscale_size(seed, 0, 96, 32, 10) != data::multiscale_size(seed, 10, 96, 32, 10)) return seed;
+}
+
+}  // namespace
+
+TEST_CASE(
+    "graphs on emu:0 and emu:0,1: replayed steps equal --no-graph bit for bit across lr changes, fp16 overflow "
+    "skips and loss-scale changes, a size switch and a resume") {
+  TempDir dir;
+  data::Dataset dataset = yolo::testing::small_shapes_dataset(dir / "shapes");
+  const ModelSpec spec = parse_model(parse_cfg_text(multiscale_tiny_cfg(), "tiny_multiscale.cfg"));
+  TrainOptions o;
+  o.threads = 1;
+  o.progress_in_place = false;
+  o.seed = seed_with_size_switch();
+  o.max_batches = 12;  // the size switch at step 10; its graphs captured at step 11
+  // fp16 from 2^13: the first steps overflow (skipped, the scale halved each time) before it trains,
+  // while burn-in (2 steps) and the rate step (at 4) change the learning rate.
+  o.precision = Precision::Fp16;
+  o.initial_loss_scale = 0x1p13f;
+  o.check_every = 1;
+  o.bucket_mb = 0;  // data parallel: an all-reduce per layer, overlapped with backward
+  auto train = [&](const std::vector<Device>& devices, const std::string& name, bool graphs, int64_t steps = 12,
+                   bool resume = false) {
+    o.out_dir = dir / name;
+    o.graphs = graphs;
+    o.max_batches = steps;
+    o.resume = resume;
+    return train_detector(spec, dataset, devices, o);
+  };
+  for (const std::vector<Device>& devices :
+       {std::vector<Device>{Device::emu(0)}, std::vector<Device>{Device::emu(0), Device::emu(1)}}) {
+    const bool dp = devices.size() > 1;
+    CAPTURE(dp);
+    o.sync_bn = dp;  // BatchNorm's all-reduces inside the graphs too
+    o.batch = dp ? 4 : 2;
+    const std::string tag = dp ? "dp_" : "one_";
+    // Data parallel: 6 steps, one size (the switch is shown on one device; CI time).
+    const int64_t steps = dp ? 6 : 12;
+    const TrainResult eager = train(devices, tag + "eager", false, steps);
+    const TrainResult replayed = train(devices, tag + "graphs", true, steps);
+    MESSAGE(std::string(dp ? "emu:0,1" : "emu:0")
+            << ": " << replayed.graph_launches << " of " << 2 * steps << " micro-batches launched as graphs, "
+            << replayed.graphs_captured << " graphs; " << replayed.overflow_skips << " overflow skips, loss scale "
+            << replayed.loss_scale);
+    CHECK(eager.graph_launches == 0);
+    CHECK(eager.graphs_off == "--no-graph");
+    CHECK(replayed.graphs_off.empty());
+    // Per size: the first and last kinds run eagerly once and are captured at their second run.
+    const size_t sizes = dp ? 1 : 2;
+    CHECK(replayed.graphs_captured == 2 * sizes);
+    CHECK(replayed.graph_launches == 2 * steps - 2 * static_cast<int64_t>(sizes));
+    REQUIRE(eager.overflow_skips >= 1);  // skipped steps and scale changes were replayed
+    CHECK(replayed.overflow_skips == eager.overflow_skips);
+    CHECK(replayed.loss_scale == eager.loss_scale);
+    CHECK(replayed.losses == eager.losses);  // bit for bit, every step
+    CHECK(file_bytes(replayed.checkpoint_path) == file_bytes(eager.checkpoint_path));
+    if (dp) continue;  // (the resume once: it reads what one device wrote)
+    // Resumed at step 6 (graphs captured afresh) equals the straight run.
+    train(devices, tag + "resumed", true, 6);
+    const TrainResult resumed = train(devices, tag + "resumed", true, 12, true);
+    CHECK(resumed.graph_launches > 0);
+    CHECK(file_bytes(resumed.checkpoint_path) == file_bytes(eager.checkpoint_path));
+  }
+}
+
+#if YOLO_EMU
+TEST_CASE("a capture that fails: the trainer says why, runs eagerly from then on, and gives --no-graph's bits") {
+  TempDir dir;
+  data::Dataset dataset = yolo::testing::small_shapes_dataset(dir / "shapes");
+  const ModelSpec spec = yolo::testing::tiny_detector_spec();
+  TrainOptions o;
+  o.threads = 1;
+  o.progress_in_place = false;
+  o.max_batches = 4;
+  o.out_dir = dir / "eager";
+  o.graphs = false;
+  const TrainResult eager = train_detector(spec, dataset, Device::emu(0), o);
+  TrainResult fallback;
+  {
+    inject_fault(Fault::CaptureFails, true);
+    struct Off {
+      ~Off() { inject_fault(Fault::CaptureFails, false); }
+    } off;
+    o.out_dir = dir / "fallback";
+    o.graphs = true;
+    fallback = train_detector(spec, dataset, Device::emu(0), o);
+  }
+  CHECK(fallback.graph_launches == 0);
+  CHECK(fallback.graphs_captured == 0);
+  CHECK(fallback.graphs_off.find("capturing the step failed") != std::string::npos);
+  CHECK(fallback.graphs_off.find("cudaErrorStreamCaptureUnsupported") != std::string::npos);
+  CHECK(fallback.losses == eager.losses);
+  CHECK(file_bytes(fallback.checkpoint_path) == file_bytes(eager.checkpoint_path));
+}
+#endif
+
+#endif
+
+TEST_CASE("the CPU backend runs its steps eagerly and says why") {
+  TempDir dir;
+  data::Dataset dataset = yolo::testing::small_shapes_dataset(dir / "shapes");
+  TrainOptions o;
+  o.threads = 1;
+  o.progress_in_place = false;
+  o.max_batches = 2;
+  o.out_dir = dir / "cpu";
+  const TrainResult r = train_detector(yolo::testing::tiny_detector_spec(), dataset, Device::cpu(), o);
+  CHECK(r.graph_launches == 0);
+  CHECK(r.graphs_off.find("CPU backend") != std::string::npos);
+}
