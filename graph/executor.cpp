@@ -45,8 +45,10 @@ std::string MemoryReport::text() const {
   char buf[512];
   char copy[64] = "";
   if (weight_copy) std::snprintf(copy, sizeof copy, " (+ %.1f MiB 16-bit copy)", mib(weight_copy));
-  char staged[64] = "";
-  if (staged_inputs) std::snprintf(staged, sizeof staged, ", fixed input buffers %.1f MiB", mib(staged_inputs));
+  char staged[96] = "";
+  if (staged_inputs)
+    std::snprintf(staged, sizeof staged, ", fixed input buffers %.1f MiB, BatchNorm moments %.1f MiB",
+                  mib(staged_inputs), mib(bn_moments));
   std::snprintf(buf, sizeof buf,
                 "memory plan (%s): parameters %.1f MiB%s, gradients %.1f MiB (+ as much for micro-batch "
                 "accumulation), momentum %.1f MiB, BatchNorm statistics %.1f MiB, activations %.1f MiB (%.1f MiB "
@@ -202,6 +204,9 @@ size_t workspace_bytes(const Graph& graph, int n, bool kernels, Precision precis
     if (node.spec.type == LayerType::Convolutional) {
       Conv2dShape s{n, node.in.h, node.in.w, node.in.c, node.out.c, node.spec.size, node.spec.stride};
       workspace = std::max(workspace, conv2d_workspace_bytes(precision, s));
+      if (node.spec.batch_normalize)  // the training forward from the conv's moments
+        workspace = std::max(
+            workspace, batchnorm_from_moments_workspace_bytes(conv2d_forward_moment_blocks(precision, s), node.out.c));
     }
     if (node.spec.type == LayerType::Yolo)
       workspace = std::max(workspace, yolo_loss_workspace_bytes(n, node.in.h, node.in.w, node.yolo));
@@ -269,6 +274,10 @@ struct Executor::Impl {
   const YoloTruth* in_truths = nullptr;
   const int* in_counts = nullptr;
   const int* in_labels = nullptr;
+  // GPUs: BatchNorm's statistics from the conv's epilogue (kernels/conv.h ConvMoments), for the
+  // layer being run (consumed by its BatchNorm right after): the largest layer's blocks.
+  float* moment_partials = nullptr;
+  float* moment_counts = nullptr;
   float* staged_images = nullptr;  // GPUs: the largest planned input size
   YoloTruth* staged_truths = nullptr;
   int* staged_counts = nullptr;
@@ -412,6 +421,18 @@ Executor::Executor(const Graph& graph, Device device, int micro_batch, uint64_t 
   memory_ = estimate_memory(*largest, n, precision);
   memory_.workspace = workspace;
   // GPUs: fixed buffers for a micro-batch's inputs, which a captured step reads (stage_inputs).
+  size_t moment_blocks = 0, moment_floats = 0;
+  if (m.kernels)
+    for (const Graph& g : candidates)
+      for (const Node& node : g.nodes)
+        if (node.spec.type == LayerType::Convolutional && node.spec.batch_normalize) {
+          Conv2dShape s{n, node.in.h, node.in.w, node.in.c, node.out.c, node.spec.size, node.spec.stride};
+          const size_t blocks = static_cast<size_t>(conv2d_forward_moment_blocks(precision, s));
+          moment_blocks = std::max(moment_blocks, blocks);
+          moment_floats = std::max(moment_floats, blocks * 2 * static_cast<size_t>(node.out.c));
+        }
+  memory_.bn_moments = (moment_floats + moment_blocks) * f;
+  memory_.total += memory_.bn_moments;
   if (m.kernels) {
     memory_.staged_inputs = static_cast<size_t>(n) *
                             (largest->input.elements() * f + data::kMaxBoxes * sizeof(YoloTruth) + 2 * sizeof(int));
@@ -421,7 +442,7 @@ Executor::Executor(const Graph& graph, Device device, int micro_batch, uint64_t 
   // Each sub-allocation may add alignment and an ASan red zone: a generous margin per block.
   const size_t input16_bytes = m.half ? static_cast<size_t>(n) * largest->input.elements() * m.elem : 0;
   memory_.total = 4 * param_count_ * f + memory_.weight_copy + memory_.statistics + activation_bytes + input16_bytes +
-                  workspace + memory_.staged_inputs + small + 16 * 4096;
+                  workspace + memory_.staged_inputs + memory_.bn_moments + small + 16 * 4096;
   if (std::optional<MemoryInfo> info = device_memory_info(device); info && memory_.total > info->free_bytes)
     throw Error("the model does not fit on " + device.name() + ": it needs " + std::to_string(memory_.total >> 20) +
                 " MiB (" + memory_.text() + ") but " + std::to_string(info->free_bytes >> 20) +
@@ -440,6 +461,10 @@ Executor::Executor(const Graph& graph, Device device, int micro_batch, uint64_t 
   m.bad_label = arena.allocate_array<int>(1, "bad label");
   m.zero_labels = arena.allocate_array<int>(static_cast<size_t>(n), "inference labels");
   m.live = arena.allocate_array<SgdLive>(1, "optimizer step values");
+  if (moment_blocks) {
+    m.moment_partials = arena.allocate_array<float>(moment_floats, "BatchNorm moments");
+    m.moment_counts = arena.allocate_array<float>(moment_blocks, "BatchNorm moment counts");
+  }
   if (m.kernels) {
     m.loss_scale_at = arena.allocate_array<float>(1, "loss scale");
     m.staged_images = arena.allocate_array<float>(static_cast<size_t>(n) * largest->input.elements(), "staged images");
@@ -607,7 +632,11 @@ void Executor::forward(bool training) {
           break;
         }
         Act pre{nb.pre, n, node.out.h, node.out.w, node.out.c, node.out.c};
-        conv2d_forward(c, shape, in, m.weights_at(nb.w), nullptr, pre);
+        // GPUs, training: the conv's epilogue also writes BatchNorm's statistics (per block of
+        // pixels), so that the BatchNorm reads its input once (with --sync-bn: its sums too).
+        const bool moments = training && m.moment_partials;
+        conv2d_forward(c, shape, in, m.weights_at(nb.w), nullptr, pre,
+                       moments ? ConvMoments{m.moment_partials, m.moment_counts} : ConvMoments{});
         if (!training) {
           batchnorm_activation_forward_inference(c, l.activation, as_const(pre), p + nb.s, p + nb.b, m.stats + nb.mean,
                                                  m.stats + nb.var, nb.out);
@@ -622,12 +651,24 @@ void Executor::forward(bool training) {
           const double total = static_cast<double>(pre.pixels()) * m.bn_comm->size();
           float* sums = static_cast<float*>(m.bn_scratch.data());
           float* squares = sums + node.out.c;
-          batchnorm_sums(c, as_const(pre), sums);
+          const int blocks = moments ? conv2d_forward_moment_blocks(m.precision, shape) : 0;
+          if (moments)
+            batchnorm_sums_from_moments(c, node.out.c, m.moment_partials, m.moment_counts, blocks, sums);
+          else
+            batchnorm_sums(c, as_const(pre), sums);
           sync_batchnorm_sums(sums, node.out.c);
-          batchnorm_centered_squares(c, as_const(pre), sums, total, squares);
+          if (moments)
+            batchnorm_centered_squares_from_moments(c, node.out.c, m.moment_partials, m.moment_counts, blocks, sums,
+                                                    total, squares);
+          else
+            batchnorm_centered_squares(c, as_const(pre), sums, total, squares);
           sync_batchnorm_sums(squares, node.out.c);
           batchnorm_activation_forward_from_sums(c, l.activation, as_const(pre), p + nb.s, p + nb.b, nb.out, sums,
                                                  squares, total, saved_mean, saved_var, running_mean, running_var);
+        } else if (moments) {
+          batchnorm_activation_forward_from_moments(
+              c, l.activation, as_const(pre), p + nb.s, p + nb.b, nb.out, m.moment_partials, m.moment_counts,
+              conv2d_forward_moment_blocks(m.precision, shape), saved_mean, saved_var, running_mean, running_var);
         } else {
           batchnorm_activation_forward_training(c, l.activation, as_const(pre), p + nb.s, p + nb.b, nb.out, saved_mean,
                                                 saved_var, running_mean, running_var);

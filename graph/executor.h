@@ -57,6 +57,7 @@ struct MemoryReport {
   size_t weight_copy = 0;                             // bf16/fp16: the 16-bit copy of the conv/connected weights
   size_t activations = 0, activations_unplanned = 0;  // packed by liveness / sum of all
   size_t staged_inputs = 0;  // GPUs: the fixed input buffers a captured step reads (stage_inputs)
+  size_t bn_moments = 0;     // GPUs: BatchNorm's statistics from the conv epilogue (one layer's)
   size_t workspace = 0, total = 0;
   std::string text() const;
 };

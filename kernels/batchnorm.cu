@@ -13,6 +13,7 @@
 // a fixed-order sum of the blocks) for the forward's sums and centered squares, a per-channel
 // finalize + apply from all-reduced sums, and the backward's steps split between the all-reduce.
 // No atomics anywhere: same inputs, same bits.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -219,6 +220,68 @@ __global__ void __launch_bounds__(kFinalizeChannels* kFinalizeRows)
       running_var[ch] = (1.0f - kBatchNormMomentum) * running_var[ch] + kBatchNormMomentum * unbiased;
     }
   }
+}
+
+// Statistics from a convolution's epilogue (conv.h, ConvMoments): when there are more blocks than
+// this, groups of consecutive blocks are Chan-merged first, so that the finalize (a few blocks of
+// threads per 8 channels) reads at most this many per channel.
+constexpr int kMaxFinalizeBlocks = 1024;
+
+struct MomentGroups {
+  int group = 1, out_blocks = 0;  // blocks per merged block, merged blocks (0: no merge)
+};
+MomentGroups moment_groups(int blocks) {
+  MomentGroups m;
+  if (blocks <= kMaxFinalizeBlocks) return m;
+  m.group = (blocks + kMaxFinalizeBlocks - 1) / kMaxFinalizeBlocks;
+  m.out_blocks = (blocks + m.group - 1) / m.group;
+  return m;
+}
+
+// Merged block o = the Chan merge, in order, of blocks [o * group, (o + 1) * group) (fewer in the
+// last): (mean, M2) per channel and the pixel count. A thread per (merged block, channel).
+__global__ void merge_moments_kernel(int c, int blocks, int group, int out_blocks, const float* partials,
+                                     const float* counts, float* out_partials, float* out_counts) {
+  const size_t total = size_t(out_blocks) * size_t(c);
+  for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += size_t(gridDim.x) * blockDim.x) {
+    const int o = int(i / size_t(c)), ch = int(i % size_t(c));
+    float n = 0.0f, mean = 0.0f, m2 = 0.0f;
+    const int end = min(blocks, (o + 1) * group);
+    for (int b = o * group; b < end; ++b) {
+      const float* part = partials + (size_t(b) * c + ch) * 2;
+      chan_merge(n, mean, m2, counts[b], part[0], part[1]);
+    }
+    out_partials[i * 2] = mean;
+    out_partials[i * 2 + 1] = m2;
+    if (ch == 0) out_counts[o] = n;
+  }
+}
+
+// --sync-bn from a conv's moments: this replica's per-channel sum, sum n_b mean_b, or (Centered) its
+// squares about the global mean sums / total, sum M2_b + n_b (mean_b - mean)^2; fixed order, as
+// the finalize: rows take every kFinalizeRows-th block, added in a fixed tree.
+template <bool Centered>
+__global__ void __launch_bounds__(kFinalizeChannels* kFinalizeRows)
+    moments_sums_kernel(int c, int blocks, const float* partials, const float* counts, const float* sums,
+                        double total_pixels, float* out) {
+  __shared__ float scratch[kFinalizeRows][kFinalizeChannels];
+  const unsigned tx = threadIdx.x, ty = threadIdx.y;
+  const int ch = int(blockIdx.x * kFinalizeChannels + tx);
+  const bool active = ch < c;
+  const float mean = Centered && active ? float(double(sums[ch]) / total_pixels) : 0.0f;
+  float v = 0.0f;
+  if (active)
+    for (int b = int(ty); b < blocks; b += kFinalizeRows) {
+      const float* part = partials + (size_t(b) * c + ch) * 2;
+      if (Centered) {
+        const float d = part[0] - mean;
+        v += part[1] + counts[b] * d * d;
+      } else {
+        v += counts[b] * part[0];
+      }
+    }
+  v = sum_over_rows(v, scratch);
+  if (ty == 0 && active) out[ch] = v;
 }
 
 // y = act((x - mean) * gamma / sqrt(var + eps) + beta), mean/var being the batch's (training)
@@ -585,6 +648,90 @@ void batchnorm_activation_forward_training_cuda(Activation act, NhwcView<const T
   });
 }
 
+size_t batchnorm_from_moments_workspace_bytes(int blocks, int c) {
+  if (blocks < 0 || c < 0)
+    throw Error("batchnorm_from_moments_workspace_bytes: negative blocks " + std::to_string(blocks) + " or channels " +
+                std::to_string(c));
+  const MomentGroups m = moment_groups(blocks);
+  return (size_t(m.out_blocks) * size_t(c) * 2 + size_t(m.out_blocks)) * sizeof(float);
+}
+
+namespace {
+
+void check_moments(const char* op, int c, const float* partials, const float* counts, int blocks, const void* workspace,
+                   size_t workspace_bytes) {
+  if (!partials || !counts || blocks < 1)
+    throw Error(std::string(op) + ": the moments (partials, counts, blocks = " + std::to_string(blocks) +
+                ") are missing");
+  const size_t need = batchnorm_from_moments_workspace_bytes(blocks, c);
+  if (workspace_bytes < need || (need && !workspace))
+    throw Error(std::string(op) + ": the workspace holds " + std::to_string(workspace_bytes) + " bytes, " +
+                std::to_string(need) + " needed (batchnorm_from_moments_workspace_bytes)");
+}
+
+// More blocks than the finalize takes: Chan-merged in groups into the workspace, and the moments
+// (partials, counts, blocks) then refer to the merged ones.
+void merge_moment_groups(int c, const float*& partials, const float*& counts, int& blocks, void* workspace,
+                         cudaStream_t stream) {
+  const MomentGroups m = moment_groups(blocks);
+  if (!m.out_blocks) return;
+  float* merged = static_cast<float*>(workspace);
+  float* merged_counts = merged + size_t(m.out_blocks) * size_t(c) * 2;
+  const size_t threads = size_t(m.out_blocks) * size_t(c);
+  LAUNCH(merge_moments_kernel, dim3(unsigned(std::min<size_t>(ceil_div(threads, kThreads), 4096))), dim3(kThreads), 0,
+         stream, c, blocks, m.group, m.out_blocks, partials, counts, merged, merged_counts);
+  partials = merged;
+  counts = merged_counts;
+  blocks = m.out_blocks;
+}
+
+template <bool Centered>
+void moments_sums_cuda(const char* op, int c, const float* partials, const float* counts, int blocks, const float* sums,
+                       double total_pixels, float* out, void* workspace, size_t workspace_bytes, cudaStream_t stream) {
+  if (c < 0) throw Error(std::string(op) + ": negative channel count " + std::to_string(c));
+  if (c == 0) return;
+  check_moments(op, c, partials, counts, blocks, workspace, workspace_bytes);
+  if (!out || (Centered && !sums)) throw Error(std::string(op) + ": a per-channel array is null");
+  if (Centered && !(total_pixels >= 1)) throw Error(std::string(op) + ": total_pixels must be at least 1");
+  merge_moment_groups(c, partials, counts, blocks, workspace, stream);
+  LAUNCH(moments_sums_kernel<Centered>, dim3(ceil_div(size_t(c), kFinalizeChannels)),
+         dim3(kFinalizeChannels, kFinalizeRows), 0, stream, c, blocks, partials, counts, sums, total_pixels, out);
+}
+
+}  // namespace
+
+void batchnorm_sums_from_moments_cuda(int c, const float* partials, const float* counts, int blocks, float* sums,
+                                      void* workspace, size_t workspace_bytes, cudaStream_t stream) {
+  moments_sums_cuda<false>("batchnorm_sums_from_moments_cuda", c, partials, counts, blocks, nullptr, 0.0, sums,
+                           workspace, workspace_bytes, stream);
+}
+
+void batchnorm_centered_squares_from_moments_cuda(int c, const float* partials, const float* counts, int blocks,
+                                                  const float* sums, double total_pixels, float* squares,
+                                                  void* workspace, size_t workspace_bytes, cudaStream_t stream) {
+  moments_sums_cuda<true>("batchnorm_centered_squares_from_moments_cuda", c, partials, counts, blocks, sums,
+                          total_pixels, squares, workspace, workspace_bytes, stream);
+}
+
+template <typename T>
+void batchnorm_activation_forward_from_moments_cuda(Activation act, NhwcView<const T> x, const float* gamma,
+                                                    const float* beta, NhwcView<T> y, const float* partials,
+                                                    const float* counts, int blocks, float* saved_mean,
+                                                    float* saved_var, float* running_mean, float* running_var,
+                                                    void* workspace, size_t workspace_bytes, cudaStream_t stream) {
+  const char* op = "batchnorm_activation_forward_from_moments_cuda";
+  check_forward_training(op, x, gamma, beta, y, saved_mean, saved_var, running_mean, running_var);
+  if (x.c == 0 || x.pixels() == 0) return;
+  check_moments(op, x.c, partials, counts, blocks, workspace, workspace_bytes);
+  merge_moment_groups(x.c, partials, counts, blocks, workspace, stream);
+  LAUNCH(forward_finalize_kernel, dim3(ceil_div(size_t(x.c), kFinalizeChannels)),
+         dim3(kFinalizeChannels, kFinalizeRows), 0, stream, x.c, x.pixels(), blocks, partials, counts, saved_mean,
+         saved_var, running_mean, running_var);
+  const bool vec4 = quad_view(x) && quad_view(y);
+  with_activation(act, "batchnorm",
+                  [&]<Activation A>() { launch_apply<A, T>(vec4, x, y, saved_mean, saved_var, gamma, beta, stream); });
+}
+
 template <typename T>
 void batchnorm_activation_forward_inference_cuda(Activation act, NhwcView<const T> x, const float* gamma,
                                                  const float* beta, const float* running_mean, const float* running_var,
@@ -681,27 +828,30 @@ void batchnorm_activation_backward_apply_cuda(Activation act, NhwcView<const T> 
 }
 
 // The storage types of x, y and the gradients (per-channel arrays are float for all three).
-#define INSTANTIATE(T)                                                                                                \
-  template void batchnorm_activation_forward_training_cuda<T>(Activation, NhwcView<const T>, const float*,            \
-                                                              const float*, NhwcView<T>, float*, float*, float*,      \
-                                                              float*, void*, size_t, cudaStream_t);                   \
-  template void batchnorm_activation_forward_inference_cuda<T>(Activation, NhwcView<const T>, const float*,           \
-                                                               const float*, const float*, const float*, NhwcView<T>, \
-                                                               cudaStream_t);                                         \
-  template void batchnorm_activation_backward_cuda<T>(Activation, NhwcView<const T>, NhwcView<const T>,               \
-                                                      NhwcView<const T>, const float*, const float*, const float*,    \
-                                                      NhwcView<T>, float*, float*, void*, size_t, cudaStream_t);      \
-  template void batchnorm_sums_cuda<T>(NhwcView<const T>, float*, void*, size_t, cudaStream_t);                       \
-  template void batchnorm_centered_squares_cuda<T>(NhwcView<const T>, const float*, double, float*, void*, size_t,    \
-                                                   cudaStream_t);                                                     \
-  template void batchnorm_activation_forward_from_sums_cuda<T>(Activation, NhwcView<const T>, const float*,           \
-                                                               const float*, NhwcView<T>, const float*, const float*, \
-                                                               double, float*, float*, float*, float*, cudaStream_t); \
-  template void batchnorm_activation_backward_sums_cuda<T>(Activation, NhwcView<const T>, NhwcView<const T>,          \
-                                                           NhwcView<const T>, const float*, const float*, float*,     \
-                                                           float*, float*, void*, size_t, cudaStream_t);              \
-  template void batchnorm_activation_backward_apply_cuda<T>(                                                          \
-      Activation, NhwcView<const T>, NhwcView<const T>, NhwcView<const T>, const float*, const float*, const float*,  \
+#define INSTANTIATE(T)                                                                                                 \
+  template void batchnorm_activation_forward_training_cuda<T>(Activation, NhwcView<const T>, const float*,             \
+                                                              const float*, NhwcView<T>, float*, float*, float*,       \
+                                                              float*, void*, size_t, cudaStream_t);                    \
+  template void batchnorm_activation_forward_from_moments_cuda<T>(                                                     \
+      Activation, NhwcView<const T>, const float*, const float*, NhwcView<T>, const float*, const float*, int, float*, \
+      float*, float*, float*, void*, size_t, cudaStream_t);                                                            \
+  template void batchnorm_activation_forward_inference_cuda<T>(Activation, NhwcView<const T>, const float*,            \
+                                                               const float*, const float*, const float*, NhwcView<T>,  \
+                                                               cudaStream_t);                                          \
+  template void batchnorm_activation_backward_cuda<T>(Activation, NhwcView<const T>, NhwcView<const T>,                \
+                                                      NhwcView<const T>, const float*, const float*, const float*,     \
+                                                      NhwcView<T>, float*, float*, void*, size_t, cudaStream_t);       \
+  template void batchnorm_sums_cuda<T>(NhwcView<const T>, float*, void*, size_t, cudaStream_t);                        \
+  template void batchnorm_centered_squares_cuda<T>(NhwcView<const T>, const float*, double, float*, void*, size_t,     \
+                                                   cudaStream_t);                                                      \
+  template void batchnorm_activation_forward_from_sums_cuda<T>(Activation, NhwcView<const T>, const float*,            \
+                                                               const float*, NhwcView<T>, const float*, const float*,  \
+                                                               double, float*, float*, float*, float*, cudaStream_t);  \
+  template void batchnorm_activation_backward_sums_cuda<T>(Activation, NhwcView<const T>, NhwcView<const T>,           \
+                                                           NhwcView<const T>, const float*, const float*, float*,      \
+                                                           float*, float*, void*, size_t, cudaStream_t);               \
+  template void batchnorm_activation_backward_apply_cuda<T>(                                                           \
+      Activation, NhwcView<const T>, NhwcView<const T>, NhwcView<const T>, const float*, const float*, const float*,   \
       const float*, double, NhwcView<T>, cudaStream_t);
 INSTANTIATE(float)
 INSTANTIATE(Bf16)

@@ -52,6 +52,29 @@ void batchnorm_activation_forward_training_cuda(Activation act, NhwcView<const T
                                                 float* running_mean, float* running_var, void* workspace,
                                                 size_t workspace_bytes, cudaStream_t stream);
 
+// Training forward from the statistics a convolution's epilogue wrote (conv.h, ConvMoments): `blocks`
+// blocks of (mean, M2) per channel (partials[(b * c + ch) * 2 + {0, 1}]) with their pixel counts
+// (counts[b], summing to x's pixels). They are combined in a fixed order (groups of them Chan-merged
+// first when there are more than the finalize takes), then as the op above: the saved and running
+// statistics, and y. x is read once (the op above reads it twice). The workspace:
+// batchnorm_from_moments_workspace_bytes(blocks, c) bytes (0 for few blocks).
+size_t batchnorm_from_moments_workspace_bytes(int blocks, int c);
+template <typename T>
+void batchnorm_activation_forward_from_moments_cuda(Activation act, NhwcView<const T> x, const float* gamma,
+                                                    const float* beta, NhwcView<T> y, const float* partials,
+                                                    const float* counts, int blocks, float* saved_mean,
+                                                    float* saved_var, float* running_mean, float* running_var,
+                                                    void* workspace, size_t workspace_bytes, cudaStream_t stream);
+
+// --sync-bn's phases 1 and 2 (below) from the same moments, without reading x: this replica's
+// per-channel sums (sum n_b mean_b) and its squares about the global mean sums / total_pixels
+// (sum M2_b + n_b (mean_b - mean)^2); the same workspace.
+void batchnorm_sums_from_moments_cuda(int c, const float* partials, const float* counts, int blocks, float* sums,
+                                      void* workspace, size_t workspace_bytes, cudaStream_t stream);
+void batchnorm_centered_squares_from_moments_cuda(int c, const float* partials, const float* counts, int blocks,
+                                                  const float* sums, double total_pixels, float* squares,
+                                                  void* workspace, size_t workspace_bytes, cudaStream_t stream);
+
 // Inference forward: y = act(gamma * (x - running_mean) / sqrt(running_var + eps) + beta).
 template <typename T>
 void batchnorm_activation_forward_inference_reference(Activation act, NhwcView<const T> x, const T* gamma,

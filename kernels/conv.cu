@@ -8,8 +8,6 @@
 // The im2col operands are never built: loaders gather them tile by tile into shared memory.
 // Backward data at stride S runs S*S "parity classes" of input pixels (y % S, x % S); in each,
 // only every S-th kernel tap reaches an output pixel, so no work is masked away.
-#include "kernels/conv.h"
-
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -17,9 +15,11 @@
 #include <string>
 #include <vector>
 
+#include "kernels/channel_moments.cuh"
 #include "kernels/common.cuh"
-#include "kernels/cpu_parallel.h"
+#include "kernels/conv.h"
 #include "kernels/conv_geometry.cuh"
+#include "kernels/cpu_parallel.h"
 #include "kernels/gemm_tiles.cuh"
 
 namespace yolo {
@@ -342,7 +342,7 @@ struct ForwardEpilogue {
 template <int BM, int BN>
 __global__ void __launch_bounds__(kThreads, 2)
     conv_forward_kernel(ConvGeom g, ConstAct in, const float* weights, const float* bias, Act out, float* partials,
-                        int splits, bool vec_in, bool vec_w, bool vec_dst) {
+                        int splits, bool vec_in, bool vec_w, bool vec_dst, ConvMoments moments) {
   __align__(16) __shared__ float as[2][kBK][BM + kPad];
   __align__(16) __shared__ float bs[2][kBK][BN + kPad];
   const int m0 = int(blockIdx.x) * BM, n0 = int(blockIdx.y) * BN, split = int(blockIdx.z);
@@ -357,6 +357,12 @@ __global__ void __launch_bounds__(kThreads, 2)
                                          : ForwardEpilogue{partials + size_t(split) * pixels * g.c_out, nullptr,
                                                            g.c_out, pixels, g.c_out, vec_dst};
   write_tile<BM, BN>(acc, m0, n0, epilogue);
+  if (moments.partials && splits == 1) {  // BatchNorm's statistics of this tile, from what it wrote
+    static_assert(sizeof(as) >= moments::kScratchFloats * sizeof(float) && kThreads == moments::kBlockThreads);
+    __syncthreads();  // the tile's writes are visible to the block; the stages are free
+    moments::tile_moments<float>(out.data, out.stride, m0, min(BM, pixels - m0), n0, min(BN, g.c_out - n0), g.c_out,
+                                 int(blockIdx.x), &as[0][0][0], moments.partials, moments.counts);
+  }
 }
 
 // Backward data A: rows = class pixels, K = (jr, js, co) (K-major gather of grad_out).
@@ -702,8 +708,15 @@ size_t conv2d_forward_workspace_bytes(const Conv2dShape& s) {
   return split_partials_bytes(forward_plan(s), (long long)s.n * s.out_h() * s.out_w(), s.c_out);
 }
 
+int conv2d_forward_moment_blocks(const Conv2dShape& s) {
+  s.validate();
+  const long long pixels = (long long)s.n * s.out_h() * s.out_w();
+  const TilePlan plan = forward_plan(s);
+  return plan.splits > 1 ? moments::split_moment_blocks(pixels) : int(ceil_div(pixels, plan.bm()));
+}
+
 void conv2d_forward_cuda(const Conv2dShape& s, ConstAct in, const float* weights, const float* bias, Act out,
-                         void* workspace, size_t workspace_bytes, cudaStream_t stream) {
+                         void* workspace, size_t workspace_bytes, cudaStream_t stream, ConvMoments moments) {
   const char* op = "conv2d_forward_cuda";
   check_conv(op, s, in, "in", true, out, "out", weights);
   if (s.n == 0) return;
@@ -714,11 +727,17 @@ void conv2d_forward_cuda(const Conv2dShape& s, ConstAct in, const float* weights
   float* partials = static_cast<float*>(workspace);
   const bool vec_in = vec_ok(in), vec_w = s.c_in % 4 == 0 && aligned16(weights);
   const bool vec_dst = plan.splits > 1 ? s.c_out % 4 == 0 : vec_ok(out);
+  if (bool(moments.partials) != bool(moments.counts))
+    throw Error(std::string(op) + ": moments needs both its partials and its counts");
   with_tile(plan, [&]<int BM, int BN>() {
     LAUNCH((conv_forward_kernel<BM, BN>), dim3(ceil_div(pixels, BM), ceil_div(s.c_out, BN), unsigned(plan.splits)),
-           dim3(kThreads), 0, stream, g, in, weights, bias, out, partials, plan.splits, vec_in, vec_w, vec_dst);
+           dim3(kThreads), 0, stream, g, in, weights, bias, out, partials, plan.splits, vec_in, vec_w, vec_dst,
+           moments);
   });
-  if (plan.splits > 1)
+  if (plan.splits > 1 && moments.partials)
+    moments::launch_sum_splits_moments<float>(partials, plan.splits, int(pixels), s.c_out, out.data, out.stride, bias,
+                                              moments.partials, moments.counts, stream);
+  else if (plan.splits > 1)
     launch_sum_splits(partials, plan.splits, int(pixels), s.c_out, out.data, out.stride, false, bias, stream);
 }
 

@@ -26,6 +26,19 @@ struct Conv2dShape {
   void validate() const;
 };
 
+// BatchNorm's statistics from the CUDA forwards' epilogue (issue 15): with `partials` set, the
+// forward also writes, per block b of output pixels and channel ch, the (mean, M2) of the stored
+// output (bias included, after rounding to T) at partials[(b * c_out + ch) * 2 + {0, 1}] and the
+// block's pixel count at counts[b]: what batchnorm's ..._from_moments op reads, so that the
+// training forward reads its input once. Blocks: a tile of output pixels, or with split-K a row
+// block of the reduction pass (conv2d_forward_moment_blocks / conv2d_forward_tc_moment_blocks:
+// they follow the plan, hence the device). The output's bits are those without moments.
+struct ConvMoments {
+  float* partials = nullptr;  // [blocks][c_out][2], device memory
+  float* counts = nullptr;    // [blocks]
+};
+int conv2d_forward_moment_blocks(const Conv2dShape& shape);
+
 // out[b, y, x, o] = bias[o] + sum_{r, s, i} in[b, y*stride - pad + r, x*stride - pad + s, i] *
 // weights[o, r, s, i] (zero outside the image). in is n x h x w x c_in, out n x out_h x out_w x
 // c_out; bias may be null (none). The CUDA version needs conv2d_forward_workspace_bytes(shape)
@@ -38,7 +51,7 @@ void conv2d_forward_reference(const Conv2dShape& shape, NhwcView<const T> in, co
 void conv2d_forward_cpu(const Conv2dShape& shape, ConstAct in, const float* weights, const float* bias, Act out,
                         void* workspace, size_t workspace_bytes);
 void conv2d_forward_cuda(const Conv2dShape& shape, ConstAct in, const float* weights, const float* bias, Act out,
-                         void* workspace, size_t workspace_bytes, cudaStream_t stream);
+                         void* workspace, size_t workspace_bytes, cudaStream_t stream, ConvMoments moments = {});
 
 // grad_in (=, or += when accumulate) d loss / d in for the forward above, given grad_out.
 // The CUDA version needs conv2d_backward_data_workspace_bytes(shape) bytes of device
@@ -76,8 +89,11 @@ void conv2d_backward_weights_cuda(const Conv2dShape& shape, ConstAct in, ConstAc
 template <typename T>
 size_t conv2d_forward_tc_workspace_bytes(const Conv2dShape& shape);
 template <typename T>
+int conv2d_forward_tc_moment_blocks(const Conv2dShape& shape);
+template <typename T>
 void conv2d_forward_tc(const Conv2dShape& shape, NhwcView<const T> in, const T* weights, const float* bias,
-                       NhwcView<T> out, void* workspace, size_t workspace_bytes, cudaStream_t stream);
+                       NhwcView<T> out, void* workspace, size_t workspace_bytes, cudaStream_t stream,
+                       ConvMoments moments = {});
 template <typename T>
 size_t conv2d_backward_data_tc_workspace_bytes(const Conv2dShape& shape);
 template <typename T>

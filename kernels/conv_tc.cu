@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <string>
 
+#include "kernels/channel_moments.cuh"
 #include "kernels/conv.h"
 #include "kernels/conv_geometry.cuh"
 #include "kernels/tc_tiles.cuh"
@@ -253,11 +254,10 @@ struct BackwardWeightsEpilogue {
 
 // ---- kernels: grid (M tiles, N tiles, splits [x classes]) -----------------------------------------
 
-
 template <typename T, int BM, int BN, bool Async>
 __global__ void __launch_bounds__(kThreads, Async ? 2 : 1)
     conv_forward_tc_kernel(ConvGeom g, NhwcView<const T> in, const T* weights, const float* bias, NhwcView<T> out,
-                           float* partials, int splits, bool vec_in, bool vec_w) {
+                           float* partials, int splits, bool vec_in, bool vec_w, ConvMoments moments) {
   const int m0 = int(blockIdx.x) * BM, n0 = int(blockIdx.y) * BN, split = int(blockIdx.z);
   const int k_size = g.k * g.k * g.c_in, pixels = g.n * g.oh * g.ow;
   const KRange k = split_range(k_size, splits, split, Tc<T>::BK);
@@ -268,6 +268,13 @@ __global__ void __launch_bounds__(kThreads, Async ? 2 : 1)
   const ForwardEpilogue<T> epilogue{out.data, splits > 1 ? partials + size_t(split) * pixels * g.c_out : nullptr,
                                     bias, out.stride, pixels, g.c_out};
   write_tile<BM, BN>(acc, m0, n0, epilogue);
+  if (moments.partials && splits == 1) {  // BatchNorm's statistics of this tile, from what it wrote (as T)
+    static_assert(kThreads == moments::kBlockThreads);
+    __syncthreads();  // the tile's writes are visible to the block; the stages are free
+    DYNAMIC_SHARED(float, scratch);
+    moments::tile_moments<T>(out.data, out.stride, m0, min(BM, pixels - m0), n0, min(BN, g.c_out - n0), g.c_out,
+                             int(blockIdx.x), scratch, moments.partials, moments.counts);
+  }
 }
 
 // One block per SM: its loaders' state (the parity class and per-chunk tap positions) does not
@@ -375,8 +382,16 @@ size_t conv2d_forward_tc_workspace_bytes(const Conv2dShape& s) {
 }
 
 template <typename T>
-void conv2d_forward_tc(const Conv2dShape& s, NhwcView<const T> in, const T* weights, const float* bias,
-                       NhwcView<T> out, void* workspace, size_t workspace_bytes, cudaStream_t stream) {
+int conv2d_forward_tc_moment_blocks(const Conv2dShape& s) {
+  s.validate();
+  const long long pixels = (long long)s.n * s.out_h() * s.out_w();
+  const TcPlan plan = forward_plan<T>(s, true);  // alignment never changes the tile or the splits
+  return plan.splits > 1 ? moments::split_moment_blocks(pixels) : int(ceil_div(pixels, plan.bm()));
+}
+
+template <typename T>
+void conv2d_forward_tc(const Conv2dShape& s, NhwcView<const T> in, const T* weights, const float* bias, NhwcView<T> out,
+                       void* workspace, size_t workspace_bytes, cudaStream_t stream, ConvMoments moments) {
   const char* op = "conv2d_forward_tc";
   s.validate();
   require_precision(tc_precision<T>(), op);
@@ -394,11 +409,16 @@ void conv2d_forward_tc(const Conv2dShape& s, NhwcView<const T> in, const T* weig
   with_plan(plan, [&]<int BM, int BN, bool Async>() {
     auto kernel = conv_forward_tc_kernel<T, BM, BN, Async>;
     const size_t smem = smem_bytes<T, true, true, BM, BN, Async>();
+    if (smem < moments::kScratchFloats * sizeof(float))  // the moments reuse the stages' shared memory
+      throw Error(std::string(op) + ": internal error: too little shared memory for the epilogue's statistics");
     allow_shared(kernel, smem);
     LAUNCH(kernel, dim3(ceil_div(pixels, BM), ceil_div(s.c_out, BN), unsigned(plan.splits)), dim3(kThreads), smem,
-           stream, g, in, weights, bias, out, partials, plan.splits, vec_in, vec_w);
+           stream, g, in, weights, bias, out, partials, plan.splits, vec_in, vec_w, moments);
   });
-  if (plan.splits > 1)
+  if (plan.splits > 1 && moments.partials)
+    moments::launch_sum_splits_moments<T>(partials, plan.splits, int(pixels), s.c_out, out.data, out.stride, bias,
+                                          moments.partials, moments.counts, stream);
+  else if (plan.splits > 1)
     launch_sum_splits_tc(partials, plan.splits, int(pixels), s.c_out, out.data, out.stride, false, bias, stream);
 }
 
@@ -477,15 +497,16 @@ void conv2d_backward_weights_tc(const Conv2dShape& s, NhwcView<const T> in, Nhwc
   if (grad_bias) launch_bias_gradient(s, grad_out, grad_bias, bias_partials, stream);
 }
 
-#define YOLO_CONV_TC(T)                                                                                            \
-  template size_t conv2d_forward_tc_workspace_bytes<T>(const Conv2dShape&);                                        \
-  template void conv2d_forward_tc<T>(const Conv2dShape&, NhwcView<const T>, const T*, const float*, NhwcView<T>,   \
-                                     void*, size_t, cudaStream_t);                                                 \
-  template size_t conv2d_backward_data_tc_workspace_bytes<T>(const Conv2dShape&);                                  \
-  template void conv2d_backward_data_tc<T>(const Conv2dShape&, NhwcView<const T>, const T*, NhwcView<T>, bool,     \
-                                           void*, size_t, cudaStream_t);                                           \
-  template size_t conv2d_backward_weights_tc_workspace_bytes<T>(const Conv2dShape&);                               \
-  template void conv2d_backward_weights_tc<T>(const Conv2dShape&, NhwcView<const T>, NhwcView<const T>, float*,    \
+#define YOLO_CONV_TC(T)                                                                                               \
+  template size_t conv2d_forward_tc_workspace_bytes<T>(const Conv2dShape&);                                           \
+  template int conv2d_forward_tc_moment_blocks<T>(const Conv2dShape&);                                                \
+  template void conv2d_forward_tc<T>(const Conv2dShape&, NhwcView<const T>, const T*, const float*, NhwcView<T>,      \
+                                     void*, size_t, cudaStream_t, ConvMoments);                                       \
+  template size_t conv2d_backward_data_tc_workspace_bytes<T>(const Conv2dShape&);                                     \
+  template void conv2d_backward_data_tc<T>(const Conv2dShape&, NhwcView<const T>, const T*, NhwcView<T>, bool, void*, \
+                                           size_t, cudaStream_t);                                                     \
+  template size_t conv2d_backward_weights_tc_workspace_bytes<T>(const Conv2dShape&);                                  \
+  template void conv2d_backward_weights_tc<T>(const Conv2dShape&, NhwcView<const T>, NhwcView<const T>, float*,       \
                                               float*, void*, size_t, cudaStream_t);
 YOLO_CONV_TC(float)
 YOLO_CONV_TC(Bf16)

@@ -95,6 +95,19 @@ size_t conv2d_workspace_bytes(Precision precision, const Conv2dShape& s) {
   }
 }
 
+int conv2d_forward_moment_blocks(Precision precision, const Conv2dShape& s) {
+  switch (precision) {
+    case Precision::Tf32:
+      return conv2d_forward_tc_moment_blocks<float>(s);
+    case Precision::Bf16:
+      return conv2d_forward_tc_moment_blocks<Bf16>(s);
+    case Precision::Fp16:
+      return conv2d_forward_tc_moment_blocks<Fp16>(s);
+    default:
+      return conv2d_forward_moment_blocks(s);
+  }
+}
+
 size_t gemm_workspace_bytes(Precision precision, const GemmShape& s) {
   // 16-bit: A^T B is a weight gradient (FP32 out), the other layouts 16-bit out (ops.h).
   switch (precision) {
@@ -142,6 +155,48 @@ void batchnorm_activation_forward_training(const OpContext& c, Activation act, C
           batchnorm_activation_forward_training_cuda<T>(act, as<T>(x), gamma, beta, as<T>(y), saved_mean, saved_var,
                                                         running_mean, running_var, ws, wsb, s);
         });
+      });
+}
+
+void batchnorm_activation_forward_from_moments(const OpContext& c, Activation act, ConstAct x, const float* gamma,
+                                               const float* beta, Act y, const float* partials, const float* counts,
+                                               int blocks, float* saved_mean, float* saved_var, float* running_mean,
+                                               float* running_var) {
+  void* ws = c.workspace;
+  size_t wsb = c.workspace_bytes;
+  dispatch(
+      c, "batchnorm_activation_forward_from_moments",
+      [=] { throw Error("batchnorm_activation_forward_from_moments: the CPU backend has no convolution moments"); },
+      [&](cudaStream_t s) {
+        with_storage(c, [&]<typename T>() {
+          batchnorm_activation_forward_from_moments_cuda<T>(act, as<T>(x), gamma, beta, as<T>(y), partials, counts,
+                                                            blocks, saved_mean, saved_var, running_mean, running_var,
+                                                            ws, wsb, s);
+        });
+      });
+}
+
+void batchnorm_sums_from_moments(const OpContext& c, int channels, const float* partials, const float* counts,
+                                 int blocks, float* sums) {
+  void* ws = c.workspace;
+  size_t wsb = c.workspace_bytes;
+  dispatch(
+      c, "batchnorm_sums_from_moments",
+      [=] { throw Error("batchnorm_sums_from_moments: the CPU backend has no convolution moments"); },
+      [&](cudaStream_t s) { batchnorm_sums_from_moments_cuda(channels, partials, counts, blocks, sums, ws, wsb, s); });
+}
+
+void batchnorm_centered_squares_from_moments(const OpContext& c, int channels, const float* partials,
+                                             const float* counts, int blocks, const float* sums, double total_pixels,
+                                             float* squares) {
+  void* ws = c.workspace;
+  size_t wsb = c.workspace_bytes;
+  dispatch(
+      c, "batchnorm_centered_squares_from_moments",
+      [=] { throw Error("batchnorm_centered_squares_from_moments: the CPU backend has no convolution moments"); },
+      [&](cudaStream_t s) {
+        batchnorm_centered_squares_from_moments_cuda(channels, partials, counts, blocks, sums, total_pixels, squares,
+                                                     ws, wsb, s);
       });
 }
 
@@ -257,16 +312,18 @@ void batchnorm_activation_backward_apply(const OpContext& c, Activation act, Con
 }
 
 void conv2d_forward(const OpContext& c, const Conv2dShape& shape, ConstAct in, const float* weights, const float* bias,
-                    Act out) {
+                    Act out, ConvMoments moments) {
   void* ws = c.workspace;
   size_t wsb = c.workspace_bytes;
   const bool tc = tensor_cores(c, "conv2d_forward");
+  if (moments.partials && !c.stream->device().runs_kernels())
+    throw Error("conv2d_forward: the statistics from the epilogue (moments) are a CUDA-path option");
   dispatch(
       c, "conv2d_forward", [=] { conv2d_forward_cpu(shape, in, weights, bias, out, ws, wsb); },
       [&](cudaStream_t s) {
-        if (!tc) return conv2d_forward_cuda(shape, in, weights, bias, out, ws, wsb, s);
+        if (!tc) return conv2d_forward_cuda(shape, in, weights, bias, out, ws, wsb, s, moments);
         with_storage(c, [&]<typename T>() {
-          conv2d_forward_tc<T>(shape, as<T>(in), as<T>(weights), bias, as<T>(out), ws, wsb, s);
+          conv2d_forward_tc<T>(shape, as<T>(in), as<T>(weights), bias, as<T>(out), ws, wsb, s, moments);
         });
       });
 }

@@ -49,6 +49,9 @@ struct OpContext {
 // Workspace bytes conv2d_* (all three passes) and gemm need in `precision` on the current device.
 size_t conv2d_workspace_bytes(Precision precision, const Conv2dShape& shape);
 size_t gemm_workspace_bytes(Precision precision, const GemmShape& shape);
+// Blocks of BatchNorm statistics conv2d_forward writes with `moments` set (conv.h, ConvMoments),
+// in `precision` on the current device (GPUs and emulated GPUs only).
+int conv2d_forward_moment_blocks(Precision precision, const Conv2dShape& shape);
 
 // ---- activation.h ---------------------------------------------------------------------------
 void activation_forward(const OpContext& c, Activation kind, ConstAct x, Act y);
@@ -58,6 +61,18 @@ void activation_backward(const OpContext& c, Activation kind, ConstAct y, ConstA
 void batchnorm_activation_forward_training(const OpContext& c, Activation act, ConstAct x, const float* gamma,
                                            const float* beta, Act y, float* saved_mean, float* saved_var,
                                            float* running_mean, float* running_var);
+// GPUs only: from the moments conv2d_forward wrote (batchnorm.h); the workspace must also hold
+// batchnorm_from_moments_workspace_bytes(blocks, c).
+void batchnorm_activation_forward_from_moments(const OpContext& c, Activation act, ConstAct x, const float* gamma,
+                                               const float* beta, Act y, const float* partials, const float* counts,
+                                               int blocks, float* saved_mean, float* saved_var, float* running_mean,
+                                               float* running_var);
+// GPUs only: --sync-bn's sums and centered squares from those moments (x not read).
+void batchnorm_sums_from_moments(const OpContext& c, int channels, const float* partials, const float* counts,
+                                 int blocks, float* sums);
+void batchnorm_centered_squares_from_moments(const OpContext& c, int channels, const float* partials,
+                                             const float* counts, int blocks, const float* sums, double total_pixels,
+                                             float* squares);
 void batchnorm_activation_forward_inference(const OpContext& c, Activation act, ConstAct x, const float* gamma,
                                             const float* beta, const float* running_mean, const float* running_var,
                                             Act y);
@@ -78,8 +93,9 @@ void batchnorm_activation_backward_apply(const OpContext& c, Activation act, Con
                                          const float* sums2, double total_pixels, Act grad_x);
 
 // ---- conv.h, gemm.h -------------------------------------------------------------------------
+// moments (GPUs only): also BatchNorm's statistics of the output, from the epilogue (conv.h).
 void conv2d_forward(const OpContext& c, const Conv2dShape& shape, ConstAct in, const float* weights, const float* bias,
-                    Act out);
+                    Act out, ConvMoments moments = {});
 void conv2d_backward_data(const OpContext& c, const Conv2dShape& shape, ConstAct grad_out, const float* weights,
                           Act grad_in, bool accumulate);
 void conv2d_backward_weights(const OpContext& c, const Conv2dShape& shape, ConstAct in, ConstAct grad_out,

@@ -263,7 +263,15 @@ TEST_CASE("bf16 data parallel on emu:0,1 equals emu:0 with the whole batch: the 
                              local = params_after(two_emulated(), false, "det2");
     const double with_sync = yolo::testing::worst_difference(synced, one), without = yolo::testing::worst_difference(local, one);
     MESSAGE("detector bf16: 2 replicas vs 1, " << with_sync << " with --sync-bn, " << without << " without");
-    CHECK(with_sync <= 2e-3);  // fixed before the run: bf16's 2^-9 grown over 4 steps
+    // First fixed before the run at 2e-3 (bf16's 2^-9 grown over 4 steps; measured 1.3e-6 while both
+    // sides read x for their statistics). Since the statistics come from the convs' epilogue (issue
+    // 15) the two sides merge different partitions of the pixels (conv tiles of 6 images against
+    // two replicas' tiles of 3): the batch mean moves by an FP32 ulp, and the loader's grey padding
+    // (thousands of equal activations) rounds to bf16 as one, so one ulp flips whole regions at
+    // once: measured 2.1e-2 (one replica's statistics from the epilogue against its two-read pass:
+    // 2.2e-2, with gradients equal to 2e-6 of their norm after one micro-batch). Still 400x below
+    // the run without --sync-bn.
+    CHECK(with_sync <= 5e-2);
     CHECK(without > 10 * with_sync);
   }
 }

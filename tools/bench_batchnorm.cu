@@ -10,7 +10,10 @@
 // passes cannot reach this minimum from DRAM: the statistics (forward) and the gradient sums
 // (backward) must be complete before anything is written, so the inputs are read twice unless
 // they fit in L2. At full copy bandwidth that caps %copy at 2/3 (fwd train), 3/5 (bn bwd) and
-// 4/7 (bn+leaky bwd).
+// 4/7 (bn+leaky bwd). "fwd train from moments" (GPUs, issue 15) is the training forward after a
+// conv wrote the statistics in its epilogue (conv.h ConvMoments; one block per 128 pixels, as the
+// large tiles make): x is read once, so its minimum 2E is reachable; the target is 80% of copy.
+#include <algorithm>
 #include <string>
 
 #include "kernels/activation.h"
@@ -59,9 +62,10 @@ void add_batchnorm(const Context& context, std::vector<Result>& out, const char*
   const bool gpu = context.device.is_cuda();
   for (const Shape& s : kShapes) {
     const std::string shape = shape_name(s);
-    const std::string ops[] = {prefix + " fwd train", prefix + " fwd infer", prefix + " bwd"};
+    const std::string ops[] = {prefix + " fwd train", prefix + " fwd infer", prefix + " bwd",
+                               prefix + " fwd train from moments"};
     if (!wanted(context, family, ops[0], shape) && !wanted(context, family, ops[1], shape) &&
-        !wanted(context, family, ops[2], shape))
+        !wanted(context, family, ops[2], shape) && !(gpu && wanted(context, family, ops[3], shape)))
       continue;
     Buffers b(context.device, context.batch, s);
     using F = Buffers;
@@ -83,6 +87,24 @@ void add_batchnorm(const Context& context, std::vector<Result>& out, const char*
                                                                    F::f(b.running_var), nullptr, 0);
                      }),
                      2 * e_bytes, 0});
+    if (gpu && wanted(context, family, ops[3], shape)) {
+      const int blocks = int((size_t(n) * s.h * s.w + 127) / 128);
+      DeviceMemory partials(context.device, size_t(blocks) * s.c * 2 * sizeof(float)),
+          counts(context.device, size_t(blocks) * sizeof(float));
+      fill_bytes(partials.data(), 0x3c, partials.size(), context.device);
+      fill_bytes(counts.data(), 0x3c, counts.size(), context.device);
+      const size_t merge_bytes = batchnorm_from_moments_workspace_bytes(blocks, s.c);
+      DeviceMemory merge(context.device, std::max<size_t>(merge_bytes, 1));
+      out.push_back({ops[3], shape,
+                     time_ms(context,
+                             [&] {
+                               batchnorm_activation_forward_from_moments_cuda<float>(
+                                   act, x, F::f(b.gamma), F::f(b.beta), y, F::f(partials), F::f(counts), blocks,
+                                   F::f(b.mean), F::f(b.var), F::f(b.running_mean), F::f(b.running_var), merge.data(),
+                                   merge_bytes, context.stream);
+                             }),
+                     2 * e_bytes, 0});
+    }
     if (wanted(context, family, ops[1], shape))
       out.push_back({ops[1], shape, time_ms(context, [&] {
                        if (gpu)

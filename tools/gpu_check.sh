@@ -10,8 +10,8 @@
 #              (default memcheck racecheck; also synccheck initcheck), SANITIZER_TIMEOUT each  ~4 min
 #   bench      the kernel benchmarks (build/bench_kernels, ceilings measured first)     ~2 min
 #   loader     the input pipeline on the machine's cores (build/bench_loader)           ~2 min
-#   train      the demo net, 50 steps                                                   ~2 min
-#   yolov3     YOLOv3-416 (batch 16), 50 steps, with a trace of one step                ~5 min
+#   train      the demo net, 50 steps, as CUDA Graphs and with --no-graph               ~2 min
+#   yolov3     YOLOv3-416 (batch 16), 50 steps with a trace of one step; 20 --no-graph  ~6 min
 #   nccl       the demo without a communicator and as an NCCL job of one; the NCCL tests ~3 min
 #   nccl2      2 NCCL ranks sharing gpu:0 (NCCL 2.30+), and that job with rank 1 killed  ~4 min
 #   tc         tensor cores: the mma / tensor-core tests natively, under memcheck and
@@ -115,7 +115,13 @@ section_loader() {
 section_train() {
   [[ -x ./train_yolo ]] || { record "train" "unavailable" "./train_yolo not built"; return; }
   run_step "train demo (50 steps)" train_demo.log 120 ./train_yolo --max-batches 50 --out "$OUT/demo"
-  rm -f "$OUT"/demo/*.weights "$OUT"/demo/*.ckpt  # not needed back
+  summary[-1]+=" | $(grep -m1 'the last' "$OUT/train_demo.log" | sed 's/.*steps: //')"
+  # CUDA Graphs against eager steps (issue 15): the same loss line, and the step time side by side.
+  run_step "train demo, --no-graph" train_demo_eager.log 120 ./train_yolo --max-batches 50 --no-graph \
+    --out "$OUT/demo_eager"
+  summary[-1]+=" | $(grep -m1 'the last' "$OUT/train_demo_eager.log" | sed 's/.*steps: //')"
+  cmp -s "$OUT/demo/last.weights" "$OUT/demo_eager/last.weights" && summary[-1]+=" | same weights as graphs"
+  rm -f "$OUT"/demo*/*.weights "$OUT"/demo*/*.ckpt  # not needed back
 }
 
 section_yolov3() {
@@ -123,7 +129,10 @@ section_yolov3() {
   sed 's/^classes=80/classes=3/; s/^filters=255/filters=24/' models/yolov3.cfg >"$OUT/yolov3-shapes.cfg"
   run_step "train yolov3-416 (50 steps)" train_yolov3.log 300 ./train_yolo --cfg "$OUT/yolov3-shapes.cfg" \
     --batch 16 --subdivisions 1 --max-batches 50 --out "$OUT/yolov3" --trace "$OUT/yolov3_step.json"
-  summary[-1]+=" | $(grep -m1 -o '[0-9.]* images/s' "$OUT/train_yolov3.log" | tail -1)"
+  summary[-1]+=" | $(grep -m1 'the last' "$OUT/train_yolov3.log" | sed 's/.*steps: //')"
+  run_step "train yolov3-416, --no-graph" train_yolov3_eager.log 300 ./train_yolo --cfg "$OUT/yolov3-shapes.cfg" \
+    --batch 16 --subdivisions 1 --max-batches 20 --no-graph --out "$OUT/yolov3_eager"
+  summary[-1]+=" | $(grep -m1 'the last' "$OUT/train_yolov3_eager.log" | sed 's/.*steps: //')"
   rm -f "$OUT"/yolov3/*.weights "$OUT"/yolov3/*.ckpt  # too big to fetch
 }
 
@@ -139,6 +148,9 @@ section_nccl() {
   run_step "demo, NCCL world 1" dp_nccl1.log 60 env RANK=0 WORLD_SIZE=1 LOCAL_RANK=0 ./train_yolo --max-batches 100 \
     --out "$OUT/dp_nccl1"
   summary[-1]+=" | $(grep -m1 'the last' "$OUT/dp_nccl1.log" | sed 's/.*steps: //')"
+  run_step "demo, NCCL world 1, --no-graph" dp_nccl1_eager.log 60 env RANK=0 WORLD_SIZE=1 LOCAL_RANK=0 ./train_yolo \
+    --max-batches 100 --no-graph --out "$OUT/dp_nccl1_eager"
+  summary[-1]+=" | $(grep -m1 'the last' "$OUT/dp_nccl1_eager.log" | sed 's/.*steps: //')"
   run_step "NCCL tests, 2 ranks on gpu:0" tests_nccl.log 60 env NCCL_MULTI_RANK_GPU_ENABLE=1 build/tests -sf='*test_nccl*'
   rm -f "$OUT"/dp_*/*.weights "$OUT"/dp_*/*.ckpt
 }
@@ -149,6 +161,9 @@ section_nccl2() {
   run_step "demo, 2 NCCL ranks on gpu:0" dp_nccl2.log 120 tools/launch_local.sh -n 2 -p "$OUT/dp_nccl2" -- \
     ./train_yolo --devices gpu:0 --max-batches 100 --out "$OUT/dp_nccl2" --trace "$OUT/dp_nccl2_step.json"
   summary[-1]+=" | $(grep -m1 'the last' "$OUT/dp_nccl2.rank0.log" | sed 's/.*steps: //')"
+  run_step "demo, 2 NCCL ranks, --no-graph" dp_nccl2_eager.log 120 tools/launch_local.sh -n 2 \
+    -p "$OUT/dp_nccl2_eager" -- ./train_yolo --devices gpu:0 --max-batches 100 --no-graph --out "$OUT/dp_nccl2_eager"
+  summary[-1]+=" | $(grep -m1 'the last' "$OUT/dp_nccl2_eager.rank0.log" | sed 's/.*steps: //')"
   run_step "2 NCCL ranks, rank 1 killed" dp_kill.log 90 tools/launch_local.sh -n 2 -p "$OUT/dp_kill" \
     --kill-rank 1 --kill-after 20 -- ./train_yolo --devices gpu:0 --max-batches 100000 --comm-timeout 30 \
     --out "$OUT/dp_kill"
