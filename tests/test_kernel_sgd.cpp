@@ -236,6 +236,10 @@ void check_copy16(Device device) {
   const size_t total = 3001, begin = 5, end = 2990;
   std::vector<SgdSegment> segments = random_segments(rng, begin, end);
   for (SgdSegment& s : segments) s.copy16 = rng.integer(0, 1) == 1;
+  // At least one non-empty copy16 segment (a seed once drew none): the longest.
+  std::max_element(segments.begin(), segments.end(), [](const SgdSegment& a, const SgdSegment& b) {
+    return a.count < b.count;
+  })->copy16 = true;
   const std::vector<float> w = rng.floats(total), u = rng.floats(total, -0.1f, 0.1f), g = rng.floats(total, -20.0f, 20.0f);
   DeviceArray<SgdSegment> d_segments(device, segments);
   DeviceArray<float> d_w(device, w), d_u(device, u), d_g(device, g), d_w2(device, w), d_u2(device, u);
