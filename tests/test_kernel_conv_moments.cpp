@@ -130,7 +130,11 @@ void check_shape(Device device, const Conv2dShape& s, bool tensor_cores, bool of
     // FP32 rounding of the mean (|mean| + std) and of the variance (relative), plus the error the
     // separate pass itself makes.
     const double mean_tol = 4 * std::fabs(ms[c] - want.mean[c]) + 1e-6 * scale;
-    const double var_tol = 4 * std::fabs(vs[c] - want.var[c]) + 1e-5 * want.var[c] + 1e-12;
+    // The variance's rounding grows with |mean| / std (the deviations are |mean| / std times
+    // smaller than the values they are taken from).
+    const double spread = 1 + std::fabs(want.mean[c]) / std::sqrt(want.var[c] + 1e-30);
+    const double var_tol =
+        4 * std::fabs(vs[c] - want.var[c]) + 1e-6 * spread * want.var[c] + 1e-5 * want.var[c] + 1e-12;
     CHECK(std::fabs(mm[c] - want.mean[c]) <= mean_tol);
     CHECK(std::fabs(vm[c] - want.var[c]) <= var_tol);
   }
@@ -164,11 +168,13 @@ void check_shape(Device device, const Conv2dShape& s, bool tensor_cores, bool of
   CHECK(worst <= unit);
 }
 
+// every: all shapes, else every fourth (TF32: the code is BF16's with T = float; CI time).
 template <typename T>
-void check_all(Device device, bool tensor_cores) {
+void check_all(Device device, bool tensor_cores, bool every = true) {
   Rng rng;
   CAPTURE(rng.seed());
-  for (const Conv2dShape& s : shapes())
+  for (size_t i = 0; i < shapes().size(); i += every ? 1 : 4) {
+    const Conv2dShape& s = shapes()[i];
     for (bool offset : {false, true})
       for (bool split : {false, true}) {
         const std::string shape = std::to_string(s.n) + "x" + std::to_string(s.h) + "x" + std::to_string(s.w) + " " +
@@ -179,6 +185,7 @@ void check_all(Device device, bool tensor_cores) {
         CAPTURE(split);
         check_shape<T>(device, s, tensor_cores, offset, split, rng);
       }
+  }
 }
 
 }  // namespace
@@ -196,7 +203,7 @@ TEST_CASE(
     MESSAGE("skipped: the kernel device has no BF16/TF32 tensor cores");
     return;
   }
-  check_all<float>(device, true);
+  check_all<float>(device, true, false);
   check_all<Bf16>(device, true);
 }
 
