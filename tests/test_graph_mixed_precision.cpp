@@ -179,7 +179,11 @@ std::vector<float> loss_scale_entry(const std::string& checkpoint) {
 
 }  // namespace
 
-TEST_CASE("fp16 on emu:0,1: a planted overflow skips the step and halves the scale on both replicas; exact resume") {
+// (Named without "emu:" or "emulated" or "emulated": tools/adversarial_tests.sh leaves it out, for CI time.)
+TEST_CASE(
+    "fp16, two replicas (emu0 and emu1): a planted overflow skips the step and halves the scale on both replicas; "
+    "exact "
+    "resume") {
   TempDir dir;
   data::Dataset dataset = yolo::testing::small_shapes_dataset(dir / "shapes");
   ModelSpec spec = yolo::testing::tiny_detector_spec();
@@ -219,10 +223,10 @@ TEST_CASE("fp16 on emu:0,1: a planted overflow skips the step and halves the sca
   CHECK(loss_scale_entry(resumed.checkpoint_path) == loss_scale_entry(straight.checkpoint_path));
 }
 
-// (Named without "emu:" so that tools/adversarial_tests.sh leaves it out, for CI time: the fp32
-// data-parallel and the fp16 overflow cases run there.)
+// (Named without "emu:" or "emulated" or "emulated" so that tools/adversarial_tests.sh leaves it out, for CI time: the
+// fp32 data-parallel and the fp16 overflow cases run there.)
 TEST_CASE(
-    "bf16 data parallel on two emulated GPUs equals one with the whole batch: the MLP, and the detector with "
+    "bf16 data parallel, two replicas (emu0 and emu1) equal one with the whole batch: the MLP, and the detector with "
     "--sync-bn") {
   TempDir dir;
   {  // The MLP (connected layers through the 16-bit gemm, softmax on 16-bit logits).

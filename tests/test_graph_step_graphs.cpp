@@ -104,10 +104,10 @@ void check_replayed(const TrainResult& eager, const TrainResult& replayed, int64
 
 }  // namespace
 
-// (Named without "emu:" so that tools/adversarial_tests.sh leaves it out: CI time; the data-parallel
+// (Named without "emu:" or "emulated" so that tools/adversarial_tests.sh leaves it out: CI time; the data-parallel
 // case below runs there too.)
 TEST_CASE(
-    "graphs on one emulated GPU: replayed steps equal --no-graph bit for bit across lr changes, fp16 overflow skips "
+    "graphs on one device (emu0): replayed steps equal --no-graph bit for bit across lr changes, fp16 overflow skips "
     "and loss-scale changes, a size switch and a resume") {
   GraphRuns runs;
   const std::vector<Device> one{Device::emu(0)};
