@@ -432,11 +432,9 @@ Executor::Executor(const Graph& graph, Device device, int micro_batch, uint64_t 
           moment_floats = std::max(moment_floats, blocks * 2 * static_cast<size_t>(node.out.c));
         }
   memory_.bn_moments = (moment_floats + moment_blocks) * f;
-  memory_.total += memory_.bn_moments;
   if (m.kernels) {
     memory_.staged_inputs = static_cast<size_t>(n) *
                             (largest->input.elements() * f + data::kMaxBoxes * sizeof(YoloTruth) + 2 * sizeof(int));
-    memory_.total += memory_.staged_inputs;
   }
   size_t small = L * sizeof(YoloLossStats) + 64 + static_cast<size_t>(n) * f + m.segments.size() * sizeof(SgdSegment);
   // Each sub-allocation may add alignment and an ASan red zone: a generous margin per block.
