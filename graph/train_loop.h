@@ -1,0 +1,75 @@
+// The training loop's inside, shared by the detector's and the classifier's setup (train.cpp):
+// what a data source gives the loop, one replica's data-parallel state, where training starts,
+// and the loop itself (train_loop.cpp): steps, graphs, the split, printing, validation, saving.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "data/loader.h"
+#include "graph/executor.h"
+#include "graph/loss_scale.h"
+#include "graph/trace_file.h"
+#include "graph/train.h"
+#include "runtime/communicator.h"
+
+namespace yolo::graph {
+
+// What the loop needs from a data source: the next micro-batch's device pointers.
+struct MicroBatch {
+  const float* images = nullptr;
+  const YoloTruth* truths = nullptr;
+  const int* truth_counts = nullptr;
+  const int* labels = nullptr;
+};
+
+struct Source {
+  std::function<MicroBatch()> next;
+  std::function<data::LoaderState()> state;
+  std::function<std::string(int64_t epoch)> epoch_summary;  // "" when there is nothing to say
+  std::function<double()> validate;                         // mAP@0.5 on the validation split (optional)
+  // --trace: record the host-to-device copies (Executor::clock_ms times) while on; take them
+  // once the step is done (optional: sources that copy synchronously have none).
+  std::function<void(bool on)> trace_copies;
+  std::function<std::vector<TraceEvent>()> take_copy_events;
+  int64_t steps_per_epoch = 1;  // in micro-batches
+};
+
+// One replica's part in data-parallel training (absent with one device).
+struct DataParallel {
+  Communicator* comm = nullptr;
+  Stream* stream = nullptr;                        // the replica's communication stream
+  std::unique_ptr<Event> gradients_done;           // on the compute stream: the comm stream waits on it
+  std::unique_ptr<Event> reduced;                  // on the comm stream: the update waits on it
+  std::vector<std::pair<size_t, size_t>> buckets;  // [begin, end) of the flat gradients, backward order
+  bool overlap = true;
+  int check_every = 100;
+  TraceBook* traces = nullptr;  // in-process ranks: rank 0 writes them all
+  std::string graphs_off;       // why this kind of group runs its steps eagerly ("": it need not)
+};
+
+// Where training starts: step, images seen, the loader's position and (fp16) the loss scale.
+struct Start {
+  int64_t iteration = 0;
+  uint64_t seen = 0;
+  data::LoaderState loader;
+  std::optional<LossScaler::State> loss_scale;  // from a checkpoint written with fp16
+};
+
+// The checkpoint tensor holding the loss scaler's state: scale, clean steps, overflows (exact as
+// floats: the clean count stays below the growth interval, overflows below 2^24 in practice).
+constexpr const char* kLossScaleTensor = "loss_scale";
+
+// Identifies the architecture (and input size) a checkpoint belongs to.
+std::string cfg_digest(const Graph& graph);
+
+// Trains from `start` to max_batches (options.max_batches or the cfg's), saving last.weights and
+// last.ckpt in options.out_dir; dp: this replica's part in data-parallel training.
+TrainResult run_loop(const Graph& graph, Executor& executor, Source& source, const TrainOptions& options, int batch,
+                     int subdivisions, const Start& start, DataParallel* dp = nullptr);
+
+}  // namespace yolo::graph
