@@ -59,6 +59,8 @@ StepSplit& StepSplit::operator+=(const StepSplit& o) {
   backward_ms += o.backward_ms;
   comm_ms += o.comm_ms;
   optimizer_ms += o.optimizer_ms;
+  device_busy_ms += o.device_busy_ms;
+  device_idle_ms += o.device_idle_ms;
   return *this;
 }
 
@@ -72,7 +74,14 @@ std::string StepSplit::text() const {
                 "optimizer %.1f + other %.1f",
                 images / std::max(wall_ms / 1000, 1e-9), wall_ms / n, data_ms / n, forward_ms / n, backward_ms / n,
                 comm_ms / n, optimizer_ms / n, std::max(other, 0.0) / n);
-  return buf;
+  std::string text = buf;
+  if (device_busy_ms > 0) {
+    std::snprintf(buf, sizeof buf, "; device idle between kernels %.2f ms a step (%.1f%% of its %.1f ms)",
+                  device_idle_ms / n, 100 * device_idle_ms / (device_busy_ms + device_idle_ms),
+                  (device_busy_ms + device_idle_ms) / n);
+    text += buf;
+  }
+  return text;
 }
 
 namespace {

@@ -65,6 +65,9 @@ struct TrainOptions {
   // and replayed (graph/step_graphs.h); false: every step eager (--no-graph). Several GPUs in one
   // process run eagerly whatever this says (NCCL's warning; the trainer prints it).
   bool graphs = true;
+  // GPUs and emulated GPUs: record the device's activity (runtime/activity.h: CUPTI on GPUs) for
+  // the split's device idle time; false: --no-idle.
+  bool device_activity = true;
 };
 
 // Where the steps' time went (milliseconds summed over `steps`): host wall clock for the data
@@ -72,11 +75,16 @@ struct TrainOptions {
 // the optimizer and exposed comm: what the compute stream waited for the all-reduces between the
 // last backward and the update (what overlap did not hide), plus the host's parameter hash
 // checks. Other: the rest (queueing, loss read-back, bookkeeping).
+// Device busy and idle (GPUs, recorded activity): from each micro-batch's first kernel to its last
+// (the data wait excluded), the time some kernel, copy or memset ran, and the gaps between them:
+// launch gaps, and host round trips inside the step. 0 and 0 where activity is not recorded.
 struct StepSplit {
   int64_t steps = 0, images = 0;
   double wall_ms = 0, data_ms = 0, forward_ms = 0, backward_ms = 0, comm_ms = 0, optimizer_ms = 0;
+  double device_busy_ms = 0, device_idle_ms = 0;
   StepSplit& operator+=(const StepSplit& o);
-  std::string text() const;  // "412.3 img/s; a step 39.0 ms = data wait 0.1 + forward 12.0 + ..."
+  // "412.3 img/s; a step 39.0 ms = data wait 0.1 + forward 12.0 + ...; device idle 0.4 ms (1.1%)"
+  std::string text() const;
 };
 
 struct TrainResult {

@@ -28,6 +28,7 @@
 #include "graph/scaling.h"
 #include "graph/step_graphs.h"
 #include "graph/weights.h"
+#include "runtime/activity.h"
 #include "runtime/check.h"
 #include "runtime/communicator.h"
 #include "runtime/emu_communicator.h"
@@ -177,6 +178,34 @@ TrainResult run_loop(const Graph& graph, Executor& executor, Source& source, con
     else
       std::printf("train_yolo: the steps run eagerly, without CUDA Graphs: %s\n", graphs.off_reason().c_str());
   }
+  // The device's busy and idle time inside each micro-batch's window (from after its data wait to
+  // its loss read), settled in batches: CUPTI hands its records over when flushed.
+  std::optional<ActivityRecorder> activity;
+  if (options.device_activity && executor.device().runs_kernels()) {
+    activity.emplace(executor.device());
+    if (!activity->available()) {
+      if (leader) std::printf("train_yolo: device idle time is not measured: %s\n", activity->why_not().c_str());
+      activity.reset();
+    }
+  }
+  std::vector<std::pair<int64_t, int64_t>> windows;
+  auto settle_activity = [&] {
+    if (!activity || windows.empty()) return;
+    const std::vector<ActivitySpan> spans = activity->take();
+    StepSplit device;
+    std::vector<ActivitySpan> inside;
+    for (auto [begin, end] : windows) {
+      inside.clear();
+      for (const ActivitySpan& span : spans)
+        if (span.start_ns < end && span.end_ns > begin) inside.push_back(span);
+      IdleTime time = idle_time(inside, begin, end);
+      device.device_busy_ms += time.busy_ms;
+      device.device_idle_ms += time.idle_ms;
+    }
+    windows.clear();
+    epoch_split += device;
+    result.split += device;
+  };
 
   for (int64_t iteration = start_iteration; iteration < max_batches; ++iteration) {
     bool trace_this = !options.trace_file.empty() &&
@@ -202,6 +231,7 @@ TrainResult run_loop(const Graph& graph, Executor& executor, Source& source, con
       split.data_ms += Executor::clock_ms() - t;
       host_span("data wait", t);
       t = Executor::clock_ms();
+      const int64_t window_begin = activity ? activity->now_ns() : 0;
       if (replay)
         executor.stage_inputs(mb.images, mb.truths, mb.truth_counts, mb.labels);
       else
@@ -254,7 +284,9 @@ TrainResult run_loop(const Graph& graph, Executor& executor, Source& source, con
       if (last && dp) dp->comm->wait(executor.compute_stream());  // the step's collectives, with the deadline
       executor.read_micro_batch_loss();
       host_span("wait for the micro-batch (host)", t);
+      if (activity) windows.emplace_back(window_begin, activity->now_ns());
     }
+    if (windows.size() >= 64) settle_activity();
     const bool updated = executor.update_applied();
     scaler.update(!updated);
     if (dp) dp->stream->synchronize();  // done by now; rethrows an error of its host functions
@@ -350,6 +382,7 @@ TrainResult run_loop(const Graph& graph, Executor& executor, Source& source, con
     }
     int64_t epoch_now = source.state().epoch;
     if (epoch_now != last_epoch_reported) {
+      settle_activity();
       if (leader) {
         std::string summary = source.epoch_summary(last_epoch_reported);
         if (!summary.empty()) std::printf("%strain_yolo: %s\n", tty ? "\n" : "", summary.c_str());
@@ -378,6 +411,7 @@ TrainResult run_loop(const Graph& graph, Executor& executor, Source& source, con
       save(iteration + 1);
   }
   if (tty && leader) std::printf("\n");
+  settle_activity();
   if (leader && epoch_split.steps > 0)
     std::printf("train_yolo: the last %lld steps: %s\n", static_cast<long long>(epoch_split.steps),
                 epoch_split.text().c_str());

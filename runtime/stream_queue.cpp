@@ -12,6 +12,7 @@
 #include <mutex>
 #include <random>
 
+#include "runtime/activity.h"
 #include "runtime/check.h"
 
 namespace yolo {
@@ -360,11 +361,15 @@ void StreamQueue::run() {
     lock.unlock();
     std::exception_ptr error;
     t_running = this;
+    // Emulated GPUs' activity for the step split's idle time (activity.h).
+    const bool timed = emulated_activity_on(emulated_device_);
+    const int64_t started = timed ? emulated_activity_now_ns() : 0;
     try {
       item.work();
     } catch (...) {
       error = std::current_exception();
     }
+    if (timed) record_emulated_activity(emulated_device_, started, emulated_activity_now_ns());
     t_running = nullptr;
     lock.lock();
     if (error && !first_error_) first_error_ = error;

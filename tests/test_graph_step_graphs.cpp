@@ -100,6 +100,12 @@ void check_replayed(const TrainResult& eager, const TrainResult& replayed, int64
   CHECK(replayed.loss_scale == eager.loss_scale);
   CHECK(replayed.losses == eager.losses);  // bit for bit, every step
   CHECK(file_bytes(replayed.checkpoint_path) == file_bytes(eager.checkpoint_path));
+  // The split's device time (runtime/activity.h): recorded, and inside the steps less their data wait.
+  for (const TrainResult* r : {&eager, &replayed}) {
+    CHECK(r->split.device_busy_ms > 0);
+    CHECK(r->split.device_idle_ms >= 0);
+    CHECK(r->split.device_busy_ms + r->split.device_idle_ms <= r->split.wall_ms - r->split.data_ms);
+  }
 }
 
 }  // namespace
@@ -116,8 +122,10 @@ TEST_CASE(
   check_replayed(eager, runs.train(one, "graphs", true, 12), 12, 2, "emu:0");
   // Resumed at step 6 (graphs captured afresh) equals the straight run.
   runs.train(one, "resumed", true, 6);
+  runs.o.device_activity = false;  // --no-idle: nothing recorded, the same bits
   const TrainResult resumed = runs.train(one, "resumed", true, 12, true);
   CHECK(resumed.graph_launches > 0);
+  CHECK(resumed.split.device_busy_ms == 0);
   CHECK(file_bytes(resumed.checkpoint_path) == file_bytes(eager.checkpoint_path));
 }
 

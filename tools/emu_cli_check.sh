@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The real CLI over emulated GPUs (build/train_yolo_emu), end to end and small: write a tiny
-# synthetic set, train the demo net on emu:0,1 at 64x64 for 2 steps (the step split printed),
+# synthetic set, train the demo net on emu:0,1 at 64x64 for 2 steps (the step split printed, with
+# the device idle time),
 # evaluate it (map), detect on an image (a drawn copy written), train a step in tf32 (and have
 # it refused on an sm_75), let --precision auto pick bf16 (sm_90) and fp16 (sm_75), refuse bf16
 # on an sm_75, train 2 steps replayed as graphs (the second launched) and 2 with --no-graph (the same weights), and
@@ -37,7 +38,7 @@ if [[ ! -x "$bin" ]]; then
   exit 1
 fi
 check "synth" 0 "wrote 12 training" "$bin" synth set --train 12 --valid 3 --image-size 160x120 --png
-check "train on emu:0,1" 0 "+ exposed comm" "$bin" --devices emu:0,1 --cfg "$models/demo.cfg" --data set/shapes.data \
+check "train on emu:0,1" 0 "; device idle between kernels" "$bin" --devices emu:0,1 --cfg "$models/demo.cfg" --data set/shapes.data \
   --max-batches 2 --size 64 --batch 8 --out out
 check "map on emu:0" 0 "mAP@0.5 =" "$bin" map --cfg "$models/demo.cfg" --weights out/last.weights --data set/shapes.data \
   --size 64

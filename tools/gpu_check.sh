@@ -10,7 +10,7 @@
 #              (default memcheck racecheck; also synccheck initcheck), SANITIZER_TIMEOUT each  ~4 min
 #   bench      the kernel benchmarks (build/bench_kernels, ceilings measured first)     ~2 min
 #   loader     the input pipeline on the machine's cores (build/bench_loader)           ~2 min
-#   train      the demo net, 50 steps, as CUDA Graphs and with --no-graph               ~2 min
+#   train      the demo net, 50 steps, as CUDA Graphs, with --no-graph, with --no-idle   ~2 min
 #   yolov3     YOLOv3-416 (batch 16), 50 steps with a trace of one step; 20 --no-graph  ~6 min
 #   nccl       the demo without a communicator and as an NCCL job of one; the NCCL tests ~3 min
 #   nccl2      2 NCCL ranks sharing gpu:0 (NCCL 2.30+), and that job with rank 1 killed  ~4 min
@@ -62,6 +62,27 @@ for name in ("nvidia.cublas", "nvidia"):
                 raise SystemExit(0)
 ' 2>/dev/null)
   [[ -n "$dir" && -d "$dir" ]] && export YOLO_CUBLAS_LIB="$dir"
+fi
+
+# CUPTI (the split's device idle time, runtime/activity.h) likewise: the toolkit's, or Python's
+# nvidia-cuda-cupti package (nvidia/cuda_cupti/lib; CUDA 13 wheels: nvidia/cu13/lib).
+if [[ -z "${YOLO_CUPTI_LIB:-}" ]] && command -v python3 >/dev/null; then
+  lib=$(python3 -c '
+import glob, importlib, os
+for name in ("nvidia.cuda_cupti", "nvidia"):
+    try:
+        bases = list(importlib.import_module(name).__path__)
+    except Exception:
+        continue
+    for base in bases:
+        for lib in [os.path.join(base, "lib")] + sorted(glob.glob(os.path.join(base, "*", "lib"))):
+            found = sorted(glob.glob(os.path.join(lib, "libcupti.so.1[0-9]*")))
+            if found:
+                print(found[0])
+                raise SystemExit(0)
+' 2>/dev/null)
+  [[ -n "$lib" && -f "$lib" ]] && ! ls /usr/local/cuda/extras/CUPTI/lib64/libcupti.so.1* /usr/local/cuda/lib64/libcupti.so.1* \
+    >/dev/null 2>&1 && export YOLO_CUPTI_LIB="$lib"
 fi
 
 run_step() {  # name, log file, timeout seconds, command...
@@ -121,6 +142,10 @@ section_train() {
     --out "$OUT/demo_eager"
   summary[-1]+=" | $(grep -m1 'the last' "$OUT/train_demo_eager.log" | sed 's/.*steps: //')"
   cmp -s "$OUT/demo/last.weights" "$OUT/demo_eager/last.weights" && summary[-1]+=" | same weights as graphs"
+  # What recording the device's activity (CUPTI, for the idle figure) costs.
+  run_step "train demo, --no-idle" train_demo_no_idle.log 120 ./train_yolo --max-batches 50 --no-idle \
+    --out "$OUT/demo_no_idle"
+  summary[-1]+=" | $(grep -m1 'the last' "$OUT/train_demo_no_idle.log" | sed 's/.*steps: //')"
   rm -f "$OUT"/demo*/*.weights "$OUT"/demo*/*.ckpt  # not needed back
 }
 
