@@ -114,9 +114,20 @@ CfgFile parse_cfg_text(const std::string& text, const std::string& path) {
     if (cfg.sections.empty())
       fail(path, line_no, "option '" + key_lower + "' comes before any [section] header");
     auto [it, fresh] = seen.emplace(key_lower, line_no);
-    if (!fresh)
-      fail(path, line_no, "option '" + key_lower + "' repeated in [" + cfg.sections.back().type + "] (first at line " +
-                              std::to_string(it->second) + ")");
+    if (!fresh) {
+      // darknet's option_find returns the first match: the later lines are never read.
+      std::string first;
+      for (const CfgOption& option : cfg.sections.back().options)
+        if (option.key == key_lower) first = option.value;
+      std::string hint = key_lower == "batch" || key_lower == "subdivisions"
+                             ? " (to train with another, pass --" + key_lower + ")"
+                             : "";
+      cfg.warnings.push_back(path + ":" + std::to_string(line_no) + ": option '" + key_lower + "' repeated in [" +
+                             cfg.sections.back().type + "] (first at line " + std::to_string(it->second) +
+                             "): the first value counts, as in darknet: " + key_lower + "=" + first + " is used, " +
+                             key_lower + "=" + std::string(value) + " ignored" + hint);
+      continue;
+    }
     cfg.sections.back().options.push_back({std::move(key_lower), std::string(value), line_no});
   }
   return cfg;
@@ -176,10 +187,11 @@ struct KnownOptions {
 
 const KnownOptions& known_options(Kind kind) {
   static const KnownOptions kNet{
-      {"batch", "subdivisions", "width", "height", "channels", "inputs", "momentum", "decay", "learning_rate",
-       "burn_in", "max_batches", "policy", "steps", "scales", "angle", "saturation", "exposure", "hue", "precision"},
-      {"max_chart_loss", "letter_box", "flip", "adam", "b1", "b2", "eps", "power", "gamma", "step", "mixup", "blur",
-       "aspect", "min_crop", "max_crop", "random", "cutmix", "mosaic", "track", "time_steps"}};
+      {"batch",         "subdivisions", "width",       "height",     "channels", "inputs", "momentum", "decay",
+       "learning_rate", "burn_in",      "max_batches", "policy",     "steps",    "scales", "power",    "gamma",
+       "step",          "scale",        "angle",       "saturation", "exposure", "hue",    "precision"},
+      {"max_chart_loss", "letter_box", "flip", "adam", "b1", "b2", "eps", "mixup", "blur", "aspect", "min_crop",
+       "max_crop", "random", "cutmix", "mosaic", "track", "time_steps"}};
   static const KnownOptions kConv{
       {"filters", "size", "stride", "pad", "padding", "batch_normalize", "activation", "groups", "dilation"}, {}};
   static const KnownOptions kShortcut{{"from", "activation", "weights_type", "weights_normalization"}, {}};
@@ -396,23 +408,45 @@ NetParams parse_net(const Reader& r, const CfgSection& section, Warnings& warnin
       r.fail_option("precision", "'" + precision + "' is not auto, fp32, tf32, bf16 or fp16");
     }
   }
-  std::string policy = r.text("policy", "constant");
-  if (policy == "steps") net.policy = NetParams::Policy::Steps;
-  else if (policy == "constant") net.policy = NetParams::Policy::Constant;
-  else r.fail_option("policy", "'" + policy + "' is not supported, use steps or constant");
+  using Policy = NetParams::Policy;
+  static const std::pair<const char*, Policy> kPolicies[] = {
+      {"constant", Policy::Constant}, {"steps", Policy::Steps},     {"step", Policy::Step},    {"exp", Policy::Exp},
+      {"poly", Policy::Poly},         {"sigmoid", Policy::Sigmoid}, {"random", Policy::Random}};
+  const std::string policy = r.text("policy", "constant");
+  bool known_policy = false;
+  for (const auto& [name, value] : kPolicies)
+    if (policy == name) {
+      net.policy = value;
+      known_policy = true;
+    }
+  if (!known_policy)
+    r.fail_option("policy", "'" + policy + "' is not a policy (constant, steps, step, exp, poly, sigmoid, random)");
   net.steps = r.int_list("steps", 0, INT_MAX);
   for (size_t i = 1; i < net.steps.size(); ++i)
     if (net.steps[i] <= net.steps[i - 1]) r.fail_option("steps", "must be increasing");
   net.scales = r.real_list("scales", positive, "> 0");
-  if (net.policy == NetParams::Policy::Steps) {
+  if (net.policy == Policy::Steps) {
     if (net.steps.empty()) r.fail_section("policy=steps needs steps= (and scales=)");
     if (net.scales.size() != net.steps.size())
       r.fail_option("scales", std::to_string(net.scales.size()) + " scales for " + std::to_string(net.steps.size()) +
                                   " steps (need one each)");
-  } else {
-    for (const char* key : {"steps", "scales"})
-      if (const CfgOption* option = r.find(key)) warnings.add(Kind::Net, section, *option);
   }
+  net.power = r.real("power", net.power, non_negative, ">= 0");
+  net.gamma = net.policy == Policy::Exp ? r.real("gamma", net.gamma, positive, "> 0 (the rate is lr * gamma^iteration)")
+                                        : r.real("gamma", net.gamma, any_value, "");
+  net.step = r.integer("step", net.step, 1, INT_MAX);
+  net.scale = r.real("scale", net.scale, positive, "> 0");
+  // Options this policy does not read: accepted, with a warning (darknet ignores them too).
+  const bool uses_power = net.burn_in > 0 || net.policy == Policy::Poly || net.policy == Policy::Random;
+  const std::pair<const char*, bool> read[] = {{"steps", net.policy == Policy::Steps},
+                                               {"scales", net.policy == Policy::Steps},
+                                               {"power", uses_power},
+                                               {"gamma", net.policy == Policy::Exp || net.policy == Policy::Sigmoid},
+                                               {"step", net.policy == Policy::Step || net.policy == Policy::Sigmoid},
+                                               {"scale", net.policy == Policy::Step}};
+  for (const CfgOption& option : section.options)  // in file order
+    for (const auto& [key, used] : read)
+      if (option.key == key && !used) warnings.add(Kind::Net, section, option);
   net.angle = r.real("angle", net.angle, [](double v) { return v >= 0 && v <= 180; }, "in [0, 180]");
   net.saturation = r.real("saturation", net.saturation, positive, "> 0");
   net.exposure = r.real("exposure", net.exposure, positive, "> 0");
@@ -536,12 +570,24 @@ LayerSpec parse_softmax(const Reader& r) {
 ModelSpec parse_model(const CfgFile& cfg) {
   ModelSpec model;
   model.path = cfg.path;
+  model.warnings = cfg.warnings;
   Warnings warnings(model);
   if (cfg.sections.empty()) throw Error(cfg.path + ": no sections; a cfg starts with [net]");
   const CfgSection* previous = nullptr;
   for (const CfgSection& section : cfg.sections) {
     std::optional<Kind> kind = kind_of(section.type);
-    if (!kind) fail(cfg.path, section.line, "unknown section [" + section.type + "]");
+    if (!kind) {
+      // darknet's other layer types (parser.c, string_to_layer_type): known, not implemented here.
+      static const char* const kDarknetOnly[] = {
+          "avg",        "avgpool",  "crop",   "detection", "region", "reorg", "local", "deconv", "deconvolutional",
+          "activation", "logistic", "l2norm", "crnn",      "gru",    "lstm",  "rnn",   "lrn",    "normalization",
+          "batchnorm",  "iseg"};
+      for (const char* name : kDarknetOnly)
+        if (section.type == name)
+          fail(cfg.path, section.line,
+               "[" + section.type + "] is a darknet layer this trainer does not implement (docs/darknet-compat.md)");
+      fail(cfg.path, section.line, "unknown section [" + section.type + "]");
+    }
     bool first = previous == nullptr;
     if (first != (*kind == Kind::Net))
       fail(cfg.path, section.line,

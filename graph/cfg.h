@@ -25,10 +25,12 @@ struct CfgSection {
 struct CfgFile {
   std::string path;
   std::vector<CfgSection> sections;
+  std::vector<std::string> warnings;  // "file:line: option 'x' repeated in [y] ..."
 };
 // Reads the syntax only. Throws yolo::Error "file:line: ..." for a line that is neither a
-// section header, an option nor a comment, an option before the first section, a repeated
-// option within a section, binary data, or a file over 16 MiB.
+// section header, an option nor a comment, an option before the first section, binary data, or
+// a file over 16 MiB. An option repeated within a section keeps its first value, as darknet's
+// option lookup does (it returns the first match), with a warning naming both lines.
 CfgFile read_cfg_file(const std::string& path);
 CfgFile parse_cfg_text(const std::string& text, const std::string& path);
 
@@ -38,9 +40,14 @@ struct NetParams {
   int width = 416, height = 416, channels = 3;
   float momentum = 0.9f, decay = 0.0005f, learning_rate = 0.001f;
   int burn_in = 0, max_batches = 0;
-  enum class Policy { Constant, Steps } policy = Policy::Constant;
+  // darknet's learning-rate policies (graph/learning_rate.h has the formulas).
+  enum class Policy { Constant, Steps, Step, Exp, Poly, Sigmoid, Random } policy = Policy::Constant;
   std::vector<int> steps;      // policy=steps: iterations where the rate is multiplied ...
   std::vector<float> scales;   // ... by these (same count as steps)
+  float power = 4;             // burn-in, poly and random: the exponent
+  float gamma = 1;             // exp: the base; sigmoid: the slope
+  int step = 1;                // step: the period; sigmoid: the midpoint
+  float scale = 1;             // step: the factor per period
   float angle = 0, saturation = 1, exposure = 1, hue = 0;
   std::optional<Precision> precision;  // precision= (our option; --precision overrides it); unset or auto: none
   int line = 0;                // of the [net] header

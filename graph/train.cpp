@@ -40,16 +40,6 @@
 
 namespace yolo::graph {
 
-float learning_rate_at(const NetParams& net, int64_t iteration) {
-  if (net.burn_in > 0 && iteration < net.burn_in)
-    return net.learning_rate * static_cast<float>(std::pow(static_cast<double>(iteration) / net.burn_in, 4.0));
-  float rate = net.learning_rate;
-  if (net.policy == NetParams::Policy::Steps)
-    for (size_t k = 0; k < net.steps.size(); ++k)
-      if (iteration >= net.steps[k]) rate *= net.scales[k];
-  return rate;
-}
-
 StepSplit& StepSplit::operator+=(const StepSplit& o) {
   steps += o.steps;
   images += o.images;
@@ -61,6 +51,7 @@ StepSplit& StepSplit::operator+=(const StepSplit& o) {
   optimizer_ms += o.optimizer_ms;
   device_busy_ms += o.device_busy_ms;
   device_idle_ms += o.device_idle_ms;
+  device_steps += o.device_steps;
   return *this;
 }
 
@@ -75,10 +66,11 @@ std::string StepSplit::text() const {
                 images / std::max(wall_ms / 1000, 1e-9), wall_ms / n, data_ms / n, forward_ms / n, backward_ms / n,
                 comm_ms / n, optimizer_ms / n, std::max(other, 0.0) / n);
   std::string text = buf;
-  if (device_busy_ms > 0) {
+  if (device_busy_ms > 0 && device_steps > 0) {
+    const double d = static_cast<double>(device_steps);
     std::snprintf(buf, sizeof buf, "; device idle between kernels %.2f ms a step (%.1f%% of its %.1f ms)",
-                  device_idle_ms / n, 100 * device_idle_ms / (device_busy_ms + device_idle_ms),
-                  (device_busy_ms + device_idle_ms) / n);
+                  device_idle_ms / d, 100 * device_idle_ms / (device_busy_ms + device_idle_ms),
+                  (device_busy_ms + device_idle_ms) / d);
     text += buf;
   }
   return text;

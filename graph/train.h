@@ -14,14 +14,11 @@
 #include "data/mnist.h"
 #include "graph/cfg.h"
 #include "graph/graph.h"
+#include "graph/learning_rate.h"
 #include "kernels/precision.h"
 #include "runtime/device.h"
 
 namespace yolo::graph {
-
-// darknet's rate for an iteration (optimizer steps done so far): burn-in lr*(i/burn_in)^4,
-// then the steps policy (multiplied by scales[k] once i >= steps[k]).
-float learning_rate_at(const NetParams& net, int64_t iteration);
 
 struct TrainOptions {
   int64_t max_batches = 0;      // optimizer steps to reach (0: the cfg's max_batches)
@@ -82,6 +79,7 @@ struct StepSplit {
   int64_t steps = 0, images = 0;
   double wall_ms = 0, data_ms = 0, forward_ms = 0, backward_ms = 0, comm_ms = 0, optimizer_ms = 0;
   double device_busy_ms = 0, device_idle_ms = 0;
+  int64_t device_steps = 0;  // the steps whose device busy/idle time is in (settled later than the rest)
   StepSplit& operator+=(const StepSplit& o);
   // "412.3 img/s; a step 39.0 ms = data wait 0.1 + forward 12.0 + ...; device idle 0.4 ms (1.1%)"
   std::string text() const;

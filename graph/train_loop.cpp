@@ -22,13 +22,13 @@
 #include "data/loader.h"
 #include "data/rng.h"
 #include "data/transform.h"
+#include "graph/device_idle.h"
 #include "graph/evaluate.h"
 #include "graph/executor.h"
 #include "graph/loss_scale.h"
 #include "graph/scaling.h"
 #include "graph/step_graphs.h"
 #include "graph/weights.h"
-#include "runtime/activity.h"
 #include "runtime/check.h"
 #include "runtime/communicator.h"
 #include "runtime/emu_communicator.h"
@@ -136,6 +136,8 @@ TrainResult run_loop(const Graph& graph, Executor& executor, Source& source, con
   if (scaler.enabled() && start.loss_scale) scaler.restore(*start.loss_scale, options.out_dir + "/last.ckpt");
   int64_t max_batches = options.max_batches ? options.max_batches : net.max_batches;
   if (max_batches <= 0) throw Error(graph.path + ": max_batches is 0: set it in [net] or pass --max-batches");
+  NetParams schedule = net;  // policy=poly decays to 0 at the run's end
+  schedule.max_batches = static_cast<int>(std::min<int64_t>(max_batches, INT32_MAX));
   std::filesystem::create_directories(options.out_dir);
   TrainResult result;
   result.weights_path = options.out_dir + "/last.weights";
@@ -178,33 +180,16 @@ TrainResult run_loop(const Graph& graph, Executor& executor, Source& source, con
     else
       std::printf("train_yolo: the steps run eagerly, without CUDA Graphs: %s\n", graphs.off_reason().c_str());
   }
-  // The device's busy and idle time inside each micro-batch's window (from after its data wait to
-  // its loss read), settled in batches: CUPTI hands its records over when flushed.
-  std::optional<ActivityRecorder> activity;
-  if (options.device_activity && executor.device().runs_kernels()) {
-    activity.emplace(executor.device());
-    if (!activity->available()) {
-      if (leader) std::printf("train_yolo: device idle time is not measured: %s\n", activity->why_not().c_str());
-      activity.reset();
-    }
-  }
-  std::vector<std::pair<int64_t, int64_t>> windows;
-  auto settle_activity = [&] {
-    if (!activity || windows.empty()) return;
-    const std::vector<ActivitySpan> spans = activity->take();
-    StepSplit device;
-    std::vector<ActivitySpan> inside;
-    for (auto [begin, end] : windows) {
-      inside.clear();
-      for (const ActivitySpan& span : spans)
-        if (span.start_ns < end && span.end_ns > begin) inside.push_back(span);
-      IdleTime time = idle_time(inside, begin, end);
-      device.device_busy_ms += time.busy_ms;
-      device.device_idle_ms += time.idle_ms;
-    }
-    windows.clear();
+  // The device's busy and idle time inside each micro-batch (graph/device_idle.h).
+  DeviceIdle idle(executor.device(), options.device_activity && executor.device().runs_kernels());
+  if (leader && executor.device().runs_kernels() && !idle.available() && options.device_activity)
+    std::printf("train_yolo: device idle time is not measured: %s\n", idle.why_not().c_str());
+  auto settle_idle = [&](size_t keep_open) {
+    const StepSplit device = idle.settle(keep_open);
     epoch_split += device;
     result.split += device;
+    if (std::string notice = idle.take_notice(); !notice.empty() && leader)
+      std::printf("%strain_yolo: %s\n", tty ? "\n" : "", notice.c_str());
   };
 
   for (int64_t iteration = start_iteration; iteration < max_batches; ++iteration) {
@@ -212,7 +197,7 @@ TrainResult run_loop(const Graph& graph, Executor& executor, Source& source, con
                       iteration == start_iteration + std::min<int64_t>(1, max_batches - start_iteration - 1);
     const float loss_scale = scaler.scale();
     executor.set_loss_scale(loss_scale);
-    const float lr = learning_rate_at(net, iteration);
+    const float lr = learning_rate_at(schedule, iteration, options.seed);
     auto comm_trace = trace_this && dp ? std::make_shared<CommTrace>() : nullptr;
     std::vector<TraceEvent> host_events;  // host clock (Executor::clock_ms), converted after the step
     auto host_span = [&](const char* name, double start_ms) {
@@ -231,7 +216,7 @@ TrainResult run_loop(const Graph& graph, Executor& executor, Source& source, con
       split.data_ms += Executor::clock_ms() - t;
       host_span("data wait", t);
       t = Executor::clock_ms();
-      const int64_t window_begin = activity ? activity->now_ns() : 0;
+      idle.open_window();
       if (replay)
         executor.stage_inputs(mb.images, mb.truths, mb.truth_counts, mb.labels);
       else
@@ -284,9 +269,9 @@ TrainResult run_loop(const Graph& graph, Executor& executor, Source& source, con
       if (last && dp) dp->comm->wait(executor.compute_stream());  // the step's collectives, with the deadline
       executor.read_micro_batch_loss();
       host_span("wait for the micro-batch (host)", t);
-      if (activity) windows.emplace_back(window_begin, activity->now_ns());
+      idle.close_window(last);
     }
-    if (windows.size() >= 64) settle_activity();
+    if (idle.due()) settle_idle(DeviceIdle::kKeepOpen);
     const bool updated = executor.update_applied();
     scaler.update(!updated);
     if (dp) dp->stream->synchronize();  // done by now; rethrows an error of its host functions
@@ -382,7 +367,7 @@ TrainResult run_loop(const Graph& graph, Executor& executor, Source& source, con
     }
     int64_t epoch_now = source.state().epoch;
     if (epoch_now != last_epoch_reported) {
-      settle_activity();
+      settle_idle(0);
       if (leader) {
         std::string summary = source.epoch_summary(last_epoch_reported);
         if (!summary.empty()) std::printf("%strain_yolo: %s\n", tty ? "\n" : "", summary.c_str());
@@ -411,7 +396,12 @@ TrainResult run_loop(const Graph& graph, Executor& executor, Source& source, con
       save(iteration + 1);
   }
   if (tty && leader) std::printf("\n");
-  settle_activity();
+  settle_idle(0);
+  if (leader && idle.empty_windows() > 0)
+    std::printf(
+        "train_yolo: no device activity was recorded in %lld of %lld micro-batches (CUPTI handed it "
+        "over late?): the idle figure leaves them out\n",
+        static_cast<long long>(idle.empty_windows()), static_cast<long long>(idle.settled_windows()));
   if (leader && epoch_split.steps > 0)
     std::printf("train_yolo: the last %lld steps: %s\n", static_cast<long long>(epoch_split.steps),
                 epoch_split.text().c_str());

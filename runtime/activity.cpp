@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstddef>
 #include <cstdlib>
 #include <filesystem>
 #include <map>
@@ -29,6 +30,7 @@ struct SpanBook {
   std::mutex mutex;
   std::map<std::pair<int, int>, std::vector<ActivitySpan>> spans;
   std::map<std::pair<int, int>, int> recorders;  // recorders alive per device
+  int64_t lost = 0;  // CUPTI records dropped or without valid times, since the process started
 };
 
 SpanBook& book() {
@@ -52,11 +54,14 @@ struct CuptiApi {
   CUptiResult (*ActivityGetNextRecord)(uint8_t*, size_t, CUpti_Activity**) = nullptr;
   CUptiResult (*GetTimestamp)(uint64_t*) = nullptr;
   CUptiResult (*GetResultString)(CUptiResult, const char**) = nullptr;
+  CUptiResult (*ActivityGetNumDroppedRecords)(CUcontext, uint32_t, size_t*) = nullptr;
+  CUptiResult (*Subscribe)(CUpti_SubscriberHandle*, CUpti_CallbackFunc, void*) = nullptr;
 };
 
 CuptiApi g_cupti;
+// MEMCPY2: copies between devices (a cudaMemcpyDefault copy may be one).
 constexpr CUpti_ActivityKind kKinds[] = {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY,
-                                         CUPTI_ACTIVITY_KIND_MEMSET};
+                                         CUPTI_ACTIVITY_KIND_MEMCPY2, CUPTI_ACTIVITY_KIND_MEMSET};
 constexpr size_t kBufferBytes = size_t{4} << 20;
 std::mutex g_cupti_mutex;  // not the book's: enabling and disabling may hand back buffers
 int g_cupti_users = 0;     // recorders of GPUs alive
@@ -74,11 +79,18 @@ void CUPTIAPI buffer_requested(uint8_t** buffer, size_t* size, size_t* max_recor
   *max_records = 0;
 }
 
+// The record's span for a device with a live recorder (the book's lock held). CUPTI records every
+// device of the process; a record without valid times (CUPTI short of device memory) is lost.
 template <typename Record>
-void add_span(std::map<std::pair<int, int>, std::vector<ActivitySpan>>& spans, const Record* r) {
-  if (r->end <= r->start) return;
-  spans[{static_cast<int>(DeviceKind::Cuda), static_cast<int>(r->deviceId)}].push_back(
-      ActivitySpan{static_cast<int64_t>(r->start), static_cast<int64_t>(r->end)});
+void add_span(SpanBook& b, const Record* r) {
+  static_assert(offsetof(Record, start) == 16 && offsetof(Record, end) == 24, "CUPTI record layout");
+  if (r->start == 0 || r->end < r->start) {
+    ++b.lost;
+    return;
+  }
+  const std::pair<int, int> key{static_cast<int>(DeviceKind::Cuda), static_cast<int>(r->deviceId)};
+  if (auto it = b.recorders.find(key); it == b.recorders.end() || it->second == 0) return;
+  b.spans[key].push_back(ActivitySpan{static_cast<int64_t>(r->start), static_cast<int64_t>(r->end)});
 }
 
 void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, size_t valid) {
@@ -89,21 +101,31 @@ void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, siz
       switch (record->kind) {
         case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL:
         case CUPTI_ACTIVITY_KIND_KERNEL:
-          add_span(book().spans, reinterpret_cast<const CUpti_ActivityKernel10*>(record));
+          add_span(book(), reinterpret_cast<const CUpti_ActivityKernel10*>(record));
           break;
         case CUPTI_ACTIVITY_KIND_MEMCPY:
-          add_span(book().spans, reinterpret_cast<const CUpti_ActivityMemcpy6*>(record));
+          add_span(book(), reinterpret_cast<const CUpti_ActivityMemcpy6*>(record));
+          break;
+        case CUPTI_ACTIVITY_KIND_MEMCPY2:
+          add_span(book(), reinterpret_cast<const CUpti_ActivityMemcpyPtoP4*>(record));
           break;
         case CUPTI_ACTIVITY_KIND_MEMSET:
-          add_span(book().spans, reinterpret_cast<const CUpti_ActivityMemset4*>(record));
+          add_span(book(), reinterpret_cast<const CUpti_ActivityMemset4*>(record));
           break;
         default:
           break;
       }
     }
+    size_t dropped = 0;
+    if (g_cupti.ActivityGetNumDroppedRecords(nullptr, 0, &dropped) == CUPTI_SUCCESS)
+      book().lost += static_cast<int64_t>(dropped);
   }
   std::free(buffer);
 }
+
+// cuptiSubscribe's callback: this client subscribes only to learn whether another CUPTI client
+// (a profiler, a debugger) is attached; it enables no callbacks.
+void CUPTIAPI no_callback(void*, CUpti_CallbackDomain, CUpti_CallbackId, const void*) {}
 
 // Loads libcupti once: "" or why it cannot be used.
 const std::string& cupti_load_error() {
@@ -130,8 +152,17 @@ const std::string& cupti_load_error() {
         bind_symbol(handle, "cuptiActivityFlushAll", &g_cupti.ActivityFlushAll, "CUPTI", &why) &&
         bind_symbol(handle, "cuptiActivityGetNextRecord", &g_cupti.ActivityGetNextRecord, "CUPTI", &why) &&
         bind_symbol(handle, "cuptiGetTimestamp", &g_cupti.GetTimestamp, "CUPTI", &why) &&
-        bind_symbol(handle, "cuptiGetResultString", &g_cupti.GetResultString, "CUPTI", &why);
+        bind_symbol(handle, "cuptiGetResultString", &g_cupti.GetResultString, "CUPTI", &why) &&
+        bind_symbol(handle, "cuptiActivityGetNumDroppedRecords", &g_cupti.ActivityGetNumDroppedRecords, "CUPTI",
+                    &why) &&
+        bind_symbol(handle, "cuptiSubscribe", &g_cupti.Subscribe, "CUPTI", &why);
     if (!ok) return path + ": " + why;
+    // Every CUPTI client subscribes first: that fails while another one (Nsight, a debugger) is
+    // attached, whose buffers and callbacks must not be touched.
+    CUpti_SubscriberHandle subscriber = nullptr;
+    if (CUptiResult r = g_cupti.Subscribe(&subscriber, no_callback, nullptr); r != CUPTI_SUCCESS)
+      return path + ": cuptiSubscribe: " + cupti_error(r) +
+             (r == CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED ? " (another profiler or debugger is attached)" : "");
     if (CUptiResult r = g_cupti.ActivityRegisterCallbacks(buffer_requested, buffer_completed); r != CUPTI_SUCCESS)
       return path + ": cuptiActivityRegisterCallbacks: " + cupti_error(r);
     return std::string();
@@ -148,7 +179,8 @@ std::string cupti_start() {
     if (CUptiResult r = g_cupti.ActivityEnable(kKinds[k]); r != CUPTI_SUCCESS) {
       for (size_t j = 0; j < k; ++j) g_cupti.ActivityDisable(kKinds[j]);
       --g_cupti_users;
-      return "cuptiActivityEnable: " + cupti_error(r) + " (another profiler attached?)";
+      return "cuptiActivityEnable: " + cupti_error(r) +
+             (r == CUPTI_ERROR_NOT_INITIALIZED ? " (a driver older than this CUPTI?)" : "");
     }
   return "";
 }
@@ -211,10 +243,17 @@ ActivityRecorder::~ActivityRecorder() {
 
 int64_t ActivityRecorder::now_ns() const {
 #if YOLO_HAVE_CUPTI
-  uint64_t t = 0;
-  if (device_.is_cuda() && available() && g_cupti.GetTimestamp(&t) == CUPTI_SUCCESS) return static_cast<int64_t>(t);
+  if (device_.is_cuda()) {
+    uint64_t t = 0;  // CUPTI's clock, not the host's steady clock: 0 when it cannot be read
+    return available() && g_cupti.GetTimestamp(&t) == CUPTI_SUCCESS ? static_cast<int64_t>(t) : 0;
+  }
 #endif
   return emulated_activity_now_ns();
+}
+
+int64_t ActivityRecorder::lost() const {
+  std::lock_guard lock(book().mutex);
+  return book().lost;
 }
 
 std::vector<ActivitySpan> ActivityRecorder::take() {

@@ -33,10 +33,16 @@ class ActivityRecorder {
 
   bool available() const { return why_not_.empty(); }
   const std::string& why_not() const { return why_not_; }  // "" when recording
-  int64_t now_ns() const;  // the spans' clock (CUPTI's timestamp; emulated GPUs: steady_clock)
-  // The device's spans that completed since the last call (unordered). Work must have completed
-  // (the host synchronised with it) for its span to be here; CUPTI's buffers are flushed first.
+  // The spans' clock (CUPTI's timestamp; emulated GPUs: steady_clock); 0 if it cannot be read.
+  int64_t now_ns() const;
+  // The device's spans handed over since the last call (unordered), CUPTI's buffers flushed
+  // first. A span comes once its work has completed, but CUPTI may hold a buffer back while any
+  // record in it is unfinished (work of the same thread on another stream), so a span can come
+  // a call or two late: callers keep recent windows open for it.
   std::vector<ActivitySpan> take();
+  // CUPTI records dropped or without valid times so far (process-wide; 0 on emulated GPUs): when
+  // it grows, the idle figure counts lost work as idle.
+  int64_t lost() const;
 
  private:
   Device device_;

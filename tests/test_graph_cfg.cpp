@@ -106,8 +106,10 @@ TEST_CASE("cfg syntax errors name file and line") {
   const Case cases[] = {
       {"[net]\nwidth=64\nthis is garbage\n", 3, "expected a [section] header, key=value or a comment"},
       {"width=64\n[net]\n", 1, "option 'width' comes before any [section]"},
-      {"[net]\nwidth=64\nbatch=2\nWIDTH=32\n", 4, "option 'width' repeated in [net] (first at line 2)"},
-      {std::string("[net]\nwidth=6\0" "4\n", 16), 2, "binary data, not a cfg file"},
+      {std::string("[net]\nwidth=6\0"
+                   "4\n",
+                   16),
+       2, "binary data, not a cfg file"},
       {"[net]\n\x01\n", 2, "binary data, not a cfg file"},
       {"[net\nwidth=64\n", 1, "malformed section header"},
       {"[net]\n[]\n", 2, "malformed section header"},
@@ -284,6 +286,7 @@ TEST_CASE("cfg model errors name file, line and what is wrong") {
       {"[net]\n", 1, "no layers after [net]"},
       {net_then("[upsample]\n[net]\n"), 5, "[net] may appear only once"},
       {net_then("[upsample]\n[foo]\n"), 5, "unknown section [foo]"},
+      {net_then("[upsample]\n[avgpool]\n"), 5, "[avgpool] is a darknet layer this trainer does not implement"},
       {net_then("[dropout]\nprobability=.5\n"), 4, "[dropout] is not supported"},
       {net_then(conv + "bogus=1\n"), 8, "unknown option 'bogus' in [convolutional]"},
       {"[net]\nclasses=80\n[upsample]\n", 2, "unknown option 'classes' in [net]"},
@@ -297,8 +300,12 @@ TEST_CASE("cfg model errors name file, line and what is wrong") {
       {"[net]\nbatch=2000000\n[upsample]\n", 2, "out of range"},
       {"[net]\nbatch=64\nsubdivisions=5\n[upsample]\n", 3, "batch=64 is not a multiple of subdivisions=5"},
       {"[net]\nbatch=64\nsubdivisions=128\n[upsample]\n", 3, "out of range (expected an integer in 1..64)"},
-      {"[net]\npolicy=poly\n[upsample]\n", 2, "'poly' is not supported, use steps or constant"},
-      {"[net]\npolicy=sigm\n[upsample]\n", 2, "not supported, use steps or constant"},
+      {"[net]\npolicy=sigm\n[upsample]\n", 2,
+       "'sigm' is not a policy (constant, steps, step, exp, poly, sigmoid, random)"},
+      {"[net]\npolicy=exp\ngamma=0\n[upsample]\n", 3, "expected > 0 (the rate is lr * gamma^iteration)"},
+      {"[net]\npolicy=step\nstep=0\nscale=.5\n[upsample]\n", 3, "out of range"},
+      {"[net]\npolicy=step\nstep=10\nscale=0\n[upsample]\n", 4, "expected > 0"},
+      {"[net]\npolicy=poly\npower=-1\n[upsample]\n", 3, "expected >= 0"},
       {"[net]\npolicy=steps\nsteps=30,20\nscales=.1,.1\n[upsample]\n", 3, "must be increasing"},
       {"[net]\npolicy=steps\nsteps=10,20\nscales=.1\n[upsample]\n", 4, "1 scales for 2 steps"},
       {"[net]\npolicy=steps\n[upsample]\n", 1, "policy=steps needs steps="},
@@ -374,6 +381,60 @@ TEST_CASE("cfg model errors name file, line and what is wrong") {
   for (const Case& c : cases) check_error(c.text, c.line, c.part);
 }
 
+TEST_CASE("cfg: a repeated option keeps its first value, as darknet does, with a warning naming both lines") {
+  CfgFile cfg = parse_cfg_text("[net]\nwidth=64\nbatch=2\nWIDTH=32\n[b]\nwidth=5\n", "t.cfg");
+  REQUIRE(cfg.sections[0].options.size() == 2);
+  CHECK(cfg.sections[0].options[0].value == "64");
+  CHECK(cfg.sections[1].options[0].value == "5");  // another section's is its own
+  REQUIRE(cfg.warnings.size() == 1);
+  CHECK(cfg.warnings[0] ==
+        "t.cfg:4: option 'width' repeated in [net] (first at line 2): the first value counts, as in darknet: "
+        "width=64 is used, width=32 ignored");
+  // pjreddie's yolov3-openimages.cfg: "Testing" values first, "Training" ones after.
+  ModelSpec m = model_from(
+      "[net]\n# Testing\nbatch=1\nsubdivisions=1\n# Training\nbatch=64\nsubdivisions=16\nwidth=64\nheight=64\n"
+      "[upsample]\n");
+  CHECK(m.net.batch == 1);
+  CHECK(m.net.subdivisions == 1);
+  REQUIRE(m.warnings.size() == 2);
+  CHECK(has(m.warnings[0], "t.cfg:6: option 'batch' repeated in [net] (first at line 3)"));
+  CHECK(has(m.warnings[0], "batch=1 is used, batch=64 ignored (to train with another, pass --batch)"));
+  CHECK(has(m.warnings[1],
+            "subdivisions=1 is used, subdivisions=16 ignored (to train with another, pass --subdivisions)"));
+}
+
+TEST_CASE("cfg: darknet's learning-rate policies and their options; options a policy does not read warn") {
+  struct Case {
+    const char* text;
+    NetParams::Policy policy;
+  };
+  const Case cases[] = {{"policy=poly\npower=2\nmax_batches=100\n", NetParams::Policy::Poly},
+                        {"policy=exp\ngamma=0.99\n", NetParams::Policy::Exp},
+                        {"policy=step\nstep=100\nscale=0.5\n", NetParams::Policy::Step},
+                        {"policy=sigmoid\ngamma=0.1\nstep=50\n", NetParams::Policy::Sigmoid},
+                        {"policy=random\npower=1\n", NetParams::Policy::Random}};
+  for (const Case& c : cases) {
+    CAPTURE(c.text);
+    ModelSpec m = model_from(std::string("[net]\n") + c.text + "[upsample]\n");
+    CHECK(m.net.policy == c.policy);
+    CHECK(m.warnings.empty());
+  }
+  ModelSpec poly = model_from("[net]\npolicy=poly\npower=2\n[upsample]\n");
+  CHECK(poly.net.power == 2.0f);
+  ModelSpec step = model_from("[net]\npolicy=step\nstep=100\nscale=0.5\n[upsample]\n");
+  CHECK(step.net.step == 100);
+  CHECK(step.net.scale == 0.5f);
+  ModelSpec sig = model_from("[net]\npolicy=sigmoid\ngamma=-0.1\nstep=50\n[upsample]\n");  // any slope
+  CHECK(sig.net.gamma == -0.1f);
+  ModelSpec unread = model_from("[net]\npolicy=exp\ngamma=0.9\nstep=5\nscale=2\npower=3\n[upsample]\n");
+  const std::vector<std::string> expected = {"t.cfg:4: option 'step' of [net] is accepted but not used",
+                                             "t.cfg:5: option 'scale' of [net] is accepted but not used",
+                                             "t.cfg:6: option 'power' of [net] is accepted but not used"};
+  CHECK(unread.warnings == expected);
+  // power is read for burn-in whatever the policy.
+  CHECK(model_from("[net]\nburn_in=10\npower=2\n[upsample]\n").warnings.empty());
+}
+
 TEST_CASE("cfg model: accepted-but-unused options warn once per section type and option") {
   ModelSpec m = model_from(
       "[net]\nmosaic=1\nflip=0\npolicy=constant\nsteps=5\n"            // 1-5
@@ -412,7 +473,7 @@ TEST_CASE("cfg hostile input gives an error, never a crash") {
   CHECK(has(error_of([&] { model_from(braces); }), "t.cfg:2: expected a [section] header"));
   std::string equals = "[net]\n";
   for (int i = 0; i < 10000; ++i) equals += "a=b=c=[d]\n";
-  CHECK(has(error_of([&] { model_from(equals); }), "t.cfg:3: option 'a' repeated"));
+  CHECK(has(error_of([&] { model_from(equals); }), "t.cfg:2: unknown option 'a' in [net]"));
 
   // Random edits of a real cfg: each either parses or throws yolo::Error (anything else fails).
   const std::string tiny = read_all(model_path("yolov3-tiny.cfg"));

@@ -337,18 +337,3 @@ TEST_CASE("training resumed from a checkpoint equals an uninterrupted run, bit f
   o.seed = 8;
   CHECK_THROWS_WITH_AS(train_detector(spec, dataset, Device::cpu(), o), doctest::Contains("same seed"), yolo::Error);
 }
-
-TEST_CASE("learning rate: burn-in power 4, then the steps policy") {
-  NetParams net;
-  net.learning_rate = 0.001f;
-  net.burn_in = 100;
-  net.policy = NetParams::Policy::Steps;
-  net.steps = {400, 450};
-  net.scales = {0.1f, 0.1f};
-  CHECK(learning_rate_at(net, 0) == 0.0f);
-  CHECK(learning_rate_at(net, 50) == doctest::Approx(0.001 * 0.0625));
-  CHECK(learning_rate_at(net, 100) == doctest::Approx(0.001));
-  CHECK(learning_rate_at(net, 399) == doctest::Approx(0.001));
-  CHECK(learning_rate_at(net, 400) == doctest::Approx(0.0001));
-  CHECK(learning_rate_at(net, 450) == doctest::Approx(0.00001));
-}
