@@ -2,8 +2,10 @@
 // annotations/instances_train*.json (and instances_val*.json) with the image folders beside.
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <filesystem>
+#include <optional>
 #include <unordered_map>
 
 #include "data/dataset.h"
@@ -133,41 +135,76 @@ void read_split(const JsonValue& root, const std::string& file, const fs::path& 
   }
 
   const JsonValue& annotations = member(root, "annotations", JsonKind::Array, at(file, root.line));
+  // An annotation's problem leaves its image out (the first problem of each image is kept).
+  std::vector<std::optional<Problem>> bad(split.samples.size());
+  std::vector<LabelCounts> counts(split.samples.size());
   for (size_t i = 0; i < annotations.items.size(); ++i) {
     std::string where = element_at(file, annotations.items[i], "annotations", i);
-    const JsonValue& a = object_in(annotations.items[i], where);
-    int64_t image_id = whole_number(a, "image_id", where);
-    auto sample = sample_of_image.find(image_id);
-    if (sample == sample_of_image.end())
-      throw Error(where + ": image_id " + std::to_string(image_id) + " is not in \"images\"");
-    int64_t category_id = whole_number(a, "category_id", where);
-    auto class_id = category_classes.find(category_id);
-    if (class_id == category_classes.end())
-      throw Error(where + ": category_id " + std::to_string(category_id) + " is not in \"categories\"");
-    bool crowd = false;
-    if (const JsonValue* iscrowd = a.find("iscrowd")) {
-      bool number = iscrowd->kind == JsonKind::Number && (iscrowd->number == 0 || iscrowd->number == 1);
-      if (!number && iscrowd->kind != JsonKind::Bool) throw Error(where + ": \"iscrowd\" must be 0 or 1");
-      crowd = number ? iscrowd->number == 1 : iscrowd->boolean;
+    size_t index = SIZE_MAX;
+    try {
+      const JsonValue& a = object_in(annotations.items[i], where);
+      int64_t image_id = whole_number(a, "image_id", where);
+      auto sample = sample_of_image.find(image_id);
+      if (sample == sample_of_image.end()) {
+        split.problems.push_back({"annotation of no image",
+                                  where + ": image_id " + std::to_string(image_id) + " is not in \"images\"", false});
+        continue;
+      }
+      index = sample->second;
+      if (bad[index]) continue;
+      int64_t category_id = whole_number(a, "category_id", where);
+      auto class_id = category_classes.find(category_id);
+      if (class_id == category_classes.end())
+        throw ItemError("unknown class",
+                        where + ": category_id " + std::to_string(category_id) + " is not in \"categories\"");
+      bool crowd = false;
+      if (const JsonValue* iscrowd = a.find("iscrowd")) {
+        bool number = iscrowd->kind == JsonKind::Number && (iscrowd->number == 0 || iscrowd->number == 1);
+        if (!number && iscrowd->kind != JsonKind::Bool) throw Error(where + ": \"iscrowd\" must be 0 or 1");
+        crowd = number ? iscrowd->number == 1 : iscrowd->boolean;
+      }
+      const JsonValue& bbox = member(a, "bbox", JsonKind::Array, where);
+      if (bbox.items.size() != 4 || std::any_of(bbox.items.begin(), bbox.items.end(),
+                                                [](const JsonValue& v) { return v.kind != JsonKind::Number; }))
+        throw Error(where + ": \"bbox\" must be 4 numbers [x, y, width, height] in pixels");
+      double bx = bbox.items[0].number, by = bbox.items[1].number, bw = bbox.items[2].number, bh = bbox.items[3].number;
+      if (bw < 0 || bh < 0)
+        throw ItemError("box with swapped corners", where + ": \"bbox\" has a negative width or height");
+      // COCO boxes are continuous pixel coordinates: top-left corner, then width and height; one
+      // well beyond the image (more than 1%: a little over is clipped) names the image's size.
+      const ImageSize& size = sizes[index];
+      const double slack_x = size.width * kFarOutside, slack_y = size.height * kFarOutside;
+      if (bx < -slack_x || by < -slack_y || bx + bw > size.width + slack_x || by + bh > size.height + slack_y)
+        throw ItemError("box outside the image", where + ": \"bbox\" [" + show(bx) + ", " + show(by) + ", " + show(bw) +
+                                                     ", " + show(bh) + "] lies outside its image, which is " +
+                                                     show(size.width) + "x" + show(size.height) +
+                                                     " pixels by \"images\"");
+      Box box;
+      box.x = static_cast<float>((bx + bw / 2) / size.width);
+      box.y = static_cast<float>((by + bh / 2) / size.height);
+      box.w = static_cast<float>(bw / size.width);
+      box.h = static_cast<float>(bh / size.height);
+      box.class_id = class_id->second;
+      box.difficult = crowd;  // crowd regions: kept for evaluation to ignore, as VOC's difficult
+      add_normalized_box(split.samples[index], box, classes, where, counts[index]);
+    } catch (const ItemError& e) {
+      if (index == SIZE_MAX) throw;
+      bad[index] = Problem{e.kind(), e.what()};
+    } catch (const Error& e) {
+      if (index == SIZE_MAX) throw;  // not even its image is known: the file is malformed
+      bad[index] = Problem{"malformed annotation", e.what()};
     }
-    const JsonValue& bbox = member(a, "bbox", JsonKind::Array, where);
-    if (bbox.items.size() != 4 || std::any_of(bbox.items.begin(), bbox.items.end(), [](const JsonValue& v) {
-          return v.kind != JsonKind::Number;
-        }))
-      throw Error(where + ": \"bbox\" must be 4 numbers [x, y, width, height] in pixels");
-    double bx = bbox.items[0].number, by = bbox.items[1].number, bw = bbox.items[2].number, bh = bbox.items[3].number;
-    if (bw < 0 || bh < 0) throw Error(where + ": \"bbox\" has a negative width or height");
-    // COCO boxes are continuous pixel coordinates: top-left corner, then width and height.
-    const ImageSize& size = sizes[sample->second];
-    Box box;
-    box.x = static_cast<float>((bx + bw / 2) / size.width);
-    box.y = static_cast<float>((by + bh / 2) / size.height);
-    box.w = static_cast<float>(bw / size.width);
-    box.h = static_cast<float>(bh / size.height);
-    box.class_id = class_id->second;
-    box.difficult = crowd;  // crowd regions: kept for evaluation to ignore, as VOC's difficult
-    add_normalized_box(split.samples[sample->second], box, classes, where, split.counts);
   }
+  std::vector<Sample> kept;
+  for (size_t k = 0; k < split.samples.size(); ++k) {
+    if (bad[k]) {
+      split.problems.push_back(*bad[k]);
+      continue;
+    }
+    split.counts += counts[k];
+    kept.push_back(std::move(split.samples[k]));
+  }
+  split.samples = std::move(kept);
   split.counts.images = static_cast<int64_t>(split.samples.size());
   for (const Sample& s : split.samples) split.counts.boxes += static_cast<int64_t>(s.boxes.size());
 }

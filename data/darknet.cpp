@@ -55,8 +55,8 @@ void read_list(const std::string& list_file, const std::string& base_dir, int cl
     sample.image = resolve_listed_path(listed, list_dir);
     std::error_code ec;
     if (!fs::exists(sample.image, ec)) sample.image = resolve_listed_path(listed, base_dir);
-    read_yolo_label_file(label_path_for_image(sample.image), classes, sample, split.counts);
-    split.samples.push_back(std::move(sample));
+    const std::string labels = label_path_for_image(sample.image);
+    add_labelled_sample(std::move(sample), labels, classes, split);
   }
 }
 

@@ -11,6 +11,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "data/verify.h"
 #include "runtime/check.h"
 
 namespace fs = std::filesystem;
@@ -62,17 +63,18 @@ Format parse_format(const std::string& name) {
 
 void add_normalized_box(Sample& sample, Box box, int classes, const std::string& where, LabelCounts& counts) {
   if (!std::isfinite(box.x) || !std::isfinite(box.y) || !std::isfinite(box.w) || !std::isfinite(box.h))
-    throw Error(where + ": box coordinates are not finite numbers");
+    throw ItemError("malformed label file", where + ": box coordinates are not finite numbers");
   if (box.class_id < 0 || box.class_id >= classes)
-    throw Error(where + ": class id " + std::to_string(box.class_id) + " is outside [0, " + std::to_string(classes) +
-                ") (the dataset has " + std::to_string(classes) + " classes)");
+    throw ItemError("unknown class", where + ": class id " + std::to_string(box.class_id) + " is outside [0, " +
+                                         std::to_string(classes) + ") (the dataset has " + std::to_string(classes) +
+                                         " classes)");
   auto far = [](float v) { return v < -kFarOutside || v > 1 + kFarOutside; };
   if (far(box.x) || far(box.y) || far(box.w) || far(box.h) || box.w < 0 || box.h < 0) {
     std::ostringstream msg;
     msg << where << ": box (" << box.x << " " << box.y << " " << box.w << " " << box.h
         << ") is far outside [0, 1]: coordinates must be normalised by the image size (pixel coordinates given by "
            "mistake?)";
-    throw Error(msg.str());
+    throw ItemError("box outside the image", msg.str());
   }
   float x0 = box.x - box.w / 2, x1 = box.x + box.w / 2, y0 = box.y - box.h / 2, y1 = box.y + box.h / 2;
   float cx0 = std::clamp(x0, 0.0f, 1.0f), cx1 = std::clamp(x1, 0.0f, 1.0f);
@@ -154,15 +156,16 @@ void parse_yolo_labels(const std::string& text, const std::string& file, int cla
     for (std::string t; fields >> t && tokens.size() < 6;) tokens.push_back(t);
     if (tokens.empty()) continue;
     if (tokens.size() != 5)
-      throw Error(where + ": expected 5 values 'class x_center y_center width height', found " +
-                  (tokens.size() > 5 ? std::string("more") : std::to_string(tokens.size())));
+      throw ItemError("malformed label file",
+                      where + ": expected 5 values 'class x_center y_center width height', found " +
+                          (tokens.size() > 5 ? std::string("more") : std::to_string(tokens.size())));
     Box box;
     if (!parse_int(tokens[0], box.class_id))
-      throw Error(where + ": class id '" + tokens[0] + "' is not an integer");
+      throw ItemError("malformed label file", where + ": class id '" + tokens[0] + "' is not an integer");
     float* coords[4] = {&box.x, &box.y, &box.w, &box.h};
     for (int k = 0; k < 4; ++k)
       if (!parse_float(tokens[k + 1], *coords[k]))
-        throw Error(where + ": '" + tokens[k + 1] + "' is not a number");
+        throw ItemError("malformed label file", where + ": '" + tokens[k + 1] + "' is not a number");
     add_normalized_box(sample, box, classes, where, counts);
   }
 }
@@ -190,10 +193,22 @@ void read_yolo_label_file(const std::string& label_path, int classes, Sample& sa
     return;
   }
   std::ifstream in(label_path, std::ios::binary);
-  if (!in) throw Error("cannot read label file " + label_path + ": " + std::strerror(errno));
+  if (!in) throw ItemError("unreadable label file", label_path + ": cannot be read (" + std::strerror(errno) + ")");
   std::ostringstream text;
   text << in.rdbuf();
   parse_yolo_labels(text.str(), label_path, classes, sample, counts);
+}
+
+void add_labelled_sample(Sample sample, const std::string& label_path, int classes, Split& split) {
+  LabelCounts counts;
+  try {
+    read_yolo_label_file(label_path, classes, sample, counts);
+  } catch (const ItemError& e) {
+    split.problems.push_back({e.kind(), e.what()});
+    return;
+  }
+  split.counts += counts;
+  split.samples.push_back(std::move(sample));
 }
 
 std::string resolve_listed_path(const std::string& path, const std::string& base_dir) {
@@ -202,29 +217,32 @@ std::string resolve_listed_path(const std::string& path, const std::string& base
   return (fs::path(base_dir) / path).lexically_normal().string();
 }
 
+int64_t Split::left_out() const {
+  int64_t n = 0;
+  for (const Problem& p : problems) n += p.item ? 1 : 0;
+  return n;
+}
+
 void finish_split(Split& split, const std::string& source, const OpenOptions& options,
                   std::vector<std::string>& warnings) {
+  (void)source;
+  (void)warnings;
   std::vector<Sample> kept;
   kept.reserve(split.samples.size());
-  int64_t missing = 0;
   for (Sample& sample : split.samples) {
     std::error_code ec;
-    if (fs::is_regular_file(sample.image, ec)) {
+    if (fs::is_regular_file(sample.image, ec))
       kept.push_back(std::move(sample));
-      continue;
-    }
-    if (options.strict) throw Error(source + ": image " + sample.image + " does not exist (--strict)");
-    if (++missing <= 10) warnings.push_back("image " + sample.image + " does not exist: left out");
+    else
+      split.problems.push_back({"missing image", sample.image + ": does not exist"});
   }
-  if (missing > 10) warnings.push_back("... and " + std::to_string(missing - 10) + " more missing images in " + source);
   split.samples = std::move(kept);
-  split.counts.missing_images = missing;
+  split.counts.missing_images = std::count_if(split.problems.begin(), split.problems.end(),
+                                              [](const Problem& p) { return p.kind == "missing image"; });
+  if (options.verify_images) verify_images(split, options);
   split.counts.images = static_cast<int64_t>(split.samples.size());
   split.counts.boxes = 0;
   for (const Sample& s : split.samples) split.counts.boxes += static_cast<int64_t>(s.boxes.size());
-  if (split.samples.empty() && (missing > 0 || split.name == "train"))
-    throw Error(source + ": the " + split.name + " split has no usable image" +
-                (missing ? " (" + std::to_string(missing) + " listed, none on disk)" : std::string()));
 }
 
 // The format of a directory, by what it contains.
@@ -280,8 +298,10 @@ Dataset open_dataset(const std::string& path, const OpenOptions& options) {
   dataset.source = path;
   dataset.train.name = "train";
   dataset.valid.name = "valid";
-  finish_split(dataset.train, path, options, dataset.warnings);
-  finish_split(dataset.valid, path, options, dataset.warnings);
+  OpenOptions finishing = options;
+  if (finishing.cache_file.empty()) finishing.cache_file = default_verify_cache(path);
+  finish_split(dataset.train, path, finishing, dataset.warnings);
+  finish_split(dataset.valid, path, finishing, dataset.warnings);
   for (const Split* split : {&dataset.train, &dataset.valid})
     if (split->counts.missing_label_files && options.strict)
       throw Error(path + ": " + std::to_string(split->counts.missing_label_files) +

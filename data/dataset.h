@@ -1,11 +1,15 @@
 // Datasets as users already have them: darknet .data lists, images/ + labels/ folders, Pascal
-// VOC (imageai's layout) and COCO JSON. Opening one reads and checks every label up front, so
-// a malformed file stops the run before training with the file and line, and the loader only
-// has to decode images.
+// VOC (imageai's layout) and COCO JSON. Opening one reads and checks every label and verifies
+// every image up front (data/verify.h), in one pass that finds every problem: an unusable item
+// (a malformed label file, a box with swapped corners, an unknown class, a missing, corrupt or
+// truncated image) is left out and reported with its file and line, all of them together
+// (data/problems.h decides whether training may go on).
 #pragma once
 #include <cstdint>
 #include <string>
 #include <vector>
+
+#include "runtime/check.h"
 
 namespace yolo::data {
 
@@ -38,10 +42,30 @@ struct LabelCounts {
   std::string summary() const;  // one line, e.g. "120 images, 431 boxes, 2 clipped, ..."
 };
 
+// A problem found while opening a dataset. item: the image and its labels were left out
+// (otherwise only reported, e.g. an annotation that names no image).
+struct Problem {
+  std::string kind;     // groups the report: "malformed label file", "truncated image", ...
+  std::string message;  // file (and line) first: "set/labels/a.txt:3: expected 5 values ..."
+  bool item = true;
+};
+
+// Thrown by the readers' per-item code: the item is left out with this problem.
+class ItemError : public Error {
+ public:
+  ItemError(std::string kind, const std::string& message) : Error(message), kind_(std::move(kind)) {}
+  const std::string& kind() const { return kind_; }
+
+ private:
+  std::string kind_;
+};
+
 struct Split {
   std::string name;  // "train" or "valid"
-  std::vector<Sample> samples;
+  std::vector<Sample> samples;  // the usable items
   LabelCounts counts;
+  std::vector<Problem> problems;  // in the order found
+  int64_t left_out() const;       // problems that left an item out
 };
 
 enum class Format { Darknet, Folders, Voc, Coco };
@@ -61,11 +85,19 @@ struct OpenOptions {
   std::string names_file;  // fixes class names and order (required where the format has none)
   bool force_format = false;
   Format format = Format::Darknet;  // used when force_format
-  bool strict = false;  // a missing image or label file is an error instead of a warning
+  bool strict = false;              // a missing label file is an error (problems: see data/problems.h)
+  // Decode every image once (data/verify.h), in `threads` threads (0: the machine's), results
+  // cached in `cache_file` ("": beside the dataset when writable, else none). The CLI turns it
+  // on; tests of the readers leave it off.
+  bool verify_images = false;
+  int threads = 0;
+  std::string cache_file;
 };
 
-// Detects the format of `path` (a .data file, a COCO .json, or a directory), reads it and
-// checks every label. Throws yolo::Error naming the file (and line) on malformed input.
+// Detects the format of `path` (a .data file, a COCO .json, or a directory), reads it, checks
+// every label and verifies every image. Items with a problem are left out and listed in their
+// split's `problems`; what makes the whole dataset unreadable (no .data file, a names file with
+// duplicates, a COCO file that is not JSON) throws yolo::Error naming the file and line.
 Dataset open_dataset(const std::string& path, const OpenOptions& options = {});
 
 // ---- building blocks shared by the format readers ---------------------------------------
@@ -91,6 +123,10 @@ void parse_yolo_labels(const std::string& text, const std::string& file, int cla
 // image (counted in missing_label_files); an unreadable one is an error.
 void read_yolo_label_file(const std::string& label_path, int classes, Sample& sample, LabelCounts& counts);
 
+// Reads the sample's YOLO label file and appends it to `split`; a label file with a problem
+// leaves the sample out with the problem recorded instead (its counts not added).
+void add_labelled_sample(Sample sample, const std::string& label_path, int classes, Split& split);
+
 // A relative path from a list or config file: as given if it exists from the working
 // directory (darknet's rule), else relative to `base_dir` (the folder of the file naming it).
 std::string resolve_listed_path(const std::string& path, const std::string& base_dir);
@@ -99,8 +135,8 @@ std::string resolve_listed_path(const std::string& path, const std::string& base
 // extension replaced by ".txt" (also for JPEGImages/ as in VOC-derived lists).
 std::string label_path_for_image(const std::string& image_path);
 
-// After a reader: drops samples whose image is not on disk (warning + count; an error with
-// options.strict), fills counts.images/boxes, and fails if a split has no usable image.
+// After a reader: leaves out samples whose image is not on disk (a "missing image" problem),
+// verifies the images (options.verify_images), and fills counts.images/boxes.
 void finish_split(Split& split, const std::string& source, const OpenOptions& options,
                   std::vector<std::string>& warnings);
 

@@ -30,8 +30,7 @@ void read_folder(const fs::path& images, const fs::path& labels, int classes, Sp
   for (const fs::path& file : files) {
     Sample sample;
     sample.image = file.string();
-    read_yolo_label_file((labels / file.stem()).string() + ".txt", classes, sample, split.counts);
-    split.samples.push_back(std::move(sample));
+    add_labelled_sample(std::move(sample), (labels / file.stem()).string() + ".txt", classes, split);
   }
 }
 

@@ -213,7 +213,15 @@ void Loader::produce(const Job& job) {
   *count_out = n;
   double busy = seconds_since(t0);
 
-  if (!info.ok && !options_.strict) options_.warn(error + " (skipped: a grey image without boxes takes its place)");
+  if (!info.ok && !options_.strict) {
+    // Changed since the dataset's scan: warned once per image; each epoch's summary counts it.
+    bool first = false;
+    {
+      std::lock_guard lock(mutex_);
+      first = warned_.insert(sample.image).second;
+    }
+    if (first) options_.warn(error + " (skipped: a grey image without boxes takes its place; warned once)");
+  }
   {
     std::lock_guard lock(mutex_);
     slot.batch.samples[job.index_in_batch] = info;

@@ -15,6 +15,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -124,6 +125,7 @@ class Loader {
   int max_w_ = 0, max_h_ = 0;
 
   mutable std::mutex mutex_;
+  std::set<std::string> warned_;  // images that failed to decode, warned about once (guarded by mutex_)
   std::condition_variable work_ready_, batch_ready_;
   std::vector<std::unique_ptr<Slot>> slots_;
   int64_t handed_out_ = 0;   // batches returned by next() (counted from start_)

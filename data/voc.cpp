@@ -6,6 +6,7 @@
 #include <cmath>
 #include <filesystem>
 #include <map>
+#include <sstream>
 
 #include "data/dataset.h"
 #include "data/image.h"
@@ -32,12 +33,14 @@ struct VocFile {
   std::string xml_path;
   std::string image;
   double width = 0, height = 0;  // 0: unknown (no <size> and no image to read it from)
+  int size_line = 0;             // of <size>, 0 when the size came from the image
   std::vector<VocObject> objects;
 };
 
 struct VocSplit {
   std::string dir;  // ROOT/train etc.
   std::vector<VocFile> files;
+  std::vector<Problem> problems;  // annotation files left out
 };
 
 std::string at(const std::string& file, int line) { return file + ":" + std::to_string(line); }
@@ -101,7 +104,8 @@ VocObject read_object(const XmlElement& object, const std::string& file) {
   o.xmax = number_in(required_child(box, "xmax", file), file);
   o.ymax = number_in(required_child(box, "ymax", file), file);
   if (o.xmax < o.xmin || o.ymax < o.ymin)
-    throw Error(at(file, box.line) + ": the box has xmax < xmin or ymax < ymin (corners swapped?)");
+    throw ItemError("box with swapped corners",
+                    at(file, box.line) + ": the box has xmax < xmin or ymax < ymin (corners swapped?)");
   return o;
 }
 
@@ -121,6 +125,7 @@ VocFile read_annotation(const fs::path& xml_path, const fs::path& images_dir) {
     if (height) f.height = number_in(*height, file);
     if (f.width < 0 || f.height < 0)
       throw Error(at(file, size->line) + ": negative image size in <size>");
+    f.size_line = size->line;
   }
   if ((f.width == 0 || f.height == 0) && file_exists(f.image)) {
     // Some tools leave <size> out or write 0 there; the image header has the truth.
@@ -158,32 +163,67 @@ VocSplit read_split(const fs::path& dir) {
   if (ec) throw Error("Pascal VOC: cannot list " + annotations.string() + ": " + ec.message());
   if (xml_files.empty()) throw Error("Pascal VOC: no .xml annotation files in " + annotations.string());
   std::sort(xml_files.begin(), xml_files.end());
-  for (const fs::path& xml : xml_files) split.files.push_back(read_annotation(xml, images));
+  // One file's problem leaves that item out; the others are read (every problem reported at once).
+  for (const fs::path& xml : xml_files) {
+    try {
+      split.files.push_back(read_annotation(xml, images));
+    } catch (const ItemError& e) {
+      split.problems.push_back({e.kind(), e.what()});
+    } catch (const Error& e) {
+      split.problems.push_back({"malformed label file", e.what()});
+    }
+  }
   return split;
 }
 
-// Pixel corners are 1-based and inclusive (VOC's convention): xmin = 1, xmax = W covers the
-// whole width, so the continuous box is [xmin - 1, xmax] x [ymin - 1, ymax].
+// The sample's boxes. VOC boxes are pixels of the image's <size>, corners 1-based and inclusive
+// (xmin = 1, xmax = W covers the whole width: the continuous box is [xmin - 1, xmax] x
+// [ymin - 1, ymax]); one well beyond the size (more than 1%: a little over is clipped) leaves the
+// item out with a message naming that size.
+void add_objects(const VocFile& f, const std::map<std::string, int>& class_ids, const std::string& names_source,
+                 Sample& sample, LabelCounts& counts) {
+  for (const VocObject& o : f.objects) {
+    auto id = class_ids.find(o.name);
+    if (id == class_ids.end())
+      throw ItemError("unknown class", at(f.xml_path, o.name_line) + ": class '" + o.name +
+                                           "' is not in the names file " + names_source);
+    // Without a size (no <size>, no image on disk) the sample is left out as a missing image.
+    if (f.width == 0 || f.height == 0) continue;
+    const double slack_x = f.width * kFarOutside, slack_y = f.height * kFarOutside;
+    if (o.xmin - 1 < -slack_x || o.ymin - 1 < -slack_y || o.xmax > f.width + slack_x || o.ymax > f.height + slack_y) {
+      std::ostringstream msg;
+      msg << at(f.xml_path, o.line) << ": the box (" << o.xmin << ", " << o.ymin << ") - (" << o.xmax << ", " << o.ymax
+          << ") lies outside the image, which is " << f.width << "x" << f.height << " pixels"
+          << (f.size_line ? " by its <size> (line " + std::to_string(f.size_line) + ")"
+                          : std::string(" (read from the image)"));
+      throw ItemError("box outside the image", msg.str());
+    }
+    Box box;
+    box.x = static_cast<float>((o.xmin - 1 + o.xmax) / 2 / f.width);
+    box.y = static_cast<float>((o.ymin - 1 + o.ymax) / 2 / f.height);
+    box.w = static_cast<float>((o.xmax - o.xmin + 1) / f.width);
+    box.h = static_cast<float>((o.ymax - o.ymin + 1) / f.height);
+    box.class_id = id->second;
+    box.difficult = o.difficult;
+    add_normalized_box(sample, box, static_cast<int>(class_ids.size()), at(f.xml_path, o.line), counts);
+  }
+}
+
+// The usable files of a split as samples; the others' problems recorded.
 void build_split(const VocSplit& voc, const std::map<std::string, int>& class_ids, const std::string& names_source,
                  Split& split) {
+  split.problems = voc.problems;
   for (const VocFile& f : voc.files) {
     Sample sample;
     sample.image = f.image;
-    for (const VocObject& o : f.objects) {
-      auto id = class_ids.find(o.name);
-      if (id == class_ids.end())
-        throw Error(at(f.xml_path, o.name_line) + ": class '" + o.name + "' is not in the names file " + names_source);
-      // Without a size (no <size>, no image on disk) the sample is left out as a missing image.
-      if (f.width == 0 || f.height == 0) continue;
-      Box box;
-      box.x = static_cast<float>((o.xmin - 1 + o.xmax) / 2 / f.width);
-      box.y = static_cast<float>((o.ymin - 1 + o.ymax) / 2 / f.height);
-      box.w = static_cast<float>((o.xmax - o.xmin + 1) / f.width);
-      box.h = static_cast<float>((o.ymax - o.ymin + 1) / f.height);
-      box.class_id = id->second;
-      box.difficult = o.difficult;
-      add_normalized_box(sample, box, static_cast<int>(class_ids.size()), at(f.xml_path, o.line), split.counts);
+    LabelCounts counts;
+    try {
+      add_objects(f, class_ids, names_source, sample, counts);
+    } catch (const ItemError& e) {
+      split.problems.push_back({e.kind(), e.what()});
+      continue;
     }
+    split.counts += counts;
     split.counts.boxes += static_cast<int64_t>(sample.boxes.size());
     split.samples.push_back(std::move(sample));
   }
@@ -233,10 +273,9 @@ Dataset read_voc(const std::string& root_path, const OpenOptions& options) {
   build_split(splits[0], class_ids, options.names_file, dataset.train);
   if (splits.size() > 1) build_split(splits[1], class_ids, options.names_file, dataset.valid);
 
-  dataset.description = "Pascal VOC at " + root_path + ": " + std::to_string(dataset.class_names.size()) +
-                        " classes" + classes_from + "; train (" + splits[0].dir + "): " +
-                        dataset.train.counts.summary();
-  if (splits.size() > 1) dataset.description += "; valid (" + splits[1].dir + "): " + dataset.valid.counts.summary();
+  dataset.description = "Pascal VOC at " + root_path + ": " + std::to_string(dataset.class_names.size()) + " classes" +
+                        classes_from + "; train: " + splits[0].dir;
+  if (splits.size() > 1) dataset.description += "; valid: " + splits[1].dir;
   return dataset;
 }
 

@@ -381,6 +381,23 @@ TrainResult train_detector_replica(const ModelSpec& spec, const data::Dataset& d
     throw Error(spec.path + ": the [yolo] layers have classes=" + std::to_string(graph.classes) + " but the dataset " +
                 dataset.source + " has " + std::to_string(dataset.class_names.size()) + " classes");
   Setup setup = batch_setup(spec, options, world);
+  // Every rank must train on the same items: each process opened (and verified) the dataset
+  // itself, so a file that changed between their scans would make the shards differ.
+  if (comm && world > 1) {
+    // Paths relative to the dataset's folder: ranks may see the same data at different mounts.
+    std::error_code ec;
+    const std::filesystem::path source(dataset.source);
+    const std::filesystem::path root = std::filesystem::is_directory(source, ec) ? source : source.parent_path();
+    std::string paths;
+    for (const data::Sample& sample : dataset.train.samples)
+      paths += std::filesystem::path(sample.image).lexically_relative(root).string() + ' ' +
+               std::to_string(sample.boxes.size()) + '\n';
+    const std::vector<uint64_t> digests = comm->all_gather(fnv1a64(paths.data(), paths.size()));
+    for (int r = 1; r < world; ++r)
+      if (digests[r] != digests[0])
+        throw Error("rank " + std::to_string(r) + "'s training items differ from rank 0's (" + dataset.source +
+                    " changed between their scans?): every rank must leave out the same items");
+  }
   // [yolo] random=1: multi-scale training, every size planned for up front.
   bool multiscale = false;
   float jitter = 0;

@@ -56,14 +56,6 @@ std::string duration_text(double seconds) {
   return buf;
 }
 
-// 64-bit FNV-1a of a byte range.
-uint64_t fnv1a64(const void* data, size_t bytes) {
-  uint64_t h = 1469598103934665603ull;
-  const auto* p = static_cast<const unsigned char*>(data);
-  for (size_t i = 0; i < bytes; ++i) h = (h ^ p[i]) * 1099511628211ull;
-  return h;
-}
-
 // Why the steps run eagerly rather than as CUDA Graphs ("": graphs).
 std::string graphs_off_reason(const TrainOptions& options, Device device, const DataParallel* dp) {
   if (!options.graphs) return "--no-graph";
@@ -115,6 +107,13 @@ void all_reduce_gradients(Executor& executor, DataParallel& dp, size_t begin, si
 }
 
 }  // namespace
+
+uint64_t fnv1a64(const void* data, size_t bytes) {
+  uint64_t h = 1469598103934665603ull;
+  const auto* p = static_cast<const unsigned char*>(data);
+  for (size_t i = 0; i < bytes; ++i) h = (h ^ p[i]) * 1099511628211ull;
+  return h;
+}
 
 std::string cfg_digest(const Graph& graph) {
   std::string table = summary_table(graph);

@@ -64,6 +64,9 @@ struct Start {
 // floats: the clean count stays below the growth interval, overflows below 2^24 in practice).
 constexpr const char* kLossScaleTensor = "loss_scale";
 
+// 64-bit FNV-1a of a byte range (parameter hashes, digests).
+uint64_t fnv1a64(const void* data, size_t bytes);
+
 // Identifies the architecture (and input size) a checkpoint belongs to.
 std::string cfg_digest(const Graph& graph);
 

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "data/dataset.h"
+#include "data/problems.h"
 #include "runtime/check.h"
 #include "tests/test_support.h"
 
@@ -156,28 +157,33 @@ TEST_CASE("darknet .data: bad input names the file and line") {
   CHECK(contains(error_of([&] { read_darknet(dir / "set/bad4.data", {}); }), "no 'train = LIST' line"));
   write_text_file(dir / "set/bad5.data", "classes = 2\ntrain = nowhere.txt\n");
   CHECK(contains(error_of([&] { read_darknet(dir / "set/bad5.data", {}); }), "nowhere.txt"));
-  // A class id beyond classes in a label file: file and line.
+  // A class id beyond classes in a label file: that item left out, with file and line.
   write_text_file(dir / "set/labels/b.txt", "0 0.5 0.5 0.1 0.1\n5 0.5 0.5 0.1 0.1\n");
-  CHECK(contains(error_of([&] { open_dataset(dir / "set/obj.data"); }), "labels/b.txt:2: class id 5"));
+  Dataset d = open_dataset(dir / "set/obj.data");
+  REQUIRE(d.train.problems.size() == 1);
+  CHECK(d.train.problems[0].kind == "unknown class");
+  CHECK(contains(d.train.problems[0].message, "labels/b.txt:2: class id 5"));
+  CHECK(d.train.samples.size() == 2);
 }
 
-TEST_CASE("missing images are left out with a warning; a list with none usable is an error before training") {
+TEST_CASE("missing images are left out as problems; --strict, too many unusable and none usable stop") {
   TempDir dir;
   make_darknet_set(dir);
   write_text_file(dir / "set/train.txt", "images/a.jpg\nimages/gone.jpg\n");
   Dataset d = open_dataset(dir / "set/obj.data");
   CHECK(d.train.samples.size() == 1);
   CHECK(d.train.counts.missing_images == 1);
-  REQUIRE(d.warnings.size() == 1);
-  CHECK(contains(d.warnings[0], "gone.jpg"));
-  OpenOptions strict;
-  strict.strict = true;
-  CHECK(contains(error_of([&] { open_dataset(dir / "set/obj.data", strict); }), "gone.jpg does not exist"));
+  REQUIRE(d.train.problems.size() == 1);
+  CHECK(d.train.problems[0].kind == "missing image");
+  CHECK(contains(d.train.problems[0].message, "gone.jpg: does not exist"));
+  CHECK(contains(error_of([&] { check_usable(d, true, "runs/x/dataset_problems.txt"); }),
+                 "1 problem in the dataset, and --strict stops at any (all of them: runs/x/dataset_problems.txt)"));
+  // 1 of 2 unusable is more than 5%: the dataset is probably wrong.
+  CHECK(contains(error_of([&] { check_usable(d, false, ""); }), "1 of the train split's 2 items are unusable"));
 
-  write_text_file(dir / "set/train.txt", "images/gone1.jpg\nimages/gone2.jpg\n");
-  CHECK(contains(error_of([&] { open_dataset(dir / "set/obj.data"); }), "the train split has no usable image (2 listed"));
   write_text_file(dir / "set/train.txt", "\n");
-  CHECK(contains(error_of([&] { open_dataset(dir / "set/obj.data"); }), "no usable image"));
+  CHECK(contains(error_of([&] { check_usable(open_dataset(dir / "set/obj.data"), false, ""); }),
+                 "the train split has no usable image"));
 }
 
 TEST_CASE("image folders: flat, images/{train,val} and {train,val}/images layouts") {

@@ -407,6 +407,23 @@ TEST_CASE("ranks as processes: 2 processes train as the in-process cpu:2 does, b
     CHECK_FALSE(std::filesystem::exists(dir / "mp/last.weights.tmp"));
   }
 
+  SUBCASE("ranks whose datasets kept different items stop before the first step, saying so") {
+    // Rank 1's copy lists one image fewer (as if a file had changed between the two scans).
+    std::filesystem::copy(dir / "shapes", dir / "fewer", std::filesystem::copy_options::recursive);
+    std::string list = read_log(dir / "fewer/train.txt");
+    list.erase(list.rfind('\n', list.size() - 2) + 1);
+    yolo::testing::write_text_file(dir / "fewer/train.txt", list);
+    std::string rdv = "file://" + (dir / "job4.rdv");
+    ChildProcess rank1("train_rank", rank_env(1, dir / "fewer/shapes.data", rdv), dir / "rank1.log");
+    ChildProcess rank0("train_rank", rank_env(0, data_file, rdv), dir / "rank0.log");
+    int code0 = rank0.wait(120), code1 = rank1.wait(30);
+    std::string log0 = read_log(dir / "rank0.log");
+    INFO("rank 0 log:\n" << log0);
+    CHECK(code0 == 3);
+    CHECK(code1 == 3);
+    CHECK(log0.find("rank 1's training items differ from rank 0's") != std::string::npos);
+  }
+
   SUBCASE("a rank that dies before the rendezvous: the other gives up within its timeout, naming it") {
     std::string rdv = "file://" + (dir / "job3.rdv");
     std::vector<std::string> env1 = rank_env(1, data_file, rdv), env0 = rank_env(0, data_file, rdv);

@@ -5,7 +5,7 @@
 # evaluate it (map), detect on an image (a drawn copy written), train a step in tf32 (and have
 # it refused on an sm_75), let --precision auto pick bf16 (sm_90) and fp16 (sm_75), refuse bf16
 # on an sm_75, train 2 steps replayed as graphs (the second launched) and 2 with --no-graph (the same weights), and
-# refuse a bad --devices with the flag named. Prints "tests: N passed, M failed, 0 skipped" for tools/run_tests.sh.
+# refuse a bad --devices with the flag named; report every problem of a hostile VOC set at once. Prints "tests: N passed, M failed, 0 skipped" for tools/run_tests.sh.
 # BUILD (env): the build folder (build).
 set -u
 cd "$(dirname "$0")/.."
@@ -72,5 +72,26 @@ else
 fi
 check "a bad --devices" 2 "--devices emu:0@sm61: no emulated GPU preset for sm_61" "$bin" --devices emu:0@sm61 \
   --cfg "$models/demo.cfg" --data set/shapes.data
+# A hostile VOC set (issue 16): a truncated XML, swapped corners, a box beyond <size>, a truncated
+# JPEG; every problem in one run, all of them in the list, and 4 of 12 unusable stops the run.
+mkdir -p "$work/hvoc" && cp -r "$work/set/train" "$work/set/validation" "$work/hvoc/"
+ann="$work/hvoc/train/annotations"
+head -c 150 "$ann/000001.xml" >"$work/cut.xml" && mv "$work/cut.xml" "$ann/000001.xml"
+sed -i '0,/<xmin>/s/<xmin>[0-9]*<\/xmin>/<xmin>159<\/xmin>/' "$ann/000002.xml"
+sed -i '0,/<xmax>/s/<xmax>[0-9]*<\/xmax>/<xmax>900<\/xmax>/' "$ann/000003.xml"
+jpg="$work/hvoc/train/images/000004.png"
+[[ -f "$jpg" ]] && head -c -20 "$jpg" >"$work/cut.png" && mv "$work/cut.png" "$jpg"
+check "a hostile VOC set: every problem at once" 2 "4 of the train split's 12 items are unusable" "$bin" data \
+  --data hvoc --size 64 --batch 2 --out hvoc_report
+list="$work/hvoc_report/dataset_problems.txt"
+if [[ -f "$list" ]] && grep -q "000001.xml" "$list" && grep -q "000002.xml:.*corners swapped" "$list" &&
+  grep -q "000003.xml:.*lies outside the image, which is 160x120 pixels" "$list" && grep -q "000004.png: PNG without" "$list"; then
+  passed=$((passed + 1))
+  echo "ok: the problem list names all four"
+else
+  failed=$((failed + 1))
+  echo "FAILED: the problem list $list does not name all four; it holds:"
+  sed 's/^/    /' "$list" 2>/dev/null | tail -n 20
+fi
 echo "tests: $passed passed, $failed failed, 0 skipped"
 [[ $failed -eq 0 ]]

@@ -1,6 +1,8 @@
 // train_yolo: the command users run. Trains a darknet .cfg (YOLOv3, tiny, the demo net, the
 // MNIST MLP) on a dataset in any supported format, prints a model summary, writes the
 // synthetic dataset, or reads a dataset and runs the input pipeline over it.
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -13,16 +15,16 @@
 #include <thread>
 #include <vector>
 
-#include <unistd.h>
-
 #include "data/dataset.h"
 #include "data/loader.h"
 #include "data/mnist.h"
+#include "data/problems.h"
 #include "data/synthetic.h"
+#include "data/verify.h"
 #include "graph/evaluate.h"
 #include "graph/executor.h"
-#include "graph/weights.h"
 #include "graph/train.h"
+#include "graph/weights.h"
 #include "runtime/check.h"
 #include "runtime/device.h"
 #include "runtime/launch.h"
@@ -78,7 +80,8 @@ const char* kUsage =
     "  --data PATH            a darknet .data file, a COCO .json, or a folder (darknet, COCO, VOC, images+labels)\n"
     "  --data-format F        darknet, folders, voc or coco instead of detecting it\n"
     "  --names FILE           class names, one per line (fixes the class order)\n"
-    "  --strict               a missing or unreadable image or label file is an error\n"
+    "  --strict               stop at any dataset problem (default: unusable items are left out, listed in\n"
+    "                         runs/<name>/dataset_problems.txt, unless over 5% of a split: then stop)\n"
     "  --size N  --batch B    (data command) network input (416) and images per batch (16)\n"
     "  --resize MODE          letterbox (default) or stretch\n"
     "  --threads T            loader threads (cores - 1)\n"
@@ -260,8 +263,16 @@ Options parse(int argc, char** argv) {
   return options;
 }
 
-yolo::data::Dataset open_and_describe(const std::string& path, const yolo::data::OpenOptions& open) {
+// Opens the dataset, every image verified; its problems are reported (the first few of each
+// kind here, all of them in PROBLEMS_DIR/dataset_problems.txt) and stop the run when they must
+// (data/problems.h).
+yolo::data::Dataset open_and_describe(const std::string& path, yolo::data::OpenOptions open,
+                                      const std::string& problems_dir, int threads) {
+  open.verify_images = true;
+  open.threads = threads;
+  auto t0 = std::chrono::steady_clock::now();
   yolo::data::Dataset dataset = yolo::data::open_dataset(path, open);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::printf("train_yolo: --data %s: %s %s format: %s\n", path.c_str(), open.force_format ? "read as" : "detected",
               yolo::data::format_name(dataset.format), dataset.description.c_str());
   std::string names;
@@ -272,6 +283,19 @@ yolo::data::Dataset open_and_describe(const std::string& path, const yolo::data:
   std::printf("train_yolo: valid: %s\n",
               dataset.valid.samples.empty() ? "none" : dataset.valid.counts.summary().c_str());
   for (const std::string& w : dataset.warnings) std::fprintf(stderr, "train_yolo: warning: %s\n", w.c_str());
+  const std::string cache = open.cache_file.empty() ? yolo::data::default_verify_cache(path) : open.cache_file;
+  std::printf(
+      "train_yolo: every label read and every image verified in %.1f s (%s)\n", seconds,
+      cache.empty() ? "no cache: the dataset's folder is not writable" : ("verdicts cached in " + cache).c_str());
+  std::string list;
+  if (yolo::data::problem_count(dataset) > 0) {
+    list = problems_dir + "/dataset_problems.txt";
+    yolo::data::write_problem_list(dataset, list);
+    std::fflush(stdout);
+    std::fprintf(stderr, "train_yolo: problems in --data %s (the first 3 of each kind; all of them in %s):\n%s",
+                 path.c_str(), list.c_str(), yolo::data::problem_report(dataset, 3).c_str());
+  }
+  yolo::data::check_usable(dataset, open.strict, list);
   return dataset;
 }
 
@@ -361,7 +385,8 @@ int run_map(const Options& options, const yolo::GpuDiscovery& found) {
   yolo::graph::ModelSpec spec = yolo::graph::read_model(options.cfg);
   if (options.size) spec.net.width = spec.net.height = options.size;
   yolo::Device device = first_device(options, found);
-  yolo::data::Dataset dataset = open_and_describe(options.data, options.open);
+  yolo::data::Dataset dataset =
+      open_and_describe(options.data, options.open, options.out.empty() ? "runs/map" : options.out, options.threads);
   const yolo::data::Split& split = dataset.valid.samples.empty() ? dataset.train : dataset.valid;
   int classes = yolo::graph::build_graph(spec).classes;
   if (classes != static_cast<int>(dataset.class_names.size()))
@@ -536,7 +561,7 @@ int train(const Options& options, const yolo::GpuDiscovery& found) {
       data = "runs/shapes/shapes.data";
       ensure_default_dataset(options, leader);
     }
-    yolo::data::Dataset dataset = open_and_describe(data, options.open);
+    yolo::data::Dataset dataset = open_and_describe(data, options.open, to.out_dir, options.threads);
     if (options.epochs) {
       int batch = options.batch ? options.batch : spec.net.batch;
       int64_t per_epoch = static_cast<int64_t>(dataset.train.samples.size()) / batch;
@@ -574,7 +599,8 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (options.command == "data") {
-      yolo::data::Dataset dataset = open_and_describe(options.data, options.open);
+      yolo::data::Dataset dataset = open_and_describe(options.data, options.open,
+                                                      options.out.empty() ? "runs/data" : options.out, options.threads);
       run_loader(dataset, options);
       return 0;
     }
