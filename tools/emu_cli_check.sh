@@ -72,6 +72,16 @@ else
 fi
 check "a bad --devices" 2 "--devices emu:0@sm61: no emulated GPU preset for sm_61" "$bin" --devices emu:0@sm61 \
   --cfg "$models/demo.cfg" --data set/shapes.data
+# Heads that follow the dataset (issue 16): the 3-class demo cfg on a 4-class set trains with
+# resized heads and writes the cfg it trained, which detect then finds beside the weights.
+sed 's/^classes *=.*/classes = 4/; s/^names *=.*/names = four.names/' "$work/set/shapes.data" >"$work/set/four.data"
+printf 'rectangle\nellipse\ntriangle\nstar\n' >"$work/set/four.names"
+check "the demo on a 4-class set: heads resized" 0 "the [yolo] heads resized from 3 to 4 classes" "$bin" \
+  --devices emu:0 --precision fp32 --cfg "$models/demo.cfg" --data set/four.data --max-batches 1 --size 64 --batch 2 \
+  --out out_four
+check "detect with the run's model.cfg" 0 "detections -> drawn_four/000000.png" "$bin" detect --devices emu:0 \
+  --weights out_four/last.weights --names set/four.names --size 64 --out drawn_four set/validation/images/000000.png
+
 # A hostile VOC set (issue 16): a truncated XML, swapped corners, a box beyond <size>, a truncated
 # JPEG; every problem in one run, all of them in the list, and 4 of 12 unusable stops the run.
 mkdir -p "$work/hvoc" && cp -r "$work/set/train" "$work/set/validation" "$work/hvoc/"

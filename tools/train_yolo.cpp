@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <optional>
 #include <string>
@@ -23,6 +24,7 @@
 #include "data/verify.h"
 #include "graph/evaluate.h"
 #include "graph/executor.h"
+#include "graph/heads.h"
 #include "graph/train.h"
 #include "graph/weights.h"
 #include "runtime/check.h"
@@ -38,6 +40,7 @@ const char* kUsage =
     "       train_yolo data --data PATH [data options]\n"
     "       train_yolo map --cfg FILE --weights FILE --data PATH   per-class AP, mAP@0.5 and mAP@0.5:0.95\n"
     "       train_yolo detect --cfg FILE --weights FILE --names FILE [--out DIR] [--json] IMAGE...\n"
+    "                     (map, detect: without --cfg, the model.cfg beside --weights: the cfg a run trained)\n"
     "                                              read a dataset, say what it is, run the loader\n"
     "options:\n"
     "  --cfg FILE         the network (models/demo.cfg)\n"
@@ -253,6 +256,11 @@ Options parse(int argc, char** argv) {
   }
   if (options.command == "data" && options.data.empty()) throw yolo::Error("data needs --data PATH\n" + std::string(kUsage));
   if (options.max_batches && options.epochs) throw yolo::Error("--max-batches and --epochs: give one of them");
+  if ((options.command == "map" || options.command == "detect") && options.cfg.empty() && !options.weights.empty()) {
+    // A run's weights come with the cfg they were trained with (heads sized for the data).
+    const std::string beside = (std::filesystem::path(options.weights).parent_path() / "model.cfg").string();
+    if (std::filesystem::exists(beside)) options.cfg = beside;
+  }
   if (options.command == "map" || options.command == "detect") {
     if (options.cfg.empty() || options.weights.empty())
       throw yolo::Error(options.command + " needs --cfg FILE and --weights FILE\n" + kUsage);
@@ -496,6 +504,45 @@ void ensure_default_dataset(const Options& options, bool leader) {
   std::filesystem::rename(tmp, dir);
 }
 
+std::string file_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw yolo::Error("cannot read " + path);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+// The model as it will train on `dataset`: a detector's [yolo] heads resized to the dataset's
+// classes when their weights are not loaded (an error naming --load-layers when they would be);
+// the cfg as trained is written to OUT/model.cfg, which map, detect and --resume read.
+yolo::graph::ModelSpec heads_for_dataset(const yolo::graph::ModelSpec& spec, const yolo::data::Dataset& dataset,
+                                         const yolo::graph::TrainOptions& to, bool leader) {
+  const int classes = static_cast<int>(dataset.class_names.size());
+  const int cfg_classes = yolo::graph::build_graph(spec).classes;
+  const std::string trained = to.out_dir + "/model.cfg";
+  std::string text = file_text(spec.path);
+  yolo::graph::ModelSpec out = spec;
+  if (cfg_classes != classes) {
+    const std::vector<int> heads = yolo::graph::yolo_head_layers(spec);
+    const int first = heads.empty() ? 0 : heads.front();
+    if (!to.weights.empty() && (to.load_layers < 0 || to.load_layers > first))
+      throw yolo::Error(to.weights + " includes the [yolo] heads (layer " + std::to_string(first) + " on), made for " +
+                        std::to_string(cfg_classes) + " classes, but " + dataset.source + " has " +
+                        std::to_string(classes) + ": pass --load-layers " + std::to_string(first) +
+                        " to load layers 0.." + std::to_string(first - 1) + " (the backbone) and train new heads");
+    yolo::graph::ResizedHeads resized = yolo::graph::resize_yolo_heads(text, spec.path, classes);
+    text = resized.cfg_text;
+    out = yolo::graph::parse_model(yolo::graph::parse_cfg_text(text, trained));
+    out.net = spec.net;  // with the command line's overrides (--size)
+    if (leader)
+      std::printf("train_yolo: the [yolo] heads resized from %d to %d classes (the dataset's): %s\n", cfg_classes,
+                  classes, trained.c_str());
+  }
+  if (leader) {
+    std::filesystem::create_directories(to.out_dir);
+    std::ofstream(trained, std::ios::binary) << text;
+  }
+  return out;
+}
+
 int train(const Options& options, const yolo::GpuDiscovery& found) {
   yolo::graph::ModelSpec spec = yolo::graph::read_model(find_cfg(options.cfg));
   for (const std::string& w : spec.warnings) std::fprintf(stderr, "train_yolo: warning: %s\n", w.c_str());
@@ -552,6 +599,11 @@ int train(const Options& options, const yolo::GpuDiscovery& found) {
   to.rendezvous = options.rendezvous.empty() ? yolo::default_rendezvous(launch) : options.rendezvous;
   std::string name = std::filesystem::path(spec.path).stem().string();
   to.out_dir = options.out.empty() ? "runs/" + name : options.out;
+  // A resumed run continues the cfg it trained (its heads may have been resized for the data).
+  if (const std::string trained = to.out_dir + "/model.cfg"; options.resume && std::filesystem::exists(trained)) {
+    spec = yolo::graph::read_model(trained);
+    std::printf("train_yolo: --resume: the run's own cfg, %s\n", trained.c_str());
+  }
 
   yolo::graph::Graph probe = yolo::graph::build_graph(spec);
   yolo::graph::TrainResult result;
@@ -562,6 +614,7 @@ int train(const Options& options, const yolo::GpuDiscovery& found) {
       ensure_default_dataset(options, leader);
     }
     yolo::data::Dataset dataset = open_and_describe(data, options.open, to.out_dir, options.threads);
+    spec = heads_for_dataset(spec, dataset, to, leader);
     if (options.epochs) {
       int batch = options.batch ? options.batch : spec.net.batch;
       int64_t per_epoch = static_cast<int64_t>(dataset.train.samples.size()) / batch;
