@@ -85,4 +85,29 @@ ResizedHeads resize_yolo_heads(const std::string& text, const std::string& path,
   return out;
 }
 
+std::string set_yolo_anchors(const std::string& text, const std::string& path, const std::string& anchors) {
+  const CfgFile cfg = parse_cfg_text(text, path);
+  std::map<int, std::string> replace;
+  std::map<int, std::string> after;
+  for (const CfgSection& section : cfg.sections) {
+    if (section.type != "yolo") continue;
+    bool found = false;
+    for (const CfgOption& o : section.options)
+      if (o.key == "anchors") {
+        found = true;
+        replace[o.line] = "anchors = " + anchors;
+      }
+    if (!found) after[section.line] = "anchors = " + anchors;
+  }
+  std::string result;
+  const std::vector<std::string> lines = split_lines(text);
+  for (size_t i = 0; i < lines.size(); ++i) {
+    const int line = static_cast<int>(i) + 1;
+    auto r = replace.find(line);
+    result += (r != replace.end() ? r->second : lines[i]) + "\n";
+    if (auto a = after.find(line); a != after.end()) result += a->second + "\n";
+  }
+  return result;
+}
+
 }  // namespace yolo::graph

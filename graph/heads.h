@@ -21,6 +21,10 @@ struct ResizedHeads {
 // naming the file and line when a [yolo] does not follow a [convolutional] (nothing to resize).
 ResizedHeads resize_yolo_heads(const std::string& text, const std::string& path, int classes);
 
+// The cfg text with every [yolo]'s anchors= set to `anchors` ("10,13, 16,30, ..."; each head
+// picks its own by mask, as darknet's cfgs have it), the line added where a [yolo] has none.
+std::string set_yolo_anchors(const std::string& text, const std::string& path, const std::string& anchors);
+
 // The convolutions feeding the [yolo] layers of `spec` (layer indices, ascending).
 std::vector<int> yolo_head_layers(const ModelSpec& spec);
 

@@ -81,3 +81,15 @@ TEST_CASE("heads: absent classes= and filters= lines are added; a [yolo] not aft
   }
   CHECK(error.find("p.cfg:11: this [yolo] does not follow a [convolutional]") == 0);
 }
+
+TEST_CASE(
+    "heads: set_yolo_anchors puts the list in every [yolo] (each head picks by mask), adding the line if absent") {
+  const std::string cfg =
+      "[net]\nwidth=64\nheight=64\n[convolutional]\nsize=1\nfilters=14\n[yolo]\nmask=0,1\nanchors=1,1, 2,2\nnum=2\n"
+      "classes=2\n[convolutional]\nsize=1\nfilters=14\n[yolo]\nmask=0,1\nnum=2\nclasses=2\n";
+  ModelSpec spec = parse_model(parse_cfg_text(set_yolo_anchors(cfg, "t.cfg", "10,13, 30,61"), "t.cfg"));
+  for (int layer : {1, 3}) {
+    CAPTURE(layer);
+    CHECK(spec.layers[layer].anchors == std::vector<float>{10, 13, 30, 61});
+  }
+}

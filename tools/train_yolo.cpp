@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "data/anchors.h"
 #include "data/dataset.h"
 #include "data/loader.h"
 #include "data/mnist.h"
@@ -39,6 +40,7 @@ const char* kUsage =
     "       train_yolo synth DIR [synth options]   write the synthetic shapes dataset\n"
     "       train_yolo data --data PATH [data options]\n"
     "       train_yolo map --cfg FILE --weights FILE --data PATH   per-class AP, mAP@0.5 and mAP@0.5:0.95\n"
+    "       train_yolo anchors --data PATH [--num N] [--size S] [--cfg FILE]   k-means anchors for a dataset\n"
     "       train_yolo detect --cfg FILE --weights FILE --names FILE [--out DIR] [--json] IMAGE...\n"
     "                     (map, detect: without --cfg, the model.cfg beside --weights: the cfg a run trained)\n"
     "                                              read a dataset, say what it is, run the loader\n"
@@ -48,6 +50,7 @@ const char* kUsage =
     "                     default: runs/shapes/shapes.data, written on first use\n"
     "  --summary          print the layer table, FLOPs, parameters and memory plan, then exit\n"
     "  --weights FILE     start from darknet .weights; --load-layers N: only the first N layers\n"
+    "  --anchors auto     the [yolo] anchors from the dataset's boxes (k-means, as 'anchors' prints them)\n"
     "  --batch B          images per optimizer step (the cfg's batch); --subdivisions S splits it\n"
     "  --max-batches N    optimizer steps to train (the cfg's max_batches); --epochs E instead\n"
     "  --size N           network input N x N (the cfg's width/height)\n"
@@ -92,7 +95,9 @@ const char* kUsage =
     "  --no-augment           no jitter, flip or colour changes\n";
 
 struct Options {
-  std::string command;  // "", "synth", "data", "map" or "detect"
+  std::string command;              // "", "synth", "data", "map", "detect" or "anchors"
+  int anchors = 0;                  // anchors: how many (0: the cfg's, else 9)
+  bool anchors_auto = false;        // --anchors auto: training's cfg gets anchors from the dataset
   std::vector<std::string> images;  // detect
   float threshold = 0.25f, nms = 0.45f;
   bool json = false;
@@ -141,8 +146,9 @@ float to_float(const std::string& flag, const std::string& text, float lo, float
 Options parse(int argc, char** argv) {
   Options options;
   int i = 1;
-  if (argc > 1 && (std::strcmp(argv[1], "synth") == 0 || std::strcmp(argv[1], "data") == 0 ||
-                   std::strcmp(argv[1], "map") == 0 || std::strcmp(argv[1], "detect") == 0)) {
+  if (argc > 1 &&
+      (std::strcmp(argv[1], "synth") == 0 || std::strcmp(argv[1], "data") == 0 || std::strcmp(argv[1], "map") == 0 ||
+       std::strcmp(argv[1], "detect") == 0 || std::strcmp(argv[1], "anchors") == 0)) {
     options.command = argv[1];
     i = 2;
     if (options.command == "synth") {
@@ -246,6 +252,11 @@ Options parse(int argc, char** argv) {
       options.threads = to_int(arg, value(), 1, 1024);
     } else if (arg == "--epochs") {
       options.epochs = to_int(arg, value(), 1, 1000000);
+    } else if (arg == "--num") {
+      options.anchors = to_int(arg, value(), 1, 100);
+    } else if (arg == "--anchors") {
+      if (value() != "auto") throw yolo::Error("--anchors takes 'auto' (k-means on the dataset's boxes)");
+      options.anchors_auto = true;
     } else if (arg == "--resize") {
       options.resize = yolo::data::parse_resize_mode(value());
     } else if (arg == "--no-augment") {
@@ -254,6 +265,8 @@ Options parse(int argc, char** argv) {
       throw yolo::Error("unknown option '" + arg + "'\n" + kUsage);
     }
   }
+  if (options.command == "anchors" && options.data.empty())
+    throw yolo::Error("anchors needs --data PATH\n" + std::string(kUsage));
   if (options.command == "data" && options.data.empty()) throw yolo::Error("data needs --data PATH\n" + std::string(kUsage));
   if (options.max_batches && options.epochs) throw yolo::Error("--max-batches and --epochs: give one of them");
   if ((options.command == "map" || options.command == "detect") && options.cfg.empty() && !options.weights.empty()) {
@@ -514,7 +527,7 @@ std::string file_text(const std::string& path) {
 // classes when their weights are not loaded (an error naming --load-layers when they would be);
 // the cfg as trained is written to OUT/model.cfg, which map, detect and --resume read.
 yolo::graph::ModelSpec heads_for_dataset(const yolo::graph::ModelSpec& spec, const yolo::data::Dataset& dataset,
-                                         const yolo::graph::TrainOptions& to, bool leader) {
+                                         const yolo::graph::TrainOptions& to, const Options& options, bool leader) {
   const int classes = static_cast<int>(dataset.class_names.size());
   const int cfg_classes = yolo::graph::build_graph(spec).classes;
   const std::string trained = to.out_dir + "/model.cfg";
@@ -536,11 +549,70 @@ yolo::graph::ModelSpec heads_for_dataset(const yolo::graph::ModelSpec& spec, con
       std::printf("train_yolo: the [yolo] heads resized from %d to %d classes (the dataset's): %s\n", cfg_classes,
                   classes, trained.c_str());
   }
+  if (options.anchors_auto) {
+    const std::vector<yolo::data::BoxSize> boxes =
+        yolo::data::network_box_sizes(dataset.train, spec.net.width, spec.net.height, options.resize);
+    int k = 0;
+    std::vector<yolo::data::BoxSize> old;
+    for (const yolo::graph::LayerSpec& layer : out.layers)
+      if (layer.type == yolo::graph::LayerType::Yolo) {
+        k = layer.num;
+        old.clear();
+        for (size_t a = 0; a + 1 < layer.anchors.size(); a += 2)
+          old.push_back({layer.anchors[a], layer.anchors[a + 1]});
+      }
+    const std::vector<yolo::data::BoxSize> anchors = yolo::data::kmeans_anchors(boxes, k, options.seed);
+    text = yolo::graph::set_yolo_anchors(text, trained, yolo::data::anchors_text(anchors));
+    yolo::graph::NetParams net = out.net;
+    out = yolo::graph::parse_model(yolo::graph::parse_cfg_text(text, trained));
+    out.net = net;
+    if (leader)
+      std::printf("train_yolo: --anchors auto: %s (k-means over %zu boxes; mean best IoU %.3f, the cfg's %.3f): %s\n",
+                  yolo::data::anchors_text(anchors).c_str(), boxes.size(), yolo::data::mean_best_iou(boxes, anchors),
+                  yolo::data::mean_best_iou(boxes, old), trained.c_str());
+  }
   if (leader) {
     std::filesystem::create_directories(to.out_dir);
     std::ofstream(trained, std::ios::binary) << text;
   }
   return out;
+}
+
+// train_yolo anchors: k-means anchors for a dataset at the network's input size, and how well
+// they (and, with --cfg, the cfg's) fit its boxes.
+int run_anchors(const Options& options) {
+  std::optional<yolo::graph::ModelSpec> spec;
+  if (!options.cfg.empty()) spec = yolo::graph::read_model(options.cfg);
+  std::vector<yolo::data::BoxSize> cfg_anchors;
+  int k = options.anchors;
+  if (spec)
+    for (const yolo::graph::LayerSpec& layer : spec->layers)
+      if (layer.type == yolo::graph::LayerType::Yolo) {
+        if (!options.anchors) k = layer.num;
+        cfg_anchors.clear();
+        for (size_t a = 0; a + 1 < layer.anchors.size(); a += 2)
+          cfg_anchors.push_back({layer.anchors[a], layer.anchors[a + 1]});
+      }
+  if (k == 0) k = 9;
+  const int w = options.size ? options.size : spec ? spec->net.width : 416;
+  const int h = options.size ? options.size : spec ? spec->net.height : 416;
+  yolo::data::Dataset dataset = open_and_describe(options.data, options.open,
+                                                  options.out.empty() ? "runs/anchors" : options.out, options.threads);
+  int64_t unreadable = 0;
+  const std::vector<yolo::data::BoxSize> boxes =
+      yolo::data::network_box_sizes(dataset.train, w, h, options.resize, &unreadable);
+  if (unreadable)
+    std::printf("train_yolo: %lld images without a readable size left out\n", static_cast<long long>(unreadable));
+  const std::vector<yolo::data::BoxSize> anchors = yolo::data::kmeans_anchors(boxes, k, options.seed);
+  std::printf("train_yolo: %d anchors for %dx%d (%s), k-means with 1 - IoU over the %zu training boxes (seed %llu):\n",
+              k, w, h, yolo::data::resize_mode_name(options.resize), boxes.size(),
+              static_cast<unsigned long long>(options.seed));
+  std::printf("anchors = %s\n", yolo::data::anchors_text(anchors).c_str());
+  std::printf("train_yolo: mean best IoU of the boxes: %.3f with these", yolo::data::mean_best_iou(boxes, anchors));
+  if (!cfg_anchors.empty())
+    std::printf(", %.3f with %s's", yolo::data::mean_best_iou(boxes, cfg_anchors), options.cfg.c_str());
+  std::printf("\ntrain_yolo: train with them: --anchors auto (they go into the run's model.cfg)\n");
+  return 0;
 }
 
 int train(const Options& options, const yolo::GpuDiscovery& found) {
@@ -614,7 +686,7 @@ int train(const Options& options, const yolo::GpuDiscovery& found) {
       ensure_default_dataset(options, leader);
     }
     yolo::data::Dataset dataset = open_and_describe(data, options.open, to.out_dir, options.threads);
-    spec = heads_for_dataset(spec, dataset, to, leader);
+    spec = heads_for_dataset(spec, dataset, to, options, leader);
     if (options.epochs) {
       int batch = options.batch ? options.batch : spec.net.batch;
       int64_t per_epoch = static_cast<int64_t>(dataset.train.samples.size()) / batch;
@@ -663,6 +735,7 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (options.command == "map") return run_map(options, found);
+    if (options.command == "anchors") return run_anchors(options);
     if (options.command == "detect") return run_detect(options, found);
     return train(options, found);
   } catch (const std::exception& e) {
