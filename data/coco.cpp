@@ -130,6 +130,7 @@ void read_split(const JsonValue& root, const std::string& file, const fs::path& 
       throw Error(where + ": image size " + show(size.width) + "x" + show(size.height) + " is not positive");
     Sample sample;
     sample.image = (image_dir / member(image, "file_name", JsonKind::String, where).string).string();
+    sample.image_id = id;
     split.samples.push_back(std::move(sample));
     sizes.push_back(size);
   }
@@ -295,6 +296,9 @@ Dataset read_coco(const std::string& path, const OpenOptions& options) {
     }
     std::unordered_map<int64_t, int> category_classes =
         map_categories(categories, file, class_of_name, options.names_file, train_categories);
+    // Class -> the file's category id (COCO's are not contiguous), for --save-json.
+    dataset.category_ids.assign(dataset.class_names.size(), -1);
+    for (const auto& [id, class_id] : category_classes) dataset.category_ids[static_cast<size_t>(class_id)] = id;
     read_split(root, file, sources[s].image_dir, category_classes, static_cast<int>(dataset.class_names.size()),
                s == 0 ? dataset.train : dataset.valid);
   }
@@ -306,8 +310,8 @@ Dataset read_coco(const std::string& path, const OpenOptions& options) {
                              : " from " + options.names_file + " by category name");
   const Split* splits[] = {&dataset.train, &dataset.valid};
   for (size_t s = 0; s < sources.size(); ++s)
-    dataset.description += "; " + splits[s]->name + " (" + sources[s].json.string() + ", images in " +
-                           sources[s].image_dir.string() + "): " + splits[s]->counts.summary();
+    dataset.description +=
+        "; " + splits[s]->name + " (" + sources[s].json.string() + ", images in " + sources[s].image_dir.string() + ")";
   return dataset;
 }
 

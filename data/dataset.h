@@ -26,6 +26,7 @@ struct Box {
 struct Sample {
   std::string image;        // path as the loader opens it
   std::vector<Box> boxes;   // at most kMaxBoxes
+  int64_t image_id = -1;    // COCO: the file's image id (-1 for the other formats)
 };
 
 // What was repaired or dropped while reading labels; reported, never silent.
@@ -77,6 +78,7 @@ struct Dataset {
   std::string source;       // what the user passed
   std::string description;  // one line: what was detected and where, for the log
   std::vector<std::string> class_names;
+  std::vector<int64_t> category_ids;  // COCO: each class's category id in the file (empty otherwise)
   Split train, valid;       // valid may be empty (no validation split)
   std::vector<std::string> warnings;  // for the log: what was repaired or left out, and where
 };

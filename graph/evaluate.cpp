@@ -5,6 +5,8 @@
 #include <climits>
 #include <cstdint>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 
 #include "data/draw.h"
 #include "data/feeder.h"
@@ -132,7 +134,8 @@ std::vector<ImageDetections> detect_samples(Executor& executor, const std::vecto
   return results;
 }
 
-data::MapResult evaluate_split(Executor& executor, const data::Split& split, int classes, DetectOptions options) {
+data::MapResult evaluate_split(Executor& executor, const data::Split& split, int classes, DetectOptions options,
+                               std::vector<ImageDetections>* found_out) {
   options.threshold = 0.005f;
   std::vector<ImageDetections> found = detect_samples(executor, split.samples, options);
   std::vector<data::EvalBox> detections, truths;
@@ -146,7 +149,38 @@ data::MapResult evaluate_split(Executor& executor, const data::Split& split, int
       truths.push_back(data::EvalBox{static_cast<int>(i), b.class_id, (b.x - b.w / 2) * w, (b.y - b.h / 2) * h,
                                      (b.x + b.w / 2) * w, (b.y + b.h / 2) * h, 0, b.difficult});
   }
+  if (found_out) *found_out = found;
   return data::evaluate_map(detections, truths, classes);
+}
+
+void write_coco_detections(const std::string& path, const std::vector<ImageDetections>& found, const data::Split& split,
+                           const std::vector<int64_t>& category_ids) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp);
+    out << "[";
+    const char* sep = "\n";
+    for (size_t i = 0; i < found.size() && i < split.samples.size(); ++i) {
+      if (!found[i].ok) continue;
+      const int64_t image_id = split.samples[i].image_id >= 0 ? split.samples[i].image_id : static_cast<int64_t>(i);
+      for (const PixelDetection& d : found[i].detections) {
+        const int64_t category = static_cast<size_t>(d.class_id) < category_ids.size()
+                                     ? category_ids[static_cast<size_t>(d.class_id)]
+                                     : d.class_id;
+        char line[256];
+        std::snprintf(
+            line, sizeof line,
+            "{\"image_id\": %lld, \"category_id\": %lld, \"bbox\": [%.3f, %.3f, %.3f, %.3f], \"score\": %.6f}",
+            static_cast<long long>(image_id), static_cast<long long>(category), d.x0, d.y0, d.x1 - d.x0, d.y1 - d.y0,
+            d.score);
+        out << sep << line;
+        sep = ",\n";
+      }
+    }
+    out << "\n]\n";
+    if (!out) throw Error("cannot write the detections file " + tmp);
+  }
+  std::filesystem::rename(tmp, path);
 }
 
 void write_detections_image(const ImageDetections& detections, const std::vector<std::string>& names,

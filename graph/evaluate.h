@@ -37,8 +37,18 @@ struct ImageDetections {
 std::vector<ImageDetections> detect_samples(Executor& executor, const std::vector<data::Sample>& samples,
                                             const DetectOptions& options);
 
-// mAP of a split (detections above 0.005 as darknet's `detector map` counts them).
-data::MapResult evaluate_split(Executor& executor, const data::Split& split, int classes, DetectOptions options);
+// mAP of a split (detections above 0.005 as darknet's `detector map` counts them); `found`, when
+// given, receives the detections (per sample, in order).
+data::MapResult evaluate_split(Executor& executor, const data::Split& split, int classes, DetectOptions options,
+                               std::vector<ImageDetections>* found = nullptr);
+
+// COCO's results format, which pycocotools' loadRes reads: a JSON array of {"image_id",
+// "category_id", "bbox": [x, y, width, height] (pixels, top-left corner), "score"}. Ids are the
+// dataset's own for COCO (its image ids, and `category_ids`, since COCO's are not contiguous);
+// for the other formats, the sample's index in the split and the class index. Unreadable images
+// give nothing. Throws yolo::Error naming the file if it cannot be written.
+void write_coco_detections(const std::string& path, const std::vector<ImageDetections>& found, const data::Split& split,
+                           const std::vector<int64_t>& category_ids);
 
 // Writes `image` with its detections drawn to `path` (PNG or JPEG by extension).
 void write_detections_image(const ImageDetections& detections, const std::vector<std::string>& names,

@@ -42,7 +42,8 @@ const char* kUsage =
     "       train_yolo map --cfg FILE --weights FILE --data PATH   per-class AP, mAP@0.5 and mAP@0.5:0.95\n"
     "       train_yolo anchors --data PATH [--num N] [--size S] [--cfg FILE]   k-means anchors for a dataset\n"
     "       train_yolo detect --cfg FILE --weights FILE --names FILE [--out DIR] [--json] IMAGE...\n"
-    "                     (map, detect: without --cfg, the model.cfg beside --weights: the cfg a run trained)\n"
+    "                     (map, detect: without --cfg, the model.cfg beside --weights: the cfg a run trained;\n"
+    "                     map --save-json FILE: the detections in COCO's results format, for pycocotools)\n"
     "                                              read a dataset, say what it is, run the loader\n"
     "options:\n"
     "  --cfg FILE         the network (models/demo.cfg)\n"
@@ -97,6 +98,7 @@ const char* kUsage =
 struct Options {
   std::string command;              // "", "synth", "data", "map", "detect" or "anchors"
   int anchors = 0;                  // anchors: how many (0: the cfg's, else 9)
+  std::string save_json;            // map: COCO-format detections to this file
   bool anchors_auto = false;        // --anchors auto: training's cfg gets anchors from the dataset
   std::vector<std::string> images;  // detect
   float threshold = 0.25f, nms = 0.45f;
@@ -252,6 +254,8 @@ Options parse(int argc, char** argv) {
       options.threads = to_int(arg, value(), 1, 1024);
     } else if (arg == "--epochs") {
       options.epochs = to_int(arg, value(), 1, 1000000);
+    } else if (arg == "--save-json") {
+      options.save_json = value();
     } else if (arg == "--num") {
       options.anchors = to_int(arg, value(), 1, 100);
     } else if (arg == "--anchors") {
@@ -418,12 +422,21 @@ int run_map(const Options& options, const yolo::GpuDiscovery& found) {
   detect.threads = options.threads;
   detect.resize = options.resize;
   auto t0 = std::chrono::steady_clock::now();
+  std::vector<yolo::graph::ImageDetections> detections;
   yolo::data::MapResult result =
-      yolo::graph::evaluate_split(*executor, split, static_cast<int>(dataset.class_names.size()), detect);
+      yolo::graph::evaluate_split(*executor, split, static_cast<int>(dataset.class_names.size()), detect, &detections);
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::fputs(result.table(dataset.class_names).c_str(), stdout);
   std::printf("train_yolo: %s split, %zu images in %.1f s (detections above 0.005, NMS 0.45)\n", split.name.c_str(),
               split.samples.size(), seconds);
+  if (!options.save_json.empty()) {
+    yolo::graph::write_coco_detections(options.save_json, detections, split, dataset.category_ids);
+    size_t n = 0;
+    for (const auto& image : detections) n += image.detections.size();
+    std::printf("train_yolo: %zu detection%s in COCO's results format -> %s (%s ids)\n", n, n == 1 ? "" : "s",
+                options.save_json.c_str(),
+                dataset.category_ids.empty() ? "sample index and class index as" : "the dataset's image and category");
+  }
   return 0;
 }
 
