@@ -199,6 +199,32 @@ void draw_rectangle(Image& image, int x0, int y0, int x1, int y1, Rgb colour, in
   fill(image, std::max(left, right - t + 1), top, right, bottom, colour);    // right band
 }
 
+void draw_line(Image& image, int x0, int y0, int x1, int y1, Rgb colour, int thickness) {
+  check_image(image, "draw_line");
+  if (thickness < 1) throw Error("draw_line: thickness " + std::to_string(thickness) + " (must be 1 or more)");
+  // Bresenham over 64-bit coordinates (ends far outside the image stay exact), the brush at each step.
+  int64_t x = x0, y = y0;
+  const int64_t dx = std::abs(int64_t(x1) - x0), dy = -std::abs(int64_t(y1) - y0);
+  const int64_t sx = x0 < x1 ? 1 : -1, sy = y0 < y1 ? 1 : -1;
+  const int64_t lo = (thickness - 1) / 2, hi = thickness / 2;
+  if (dx - dy > 4 * (int64_t(image.width) + image.height) + 16)
+    throw Error("draw_line: a line of " + std::to_string(dx - dy) + " steps, far beyond the " +
+                std::to_string(image.width) + "x" + std::to_string(image.height) + " image");
+  for (int64_t err = dx + dy;;) {
+    fill(image, x - lo, y - lo, x + hi, y + hi, colour);
+    if (x == x1 && y == y1) break;
+    const int64_t e2 = 2 * err;
+    if (e2 >= dy) {
+      err += dy;
+      x += sx;
+    }
+    if (e2 <= dx) {
+      err += dx;
+      y += sy;
+    }
+  }
+}
+
 int text_width(const std::string& text, int scale) {
   if (scale < 1) throw Error("text: scale " + std::to_string(scale) + " (must be 1 or more)");
   if (text.empty()) return 0;

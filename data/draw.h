@@ -19,6 +19,10 @@ Rgb class_colour(int class_id);
 // (x1, y1) inclusive; clipped to the image.
 void draw_rectangle(Image& image, int x0, int y0, int x1, int y1, Rgb colour, int thickness = 2);
 
+// A line from (x0, y0) to (x1, y1), both ends included, `thickness` pixels wide (a square brush
+// centred on each point of the line); clipped to the image.
+void draw_line(Image& image, int x0, int y0, int x1, int y1, Rgb colour, int thickness = 1);
+
 // Text with its top-left corner at (x, y), each glyph 5x7 pixels in a 6x9 cell, scaled by
 // `scale`, on a filled background box; clipped to the image. Characters outside printable
 // ASCII draw as '?'. Returns the width in pixels.

@@ -29,7 +29,7 @@ std::string EpochStats::summary() const {
   std::ostringstream out;
   out.setf(std::ios::fixed);
   out.precision(2);
-  out << "epoch " << epoch << " data: " << images << " images";
+  out << images << " images";
   if (unreadable) out << " (" << unreadable << " unreadable, replaced by grey images without boxes)";
   out << ", " << boxes << " boxes";
   if (boxes_dropped) out << " (" << boxes_dropped << " cropped away by augmentation)";

@@ -19,6 +19,7 @@
 #include <utility>
 
 #include "data/feeder.h"
+#include "data/image.h"
 #include "data/loader.h"
 #include "data/rng.h"
 #include "data/transform.h"
@@ -26,6 +27,7 @@
 #include "graph/evaluate.h"
 #include "graph/executor.h"
 #include "graph/loss_scale.h"
+#include "graph/run_record.h"
 #include "graph/scaling.h"
 #include "graph/step_graphs.h"
 #include "graph/weights.h"
@@ -147,6 +149,41 @@ TrainResult run_loop(const Graph& graph, Executor& executor, Source& source, con
   int64_t images_this_run = 0;
   int64_t last_epoch_reported = source.state().epoch;
   StepSplit epoch_split;  // since the last epoch summary
+  LossSums epoch_loss;    // likewise
+  // results.csv and chart.png (graph/run_record.h), rewritten each epoch by rank 0.
+  const std::string results_csv = options.out_dir + "/results.csv", chart_png = options.out_dir + "/chart.png";
+  bool records_written = false;
+  if (leader && start_iteration == 0) std::filesystem::remove(results_csv);  // a fresh run starts a fresh record
+  auto record_epoch = [&](double epoch, int64_t iteration, float rate, const StepSplit& split, const LossSums& sums,
+                          double map50) {
+    EpochRecord r;
+    const double images = std::max<double>(static_cast<double>(sums.images), 1);
+    const double steps = std::max<double>(static_cast<double>(split.steps), 1);
+    r.epoch = epoch;
+    r.iteration = iteration;
+    r.loss = sums.total / images;
+    r.box = sums.box / images;
+    r.obj = sums.obj / images;
+    r.noobj = sums.noobj / images;
+    r.cls = sums.cls / images;
+    r.iou = sums.assigned ? sums.iou_sum / static_cast<double>(sums.assigned) : 0;
+    r.recall = sums.assigned ? static_cast<double>(sums.recall50) / static_cast<double>(sums.assigned) : 0;
+    r.learning_rate = rate;
+    r.images_per_second = static_cast<double>(split.images) / std::max(split.wall_ms / 1000, 1e-9);
+    r.data_ms = split.data_ms / steps;
+    r.forward_ms = split.forward_ms / steps;
+    r.backward_ms = split.backward_ms / steps;
+    r.comm_ms = split.comm_ms / steps;
+    r.optimizer_ms = split.optimizer_ms / steps;
+    r.other_ms = std::max(0.0, split.wall_ms - split.data_ms - split.forward_ms - split.backward_ms - split.comm_ms -
+                                   split.optimizer_ms) /
+                 steps;
+    r.idle_ms = split.device_steps > 0 ? split.device_idle_ms / static_cast<double>(split.device_steps) : std::nan("");
+    r.map50 = map50;
+    append_results(results_csv, r);
+    data::write_image(chart_png, draw_chart(read_results(results_csv)));
+    records_written = true;
+  };
 
   auto save = [&](int64_t iteration) {
     std::vector<LayerParams> layers = executor.download_parameters();
@@ -280,6 +317,7 @@ TrainResult run_loop(const Graph& graph, Executor& executor, Source& source, con
     split.comm_ms = phases.wait_ms;
     split.optimizer_ms = phases.update_ms;
     LossSums loss = executor.take_loss();
+    epoch_loss += loss;
     if (dp && dp->check_every > 0 && (iteration + 1) % dp->check_every == 0) {
       double t = Executor::clock_ms();
       std::vector<uint64_t> hashes = dp->comm->all_gather(parameter_hash(executor));
@@ -367,18 +405,25 @@ TrainResult run_loop(const Graph& graph, Executor& executor, Source& source, con
     int64_t epoch_now = source.state().epoch;
     if (epoch_now != last_epoch_reported) {
       settle_idle(0);
+      // One line per epoch: the mean loss, the step split, what the loader did.
       if (leader) {
         std::string summary = source.epoch_summary(last_epoch_reported);
-        if (!summary.empty()) std::printf("%strain_yolo: %s\n", tty ? "\n" : "", summary.c_str());
-        std::printf("%strain_yolo: epoch %lld: %s\n", summary.empty() && tty ? "\n" : "",
-                    static_cast<long long>(last_epoch_reported), epoch_split.text().c_str());
+        std::printf("%strain_yolo: epoch %lld: loss %.4g; %s%s%s\n", tty ? "\n" : "",
+                    static_cast<long long>(last_epoch_reported),
+                    epoch_loss.images ? epoch_loss.total / static_cast<double>(epoch_loss.images) : 0.0,
+                    epoch_split.text().c_str(), summary.empty() ? "" : "; data: ", summary.c_str());
       }
+      const StepSplit finished_split = epoch_split;
+      const LossSums finished_loss = epoch_loss;
       epoch_split = StepSplit{};
+      epoch_loss = LossSums{};
       last_epoch_reported = epoch_now;
+      double validated = -1;
       // Every rank validates (on its own replica; rank 0 reports and keeps best.weights): the
       // others would otherwise wait for rank 0 in the next all-reduce, possibly past --comm-timeout.
       if (source.validate && options.valid_every > 0 && epoch_now % options.valid_every == 0) {
         double map50 = source.validate();
+        validated = map50;
         bool best = map50 > result.best_map50;
         if (best) result.best_map50 = map50;
         if (leader)
@@ -390,12 +435,24 @@ TrainResult run_loop(const Graph& graph, Executor& executor, Source& source, con
           write_darknet_weights(options.out_dir + "/best.weights", executor.download_parameters(), header);
         }
       }
+      if (leader)
+        record_epoch(static_cast<double>(epoch_now), iteration + 1, lr, finished_split, finished_loss, validated);
     }
     if (leader && options.checkpoint_every > 0 && (iteration + 1) % options.checkpoint_every == 0 && !last)
       save(iteration + 1);
   }
   if (tty && leader) std::printf("\n");
   settle_idle(0);
+  // The partial last epoch gets its row too (epoch fractional).
+  if (leader && epoch_split.steps > 0) {
+    const data::LoaderState st = source.state();
+    record_epoch(st.epoch + static_cast<double>(st.step) / std::max<int64_t>(source.steps_per_epoch, 1),
+                 result.iterations,
+                 learning_rate_at(schedule, std::max<int64_t>(result.iterations - 1, 0), options.seed), epoch_split,
+                 epoch_loss, -1);
+  }
+  if (leader && records_written)
+    std::printf("train_yolo: per-epoch results in %s, chart %s\n", results_csv.c_str(), chart_png.c_str());
   if (leader && idle.empty_windows() > 0)
     std::printf(
         "train_yolo: no device activity was recorded in %lld of %lld micro-batches (CUPTI handed it "

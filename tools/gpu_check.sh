@@ -258,11 +258,11 @@ peer_step() {  # name, log file, timeout seconds, command...: run_step within th
   run_step "$name" "$log" "$limit" "$@"
 }
 # Our images/s, ms per step and data wait from a training log: epochs >= 1 of
-# "train_yolo: epoch N: X img/s; a step T ms = data wait D + ...", else the final
+# "train_yolo: epoch N: loss L; X img/s; a step T ms = data wait D + ...", else the final
 # "train_yolo: the last K steps: X img/s; a step T ms = data wait D + ..."; nothing if neither.
 ours_rate() {  # log, batch
   awk -v batch="$2" '
-    /^train_yolo: epoch [0-9]+: [0-9.e+]+ img\/s; a step / { if ($3 + 0 >= 1) { n++; ms += $8; dw += $13 }; next }
+    /^train_yolo: epoch [0-9]+: loss [^;]+; [0-9.e+]+ img\/s; a step / { if ($3 + 0 >= 1) { n++; ms += $10; dw += $15 }; next }
     /^train_yolo: the last [0-9]+ steps: [0-9.e+]+ img\/s; a step / { last = $6; lms = $10; ldw = $15 }
     END {
       if (n) printf "%.1f %.1f %.1f\n", batch * 1000 / (ms / n), ms / n, dw / n
