@@ -215,12 +215,19 @@ void Loader::produce(const Job& job) {
 
   if (!info.ok && !options_.strict) {
     // Changed since the dataset's scan: warned once per image; each epoch's summary counts it.
+    // The first few by name; after them one line, and each epoch's summary counts the rest.
+    constexpr size_t kNamed = 5;
     bool first = false;
+    size_t named = 0;
     {
       std::lock_guard lock(mutex_);
       first = warned_.insert(sample.image).second;
+      named = warned_.size();
     }
-    if (first) options_.warn(error + " (skipped: a grey image without boxes takes its place; warned once)");
+    if (first && named <= kNamed)
+      options_.warn(error + " (skipped: a grey image without boxes takes its place; warned once)");
+    else if (first && named == kNamed + 1)
+      options_.warn("more images fail to decode: not named one by one from here on; each epoch's line counts them");
   }
   {
     std::lock_guard lock(mutex_);

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "runtime/check.h"
+#include "runtime/plural.h"
 
 namespace yolo::data {
 
@@ -26,10 +27,6 @@ std::vector<std::pair<std::string, std::vector<const Problem*>>> by_kind(const S
 
 int64_t listed(const Split& split) { return static_cast<int64_t>(split.samples.size()) + split.left_out(); }
 
-std::string plural(int64_t n, const char* one, const char* many) {
-  return std::to_string(n) + " " + (n == 1 ? one : many);
-}
-
 }  // namespace
 
 int64_t problem_count(const Dataset& dataset) {
@@ -40,8 +37,9 @@ std::string problem_report(const Dataset& dataset, int per_kind) {
   std::string out;
   for (const Split* split : {&dataset.train, &dataset.valid}) {
     if (split->problems.empty()) continue;
-    out += split->name + ": " + plural(static_cast<int64_t>(split->problems.size()), "problem", "problems") + ", " +
-           plural(split->left_out(), "item", "items") + " left out of " + std::to_string(listed(*split)) + " listed:\n";
+    out += split->name + ": " + counted(static_cast<int64_t>(split->problems.size()), "problem", "problems") + ", " +
+           counted(split->left_out(), "item", "items") + " left out of " + std::to_string(listed(*split)) +
+           " listed:\n";
     for (const auto& [kind, problems] : by_kind(*split)) {
       out += "  " + kind + ": " + std::to_string(problems.size()) + "\n";
       for (size_t k = 0; k < problems.size() && static_cast<int>(k) < per_kind; ++k)
@@ -69,7 +67,7 @@ void write_problem_list(const Dataset& dataset, const std::string& path) {
 void check_usable(const Dataset& dataset, bool strict, const std::string& list_path) {
   const std::string see = list_path.empty() ? "" : " (all of them: " + list_path + ")";
   if (strict && problem_count(dataset) > 0)
-    throw Error(dataset.source + ": " + plural(problem_count(dataset), "problem", "problems") +
+    throw Error(dataset.source + ": " + counted(problem_count(dataset), "problem", "problems") +
                 " in the dataset, and --strict stops at any" + see);
   for (const Split* split : {&dataset.train, &dataset.valid}) {
     const int64_t bad = split->left_out(), all = listed(*split);

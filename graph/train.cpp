@@ -35,6 +35,7 @@
 #include "runtime/fault.h"
 #include "runtime/memory.h"
 #include "runtime/nccl_communicator.h"
+#include "runtime/plural.h"
 #include "runtime/rendezvous.h"
 #include "runtime/socket_communicator.h"
 
@@ -480,11 +481,11 @@ TrainResult train_detector_replica(const ModelSpec& spec, const data::Dataset& d
       return evaluate_split(executor, dataset.valid, graph.classes, detect).map50;
     };
   if (leader)
-    std::printf("train_yolo: training %s on %d x %s: batch %d (%d replicas x %d micro-batches x %d), %dx%d, %zu "
-                "training images, %lld steps per epoch\n",
-                spec.path.c_str(), world, device.name().c_str(), setup.batch, world, setup.subdivisions, setup.micro,
-                graph.net.width, graph.net.height, dataset.train.samples.size(),
-                static_cast<long long>(loader.steps_per_epoch() / setup.subdivisions));
+    std::printf("train_yolo: training %s on %d x %s: batch %d (%s x %s x %d), %dx%d, %s, %s per epoch\n",
+                spec.path.c_str(), world, device.name().c_str(), setup.batch, counted(world, "replica").c_str(),
+                counted(setup.subdivisions, "micro-batch", "micro-batches").c_str(), setup.micro, graph.net.width,
+                graph.net.height, counted(static_cast<int64_t>(dataset.train.samples.size()), "training image").c_str(),
+                counted(loader.steps_per_epoch() / setup.subdivisions, "step").c_str());
   return run_replica(graph, executor, source, options, setup, start, comm, group);
 }
 

@@ -42,7 +42,7 @@ check "train on emu:0,1" 0 "; device idle between kernels" "$bin" --devices emu:
   --max-batches 2 --size 64 --batch 8 --out out
 check "map on emu:0" 0 "mAP@0.5 =" "$bin" map --cfg "$models/demo.cfg" --weights out/last.weights --data set/shapes.data \
   --size 64
-check "detect on emu:1@sm75" 0 "detections -> drawn/000000.png" "$bin" detect --devices emu:1@sm75 --cfg "$models/demo.cfg" \
+check "detect on emu:1@sm75" 0 " -> drawn/000000.png" "$bin" detect --devices emu:1@sm75 --cfg "$models/demo.cfg" \
   --weights out/last.weights --names set/shapes.names --size 64 --out drawn set/validation/images/000000.png
 check "train in tf32 on emu:0" 0 "precision tf32: convolutions and connected layers on tensor cores" "$bin" \
   --devices emu:0 --precision tf32 --cfg "$models/demo.cfg" --data set/shapes.data --max-batches 1 --size 64 --batch 4 \
@@ -79,7 +79,7 @@ printf 'rectangle\nellipse\ntriangle\nstar\n' >"$work/set/four.names"
 check "the demo on a 4-class set: heads resized" 0 "the [yolo] heads resized from 3 to 4 classes" "$bin" \
   --devices emu:0 --precision fp32 --cfg "$models/demo.cfg" --data set/four.data --max-batches 1 --size 64 --batch 2 \
   --out out_four
-check "detect with the run's model.cfg" 0 "detections -> drawn_four/000000.png" "$bin" detect --devices emu:0 \
+check "detect with the run's model.cfg" 0 " -> drawn_four/000000.png" "$bin" detect --devices emu:0 \
   --weights out_four/last.weights --names set/four.names --size 64 --out drawn_four set/validation/images/000000.png
 
 # A hostile VOC set (issue 16): a truncated XML, swapped corners, a box beyond <size>, a truncated

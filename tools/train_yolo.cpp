@@ -31,6 +31,7 @@
 #include "runtime/check.h"
 #include "runtime/device.h"
 #include "runtime/launch.h"
+#include "runtime/plural.h"
 #include "runtime/rendezvous.h"
 
 namespace {
@@ -303,7 +304,9 @@ yolo::data::Dataset open_and_describe(const std::string& path, yolo::data::OpenO
   std::string names;
   for (size_t c = 0; c < dataset.class_names.size() && c < 20; ++c) names += (c ? ", " : "") + dataset.class_names[c];
   if (dataset.class_names.size() > 20) names += ", ...";
-  std::printf("train_yolo: %zu classes: %s\n", dataset.class_names.size(), names.c_str());
+  std::printf("train_yolo: %s: %s\n",
+              yolo::counted(static_cast<int64_t>(dataset.class_names.size()), "class", "classes").c_str(),
+              names.c_str());
   std::printf("train_yolo: train: %s\n", dataset.train.counts.summary().c_str());
   std::printf("train_yolo: valid: %s\n",
               dataset.valid.samples.empty() ? "none" : dataset.valid.counts.summary().c_str());
@@ -339,9 +342,10 @@ void run_loader(const yolo::data::Dataset& dataset, const Options& options) {
   o.strict = options.open.strict;
   o.remainder = yolo::data::Remainder::Wrap;
   yolo::data::Loader loader(dataset.train, o);
-  std::printf("train_yolo: loader: %d threads, batch %d at %dx%d (%s%s), %lld steps per epoch\n", loader.threads(),
-              o.batch, o.net_w, o.net_h, yolo::data::resize_mode_name(o.resize),
-              o.augment ? ", augmented" : "", static_cast<long long>(loader.steps_per_epoch()));
+  std::printf("train_yolo: loader: %s, batch %d at %dx%d (%s%s), %lld steps per epoch\n",
+              yolo::counted(loader.threads(), "thread").c_str(), o.batch, o.net_w, o.net_h,
+              yolo::data::resize_mode_name(o.resize), o.augment ? ", augmented" : "",
+              static_cast<long long>(loader.steps_per_epoch()));
   auto t0 = std::chrono::steady_clock::now();
   int epochs = options.epochs ? options.epochs : 1;
   int64_t steps = loader.steps_per_epoch() * epochs;
@@ -403,7 +407,8 @@ void report_detector(const yolo::graph::ModelSpec& spec, const yolo::data::Datas
   std::vector<yolo::graph::ImageDetections> found = yolo::graph::detect_samples(*executor, one, {});
   std::string drawn = out_dir + "/detections.jpg";
   yolo::graph::write_detections_image(found.front(), dataset.class_names, drawn);
-  std::printf("train_yolo: %s: %zu detections drawn on %s\n", drawn.c_str(), found.front().detections.size(),
+  std::printf("train_yolo: %s: %s drawn on %s\n", drawn.c_str(),
+              yolo::counted(static_cast<int64_t>(found.front().detections.size()), "detection").c_str(),
               one.front().image.c_str());
 }
 
@@ -482,7 +487,8 @@ int run_detect(const Options& options, const yolo::GpuDiscovery& found) {
     std::string ext = source.extension() == ".png" ? ".png" : ".jpg";
     std::string drawn = out_dir + "/" + source.stem().string() + ext;
     yolo::graph::write_detections_image(r, names, drawn);
-    std::fprintf(stderr, "train_yolo: %s: %zu detections -> %s\n", r.image.c_str(), r.detections.size(), drawn.c_str());
+    std::fprintf(stderr, "train_yolo: %s: %s -> %s\n", r.image.c_str(),
+                 yolo::counted(static_cast<int64_t>(r.detections.size()), "detection").c_str(), drawn.c_str());
   }
   return 0;
 }
