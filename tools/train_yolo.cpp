@@ -296,6 +296,11 @@ yolo::data::Dataset open_and_describe(const std::string& path, yolo::data::OpenO
                                       const std::string& problems_dir, int threads) {
   open.verify_images = true;
   open.threads = threads;
+  // The verdicts' cache beside the dataset, or in the run's folder when that is read-only.
+  if (open.cache_file.empty() && yolo::data::default_verify_cache(path).empty()) {
+    std::filesystem::create_directories(problems_dir);
+    open.cache_file = problems_dir + "/.train_yolo_images.cache";
+  }
   auto t0 = std::chrono::steady_clock::now();
   yolo::data::Dataset dataset = yolo::data::open_dataset(path, open);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -312,9 +317,8 @@ yolo::data::Dataset open_and_describe(const std::string& path, yolo::data::OpenO
               dataset.valid.samples.empty() ? "none" : dataset.valid.counts.summary().c_str());
   for (const std::string& w : dataset.warnings) std::fprintf(stderr, "train_yolo: warning: %s\n", w.c_str());
   const std::string cache = open.cache_file.empty() ? yolo::data::default_verify_cache(path) : open.cache_file;
-  std::printf(
-      "train_yolo: every label read and every image verified in %.1f s (%s)\n", seconds,
-      cache.empty() ? "no cache: the dataset's folder is not writable" : ("verdicts cached in " + cache).c_str());
+  std::printf("train_yolo: every label read and every image verified in %.1f s (verdicts cached in %s)\n", seconds,
+              cache.c_str());
   std::string list;
   if (yolo::data::problem_count(dataset) > 0) {
     list = problems_dir + "/dataset_problems.txt";
