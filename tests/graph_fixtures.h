@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdint>
 #include <exception>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <string>
@@ -20,6 +21,14 @@
 #include "runtime/memory.h"
 
 namespace yolo::testing {
+
+// models/NAME from the repository root (where the tests run) or its build folder.
+inline std::string model_path(const std::string& name) {
+  for (const char* dir : {"models/", "../models/"})
+    if (std::filesystem::exists(dir + name)) return dir + name;
+  FAIL("models/" << name << " not found: run the tests from the repository root");
+  return {};
+}
 
 // 64x64 input, two strided BN convs and a maxpool, one [yolo] head of 3 anchors and 3 classes
 // (batch 4 in 2 subdivisions, 6 steps, burn-in 2, a rate step at 4).

@@ -15,6 +15,7 @@
 
 #include "graph/cfg.h"
 #include "runtime/check.h"
+#include "tests/graph_fixtures.h"
 #include "tests/test_support.h"
 
 namespace {
@@ -49,12 +50,7 @@ void check_error(const std::string& text, int line, const std::string& part) {
 // A [net] of 3 lines; a body after it starts at line 4.
 std::string net_then(const std::string& body) { return "[net]\nwidth=64\nheight=64\n" + body; }
 
-std::string model_path(const std::string& name) {
-  for (const char* dir : {"models/", "../models/"})
-    if (std::filesystem::exists(dir + name)) return dir + name;
-  FAIL("models/" << name << " not found: run the tests from the repository root");
-  return {};
-}
+using yolo::testing::model_path;
 
 std::string read_all(const std::string& path) {
   std::ifstream in(path, std::ios::binary);

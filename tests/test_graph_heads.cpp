@@ -12,17 +12,13 @@
 #include "graph/graph.h"
 #include "graph/heads.h"
 #include "runtime/check.h"
+#include "tests/graph_fixtures.h"
 
 using namespace yolo::graph;
 
 namespace {
 
-std::string model_path(const std::string& name) {
-  for (const char* dir : {"models/", "../models/"})
-    if (std::filesystem::exists(dir + name)) return dir + name;
-  FAIL("models/" << name << " not found: run the tests from the repository root");
-  return {};
-}
+using yolo::testing::model_path;
 
 std::string read_text(const std::string& path) {
   std::ifstream in(path, std::ios::binary);

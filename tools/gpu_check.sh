@@ -44,45 +44,37 @@ if [[ -z "${YOLO_NCCL_LIB:-}" ]] && command -v python3 >/dev/null; then
   dir=$(python3 -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], "lib"))' 2>/dev/null)
   [[ -n "$dir" && -d "$dir" ]] && export YOLO_NCCL_LIB="$dir"
 fi
-# cuBLAS, bench_kernels' yardstick, likewise (a folder: the loader tries libcublas.so.13, .12,
-# .so in it): Python's nvidia-cublas package (nvidia/cublas/lib; CUDA 13 wheels: nvidia/cu13/lib).
-# Not found: the loader's default paths, and bench_kernels prints "-" in the cuBLAS columns.
-if [[ -z "${YOLO_CUBLAS_LIB:-}" ]] && command -v python3 >/dev/null; then
-  dir=$(python3 -c '
-import glob, importlib, os
-for name in ("nvidia.cublas", "nvidia"):
+# The lib folder of a library that ships inside Python's nvidia packages: MODULE's lib/ (or the
+# CUDA 13 wheels' nvidia/*/lib) holding a file matching GLOB; nothing when there is none.
+python_lib_dir() {  # module, glob
+  command -v python3 >/dev/null || return 0
+  python3 - "$1" "$2" <<'PY' 2>/dev/null
+import glob, importlib, os, sys
+for name in (sys.argv[1], "nvidia"):
     try:
         bases = list(importlib.import_module(name).__path__)
     except Exception:
         continue
     for base in bases:
         for lib in [os.path.join(base, "lib")] + sorted(glob.glob(os.path.join(base, "*", "lib"))):
-            if glob.glob(os.path.join(lib, "libcublas.so*")):
+            if glob.glob(os.path.join(lib, sys.argv[2])):
                 print(lib)
                 raise SystemExit(0)
-' 2>/dev/null)
+PY
+}
+# cuBLAS, bench_kernels' yardstick, likewise (a folder: the loader tries libcublas.so.13, .12,
+# .so in it). Not found: the loader's default paths, and bench_kernels prints "-" in the cuBLAS
+# columns.
+if [[ -z "${YOLO_CUBLAS_LIB:-}" ]]; then
+  dir=$(python_lib_dir nvidia.cublas 'libcublas.so*')
   [[ -n "$dir" && -d "$dir" ]] && export YOLO_CUBLAS_LIB="$dir"
 fi
-
-# CUPTI (the split's device idle time, runtime/activity.h) likewise: the toolkit's, or Python's
-# nvidia-cuda-cupti package (nvidia/cuda_cupti/lib; CUDA 13 wheels: nvidia/cu13/lib).
-if [[ -z "${YOLO_CUPTI_LIB:-}" ]] && command -v python3 >/dev/null; then
-  lib=$(python3 -c '
-import glob, importlib, os
-for name in ("nvidia.cuda_cupti", "nvidia"):
-    try:
-        bases = list(importlib.import_module(name).__path__)
-    except Exception:
-        continue
-    for base in bases:
-        for lib in [os.path.join(base, "lib")] + sorted(glob.glob(os.path.join(base, "*", "lib"))):
-            found = sorted(glob.glob(os.path.join(lib, "libcupti.so.1[0-9]*")))
-            if found:
-                print(found[0])
-                raise SystemExit(0)
-' 2>/dev/null)
-  [[ -n "$lib" && -f "$lib" ]] && ! ls /usr/local/cuda/extras/CUPTI/lib64/libcupti.so.1* /usr/local/cuda/lib64/libcupti.so.1* \
-    >/dev/null 2>&1 && export YOLO_CUPTI_LIB="$lib"
+# CUPTI (the split's device idle time, runtime/activity.h): the toolkit's when it has one, else
+# Python's nvidia-cuda-cupti package (a folder: the loader opens libcupti.so.13 in it).
+if [[ -z "${YOLO_CUPTI_LIB:-}" ]] &&
+  ! ls /usr/local/cuda/extras/CUPTI/lib64/libcupti.so.13 /usr/local/cuda/lib64/libcupti.so.13 >/dev/null 2>&1; then
+  dir=$(python_lib_dir nvidia.cuda_cupti 'libcupti.so.13')
+  [[ -n "$dir" && -d "$dir" ]] && export YOLO_CUPTI_LIB="$dir"
 fi
 
 run_step() {  # name, log file, timeout seconds, command...
