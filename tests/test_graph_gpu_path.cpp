@@ -88,7 +88,9 @@ TEST_CASE("the GPU path trains the tiny detector as the CPU does, and repeats it
   }
 }
 
-TEST_CASE("the GPU path in tf32 trains the tiny detector within a band of fp32, repeats its bits; refusals") {
+TEST_CASE(
+    "tf32 on the kernel device (emu0 or gpu0): the tiny detector trains within a band of fp32, repeats its bits; "
+    "refusals") {
   KERNEL_TEST_DEVICE(device);
   if (current_compute_capability() < 80) SKIP_TEST("tf32 needs sm_80");
   TempDir dir;
