@@ -170,7 +170,7 @@ $(BUILD)/scaling_model: $(call obj,native,tools/scaling_model.cpp) $(NATIVE_LIB)
 	$(CXX) $^ -o $@ $(LDLIBS_NATIVE)
 
 test: $(BUILD)/tests $(BUILD)/tests_emu $(BUILD)/train_yolo_emu
-	@BUILD=$(BUILD) tools/run_tests.sh $(BUILD)/tests_emu $(BUILD)/tests tools/adversarial_tests.sh tools/emu_cli_check.sh tools/sass_test.sh
+	@BUILD=$(BUILD) tools/run_tests.sh tools/sharded_tests.sh $(BUILD)/tests tools/adversarial_tests.sh tools/emu_cli_check.sh tools/sass_test.sh
 
 clean:
 	rm -rf $(BUILD) train_yolo
