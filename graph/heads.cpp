@@ -20,6 +20,21 @@ std::vector<std::string> split_lines(const std::string& text) {
 
 bool is_conv(const std::string& type) { return type == "convolutional" || type == "conv"; }
 
+// The text with the lines in `replace` (1-based) replaced and those in `after` added after theirs.
+std::string rewrite_lines(const std::string& text, const std::map<int, std::string>& replace,
+                          const std::map<int, std::vector<std::string>>& after) {
+  std::string result;
+  const std::vector<std::string> lines = split_lines(text);
+  for (size_t i = 0; i < lines.size(); ++i) {
+    const int line = static_cast<int>(i) + 1;
+    auto r = replace.find(line);
+    result += (r != replace.end() ? r->second : lines[i]) + "\n";
+    if (auto a = after.find(line); a != after.end())
+      for (const std::string& added : a->second) result += added + "\n";
+  }
+  return result;
+}
+
 // The anchors a [yolo] predicts at: its mask's length, or num when it has no mask (darknet).
 int anchors_of(const CfgSection& yolo) {
   for (const CfgOption& o : yolo.options)
@@ -47,7 +62,6 @@ ResizedHeads resize_yolo_heads(const std::string& text, const std::string& path,
   out.head_layers = yolo_head_layers(spec);
   for (const LayerSpec& layer : spec.layers)
     if (layer.type == LayerType::Yolo) out.old_classes = layer.classes;
-  std::vector<std::string> lines = split_lines(text);
   std::map<int, std::string> replace;             // line (1-based) -> new text
   std::map<int, std::vector<std::string>> after;  // header line -> lines to add after it
   // Sections: [net] is sections[0]; layer k is sections[k + 1] (no [cost] in a detector).
@@ -73,22 +87,14 @@ ResizedHeads resize_yolo_heads(const std::string& text, const std::string& path,
       }
     if (!has_filters) after[conv.line].push_back(filters);
   }
-  std::string result;
-  for (size_t i = 0; i < lines.size(); ++i) {
-    const int line = static_cast<int>(i) + 1;
-    auto r = replace.find(line);
-    result += (r != replace.end() ? r->second : lines[i]) + "\n";
-    if (auto a = after.find(line); a != after.end())
-      for (const std::string& added : a->second) result += added + "\n";
-  }
-  out.cfg_text = result;
+  out.cfg_text = rewrite_lines(text, replace, after);
   return out;
 }
 
 std::string set_yolo_anchors(const std::string& text, const std::string& path, const std::string& anchors) {
   const CfgFile cfg = parse_cfg_text(text, path);
   std::map<int, std::string> replace;
-  std::map<int, std::string> after;
+  std::map<int, std::vector<std::string>> after;
   for (const CfgSection& section : cfg.sections) {
     if (section.type != "yolo") continue;
     bool found = false;
@@ -97,17 +103,9 @@ std::string set_yolo_anchors(const std::string& text, const std::string& path, c
         found = true;
         replace[o.line] = "anchors = " + anchors;
       }
-    if (!found) after[section.line] = "anchors = " + anchors;
+    if (!found) after[section.line].push_back("anchors = " + anchors);
   }
-  std::string result;
-  const std::vector<std::string> lines = split_lines(text);
-  for (size_t i = 0; i < lines.size(); ++i) {
-    const int line = static_cast<int>(i) + 1;
-    auto r = replace.find(line);
-    result += (r != replace.end() ? r->second : lines[i]) + "\n";
-    if (auto a = after.find(line); a != after.end()) result += a->second + "\n";
-  }
-  return result;
+  return rewrite_lines(text, replace, after);
 }
 
 }  // namespace yolo::graph
