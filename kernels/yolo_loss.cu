@@ -477,8 +477,9 @@ void yolo_loss_reference(NhwcView<const T> input, const YoloLossConfig& config, 
         }
     for (int t = 0; t < int(kept.size()); ++t) {
       RefBox<T> truth = truth_box(t);
-      int i = std::clamp(int(std::floor(std::clamp(truth.x * W, T(-1), T(W)))), 0, W - 1);
-      int j = std::clamp(int(std::floor(std::clamp(truth.y * H, T(-1), T(H)))), 0, H - 1);
+      // The cell from the float coordinate, as darknet, the CPU loss and the kernel find it: in
+      // double, 0.9f * 10 is just below 9 (cell 8); in float it rounds to 9.
+      int i = grid_cell(kept[t].x, W), j = grid_cell(kept[t].y, H);
       T best = 0;
       int best_n = 0;
       for (int n = 0; n < config.num_anchors; ++n) {

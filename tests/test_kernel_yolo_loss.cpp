@@ -295,6 +295,41 @@ TEST_CASE("yolo_loss: a box exactly on an anchor gets exactly the stated targets
   }
 }
 
+TEST_CASE(
+    "yolo_loss: a truth on a cell boundary in float lands in the same cell everywhere, double reference included") {
+  // 0.9f * 10 is 8.99999976 in double (cell 8) and rounds to 9.0 in float (cell 9): darknet, the CPU
+  // loss and the kernel compute it in float, so the double reference must too.
+  Rng rng;
+  CAPTURE(rng.seed());
+  YoloLossConfig config = make_yolo_loss_config(
+      {8, 8, 16, 16, 32, 64, 64, 32, 48, 48, 64, 64, 96, 96, 128, 64, 64, 128}, {2, 3, 4}, 3, 320, 128, 0.7f, 1.0f);
+  Case k = make_case(config, 1, 4, 10, 1);
+  for (int j = 0; j < 4; ++j)
+    for (int i = 0; i < 10; ++i)
+      for (int a = 0; a < 3; ++a)
+        for (int e = 0; e < 8; ++e) k.at(0, j, i, a, e) = e == 2 || e == 3 ? -4.0f : rng.uniform(-1, 1);
+  k.set_truth(0, 0, YoloTruth{0.9f, 0.625f, 0.1f, 0.5f, 1});  // anchor 2 (32x64 of 320x128) exactly
+  k.counts[0] = 1;
+  REQUIRE(int(std::floor(double(0.9f) * 10)) == 8);
+  REQUIRE(0.9f * 10.0f == 9.0f);
+  auto assigned_cell = [&](const std::vector<float>& buffer) {
+    int cell = -1;
+    for (int i = 0; i < 10; ++i)
+      if (buffer[k.index(0, 2, i, 0, 5 + 1)] < 0) cell = i;  // the class target 1 makes it negative
+    return cell;
+  };
+  for (Impl impl : impls_here()) {
+    CAPTURE(impl_name(impl));
+    CHECK(assigned_cell(run(k, impl).buffer) == 9);
+  }
+  std::vector<double> x(k.input.begin(), k.input.end()), g(x.size(), std::nan(""));
+  YoloLossStatsT<double> stats;
+  yolo_loss_reference<double>(nhwc(static_cast<const double*>(x.data()), k.n, k.h, k.w, k.c), k.config, k.truths.data(),
+                              k.counts.data(), k.truth_stride, nhwc(g.data(), k.n, k.h, k.w, k.c), &stats);
+  CHECK(stats.assigned == 1);
+  CHECK(assigned_cell(std::vector<float>(g.begin(), g.end())) == 9);
+}
+
 TEST_CASE("yolo_loss: a prediction overlapping a truth above ignore_thresh has no objectness term") {
   Rng rng;
   CAPTURE(rng.seed());
