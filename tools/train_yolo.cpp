@@ -698,6 +698,7 @@ int train(const Options& options, const yolo::GpuDiscovery& found) {
   // A resumed run continues the cfg it trained (its heads may have been resized for the data).
   if (const std::string trained = to.out_dir + "/model.cfg"; options.resume && std::filesystem::exists(trained)) {
     spec = yolo::graph::read_model(trained);
+    if (options.size) spec.net.width = spec.net.height = options.size;  // as for the cfg given
     std::printf("train_yolo: --resume: the run's own cfg, %s\n", trained.c_str());
   }
 
