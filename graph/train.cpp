@@ -22,6 +22,7 @@
 #include "data/loader.h"
 #include "data/rng.h"
 #include "data/transform.h"
+#include "graph/checkpoint_files.h"
 #include "graph/evaluate.h"
 #include "graph/executor.h"
 #include "graph/loss_scale.h"
@@ -164,11 +165,14 @@ Setup batch_setup(const ModelSpec& spec, const TrainOptions& options, int world 
   return s;
 }
 
-Start prepare_start(const Graph& graph, Executor& executor, const TrainOptions& options) {
+Start prepare_start(const Graph& graph, Executor& executor, const TrainOptions& options, bool leader) {
   Start start;
   if (options.resume) {
-    std::string path = options.out_dir + "/last.ckpt";
-    Checkpoint ckpt = read_checkpoint(path);
+    // last.ckpt, or prev.ckpt when last.ckpt is missing or damaged (graph/checkpoint_files.h).
+    ResumePoint point = find_resume_checkpoint(options.out_dir);
+    if (!point.notice.empty() && leader) std::printf("train_yolo: %s\n", point.notice.c_str());
+    const std::string& path = point.path;
+    const Checkpoint& ckpt = point.checkpoint;
     if (ckpt.cfg_digest != cfg_digest(graph))
       throw Error(path + " was written for another architecture or input size than " + graph.path +
                   ": resume with the same --cfg and --size");
@@ -187,7 +191,8 @@ Start prepare_start(const Graph& graph, Executor& executor, const TrainOptions& 
     start.iteration = ckpt.iteration;
     start.seen = ckpt.seen;
     start.loader = ckpt.loader;
-    std::printf("train_yolo: resuming %s at step %lld\n", path.c_str(), static_cast<long long>(start.iteration));
+    if (leader)
+      std::printf("train_yolo: resuming %s at step %lld\n", path.c_str(), static_cast<long long>(start.iteration));
   } else if (!options.weights.empty()) {
     std::vector<LayerParams> layers = executor.download_parameters();
     WeightsHeader header = read_darknet_weights(options.weights, layers, options.load_layers);
@@ -233,6 +238,8 @@ TrainResult run_replica(const Graph& graph, Executor& executor, Source& source, 
   dp.stream = &comm_stream;
   dp.gradients_done = std::make_unique<Event>(executor.device());
   dp.reduced = std::make_unique<Event>(executor.device());
+  dp.stop_device = DeviceMemory(executor.device(), sizeof(float));
+  dp.stop_host = PinnedHostBuffer(2 * sizeof(float));
   // NCCL's documentation: several GPUs per process with graph-captured collectives may deadlock
   // (a cudaGraphLaunch can block until the other GPUs' kernels launch).
   if (executor.device().is_cuda() && group && comm->size() > 1)
@@ -415,7 +422,7 @@ TrainResult train_detector_replica(const ModelSpec& spec, const data::Dataset& d
   if (multiscale && leader)
     std::printf("train_yolo: multi-scale training (random=1): %dx%d .. %dx%d, a new size every 10 steps\n",
                 sizes.front().first, sizes.front().second, sizes.back().first, sizes.back().second);
-  Start start = prepare_start(graph, executor, options);
+  Start start = prepare_start(graph, executor, options, leader);
 
   data::LoaderOptions lo;
   lo.batch = setup.micro;
@@ -522,7 +529,7 @@ TrainResult train_classifier_replica(const ModelSpec& spec, const data::MnistSet
   if (classes < 10) throw Error(spec.path + ": the last layer has " + std::to_string(classes) + " outputs; MNIST has 10 classes");
   Setup setup = batch_setup(spec, options, world);
   Executor executor(graph, device, setup.micro, options.seed, {}, chosen_precision(options, device, rank == 0));
-  Start start = prepare_start(graph, executor, options);
+  Start start = prepare_start(graph, executor, options, rank == 0);
   // MNIST batches are cheap: built on the host per micro-batch and copied synchronously.
   const int n = setup.micro;
   const int64_t steps = mnist.count / (static_cast<int64_t>(n) * world);  // micro-batches per epoch and rank

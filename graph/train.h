@@ -20,6 +20,8 @@
 
 namespace yolo::graph {
 
+class Executor;
+
 struct TrainOptions {
   int64_t max_batches = 0;      // optimizer steps to reach (0: the cfg's max_batches)
   int batch = 0;                // global images per step (0: the cfg's batch)
@@ -65,6 +67,15 @@ struct TrainOptions {
   // GPUs and emulated GPUs: record the device's activity (runtime/activity.h: CUPTI on GPUs) for
   // the split's device idle time; false: --no-idle.
   bool device_activity = true;
+  // Divergence: this many steps in a row skipped for a NaN or infinite gradient stop the run
+  // (--max-skipped-steps; 0: never). fp16's loss-scale adjustments never count.
+  int max_skipped_steps = 10;
+  // Whether this rank is asked to stop after the step under way (read before each step's
+  // collectives; all ranks then stop after the same step). Empty: a SIGTERM/SIGINT received
+  // (runtime/stop_signal.h). Tests stop one rank at a chosen step.
+  std::function<bool(int rank, int64_t iteration)> stop_requested;
+  // Test hook, before each step is queued: plant a fault in the executor's state.
+  std::function<void(Executor& executor, int rank, int64_t iteration)> before_step;
 };
 
 // Where the steps' time went (milliseconds summed over `steps`): host wall clock for the data
@@ -85,7 +96,17 @@ struct StepSplit {
   std::string text() const;
 };
 
+// Why the run ended.
+enum class TrainStop {
+  Finished,  // max_batches reached
+  Signal,    // stop_requested (SIGTERM/SIGINT): the step under way finished and saved
+  Diverged,  // max_skipped_steps non-finite steps in a row
+};
+
 struct TrainResult {
+  TrainStop stop = TrainStop::Finished;
+  int stop_signal = 0;       // Signal: the signal this process received (0: another rank's request)
+  std::string stop_message;  // Signal and Diverged: what to tell the user (printed by the caller)
   int64_t iterations = 0;
   double last_loss = 0;      // mean per image over the last step
   double first_loss = 0;     // mean per image over the first step of this run

@@ -23,7 +23,9 @@
 #include "data/loader.h"
 #include "data/rng.h"
 #include "data/transform.h"
+#include "graph/checkpoint_files.h"
 #include "graph/device_idle.h"
+#include "graph/divergence.h"
 #include "graph/evaluate.h"
 #include "graph/executor.h"
 #include "graph/loss_scale.h"
@@ -39,6 +41,7 @@
 #include "runtime/nccl_communicator.h"
 #include "runtime/rendezvous.h"
 #include "runtime/socket_communicator.h"
+#include "runtime/stop_signal.h"
 
 namespace yolo::graph {
 
@@ -88,6 +91,12 @@ void all_reduce_gradients(Executor& executor, DataParallel& dp, size_t begin, si
   executor.compute_stream().record(*dp.gradients_done);
   // A planted fault (emulated build only): the all-reduce does not wait for the gradients.
   if (!fault_injected(Fault::CommSkipsComputeWait)) dp.stream->wait(*dp.gradients_done);
+  if (bucket <= 0) {  // the step's first collective: the stop requests ride ahead of it
+    auto* host = static_cast<float*>(dp.stop_host.data());
+    copy_bytes(dp.stop_device.data(), host, sizeof(float), dp.stream);
+    dp.comm->all_reduce_sum(static_cast<float*>(dp.stop_device.data()), 1, *dp.stream);
+    copy_bytes(host + 1, dp.stop_device.data(), sizeof(float), dp.stream);
+  }
   if (!trace) {
     dp.comm->all_reduce_sum(executor.gradients() + begin, end - begin, *dp.stream);
     return;
@@ -106,6 +115,14 @@ void all_reduce_gradients(Executor& executor, DataParallel& dp, size_t begin, si
     std::lock_guard lock(trace->mutex);
     trace->events.push_back(*span);
   });
+}
+
+// The run's end when it stopped early: the message for a signal's stop.
+std::string signal_stop_message(int signal, int64_t step, const std::string& out_dir) {
+  const std::string who =
+      signal ? std::string("stopped by ") + signal_name(signal) : "stopped: another rank was asked to";
+  return who + " after step " + std::to_string(step) + "; saved " + out_dir + "/last.weights and " + out_dir +
+         "/last.ckpt";
 }
 
 }  // namespace
@@ -185,6 +202,16 @@ TrainResult run_loop(const Graph& graph, Executor& executor, Source& source, con
     records_written = true;
   };
 
+  // Before the first step: the output folder can take what the saves will write.
+  if (leader) {
+    std::vector<std::pair<std::string, uint64_t>> tensors = {{"params", executor.parameter_count()},
+                                                             {"momentum", executor.parameter_count()},
+                                                             {"stats", executor.download("stats").size()}};
+    if (scaler.enabled()) tensors.emplace_back(kLossScaleTensor, 3);
+    check_output_folder(options.out_dir, checkpoint_bytes(cfg_digest(graph), tensors),
+                        darknet_weights_bytes(executor.download_parameters()), options.valid_every > 0 ? 2 : 1);
+  }
+
   auto save = [&](int64_t iteration) {
     std::vector<LayerParams> layers = executor.download_parameters();
     WeightsHeader header;
@@ -204,7 +231,7 @@ TrainResult run_loop(const Graph& graph, Executor& executor, Source& source, con
       ckpt.tensors.emplace_back(kLossScaleTensor, std::vector<float>{st.scale, static_cast<float>(st.clean),
                                                                      static_cast<float>(st.overflows)});
     }
-    write_checkpoint(result.checkpoint_path, ckpt);
+    save_checkpoint(options.out_dir, ckpt);
   };
 
   StepGraphs graphs(executor.compute_stream(), graphs_off_reason(options, executor.device(), dp));
@@ -228,7 +255,23 @@ TrainResult run_loop(const Graph& graph, Executor& executor, Source& source, con
       std::printf("%strain_yolo: %s\n", tty ? "\n" : "", notice.c_str());
   };
 
+  // Stops: a signal's request (all ranks after the same step) and divergence.
+  auto stop_requested = [&](int64_t iteration) {
+    return options.stop_requested ? options.stop_requested(rank, iteration) : stop_signal() != 0;
+  };
+  int64_t skipped_in_a_row = 0, first_skipped = 0;
+  // The per-layer check (graph/divergence.h) runs on the second skipped step in a row, eagerly:
+  // its findings, over every rank (the earliest in forward order wins).
+  int64_t located_step = 0;
+  NonFinite first_non_finite;
+  int first_non_finite_rank = 0;
+
   for (int64_t iteration = start_iteration; iteration < max_batches; ++iteration) {
+    if (options.before_step) options.before_step(executor, rank, iteration);
+    if (dp) static_cast<float*>(dp->stop_host.data())[0] = stop_requested(iteration) ? 1.0f : 0.0f;
+    const bool check_this = skipped_in_a_row == 1;  // the per-layer check of a diverging run
+    NonFinite found;
+    bool forward_checked = false;
     bool trace_this = !options.trace_file.empty() &&
                       iteration == start_iteration + std::min<int64_t>(1, max_batches - start_iteration - 1);
     const float loss_scale = scaler.scale();
@@ -244,8 +287,13 @@ TrainResult run_loop(const Graph& graph, Executor& executor, Source& source, con
     if (trace_this && source.trace_copies) source.trace_copies(true);
     for (int s = 0; s < subdivisions; ++s) {
       const bool last = s == subdivisions - 1;
-      // A traced step runs eagerly: its per-layer events are timed where they are queued.
-      const bool replay = graphs.on() && !trace_this;
+      // A traced step runs eagerly: its per-layer events are timed where they are queued. So does
+      // the checked one: its outputs are read back from the host during backward.
+      const bool replay = graphs.on() && !trace_this && !check_this;
+      if (check_this && last)  // before the first backward, every forward output is still held
+        executor.set_before_backward([&](int) {
+          if (!forward_checked) found = find_non_finite_forward(graph, executor), forward_checked = true;
+        });
       executor.set_tracing(trace_this && s == 0);  // the step's first micro-batch
       double t = Executor::clock_ms();
       MicroBatch mb = source.next();
@@ -306,6 +354,7 @@ TrainResult run_loop(const Graph& graph, Executor& executor, Source& source, con
       executor.read_micro_batch_loss();
       host_span("wait for the micro-batch (host)", t);
       idle.close_window(last);
+      if (check_this && last) executor.set_before_backward({});
     }
     if (idle.due()) settle_idle(DeviceIdle::kKeepOpen);
     const bool updated = executor.update_applied();
@@ -364,6 +413,24 @@ TrainResult run_loop(const Graph& graph, Executor& executor, Source& source, con
     result.loss_scale = scaler.scale();
     result.overflow_skips = scaler.overflows();
     result.iterations = iteration + 1;
+    // Divergence: non-finite gradients (not fp16's overflows) in max_skipped_steps steps in a row.
+    if (updated || scaler.enabled()) {
+      skipped_in_a_row = 0;
+    } else if (skipped_in_a_row++ == 0) {
+      first_skipped = iteration + 1;
+      located_step = 0;
+    } else if (check_this) {
+      if (found.layer < 0) found = find_non_finite_gradients(graph, executor);
+      first_non_finite = found;
+      first_non_finite_rank = rank;
+      if (dp) {  // every rank skipped this step (the gradients were reduced) and checked it
+        std::vector<uint64_t> codes = dp->comm->all_gather(found.code());
+        const auto earliest = std::min_element(codes.begin(), codes.end());
+        first_non_finite = NonFinite::from_code(*earliest);
+        first_non_finite_rank = static_cast<int>(earliest - codes.begin());
+      }
+      located_step = iteration + 1;
+    }
     if (!updated && leader && scaler.enabled())
       std::printf(
           "%strain_yolo: step %lld skipped: fp16 gradients overflowed at loss scale %g; the scale is now %g "
@@ -438,7 +505,38 @@ TrainResult run_loop(const Graph& graph, Executor& executor, Source& source, con
       if (leader)
         record_epoch(static_cast<double>(epoch_now), iteration + 1, lr, finished_split, finished_loss, validated);
     }
-    if (leader && options.checkpoint_every > 0 && (iteration + 1) % options.checkpoint_every == 0 && !last)
+    if (options.max_skipped_steps > 0 && skipped_in_a_row >= options.max_skipped_steps) {
+      result.stop = TrainStop::Diverged;
+      const std::string where = dp ? " on rank " + std::to_string(first_non_finite_rank) : "";
+      const std::string located =
+          located_step > 0 ? "The first non-finite value, in forward order" + where + ", was in " +
+                                 first_non_finite.text(graph) + " at step " + std::to_string(located_step) +
+                                 " (the per-layer check runs on the second skipped step)"
+                           : "The layer is not named: the per-layer check runs on the second skipped step in a row "
+                             "(--max-skipped-steps 2 or more)";
+      result.stop_message = "training diverged: " + std::to_string(skipped_in_a_row) + " steps in a row (" +
+                            std::to_string(first_skipped) + " to " + std::to_string(iteration + 1) +
+                            ") were skipped for NaN or infinite gradients (--max-skipped-steps " +
+                            std::to_string(options.max_skipped_steps) + "). " + located +
+                            ". Usual remedies: a lower learning_rate, a longer burn_in (both in [net]), or resuming "
+                            "from an earlier checkpoint";
+      break;
+    }
+    bool stop_now = false;
+    if (dp)
+      stop_now = static_cast<const float*>(dp->stop_host.data())[1] > 0;  // every rank reads the same sum
+    else
+      stop_now = stop_requested(iteration);
+    if (stop_now && !last) {
+      result.stop = TrainStop::Signal;
+      result.stop_signal = stop_signal();
+      result.stop_message = signal_stop_message(result.stop_signal, iteration + 1, options.out_dir);
+      break;
+    }
+    // Not while steps are being skipped: the failing forward passes may have reached BatchNorm's
+    // running statistics, and the checkpoint before them is the last good one.
+    if (leader && options.checkpoint_every > 0 && (iteration + 1) % options.checkpoint_every == 0 && !last &&
+        skipped_in_a_row == 0)
       save(iteration + 1);
   }
   if (tty && leader) std::printf("\n");
@@ -464,6 +562,17 @@ TrainResult run_loop(const Graph& graph, Executor& executor, Source& source, con
   result.images_per_second = images_this_run / std::max(seconds_since(t_start), 1e-9);
   result.graphs_captured = graphs.captured();
   result.graphs_off = graphs.off_reason();
+  if (leader && result.stop == TrainStop::Diverged) {
+    // Skipped steps leave the parameters and momentum as they were, but the failing forward
+    // passes may have reached BatchNorm's running statistics: only a finite state is saved.
+    if (!state_finite(executor)) {
+      result.stop_message += ". The checkpoint on disk was kept (the running state is not finite): " +
+                             (std::filesystem::exists(result.checkpoint_path) ? result.checkpoint_path
+                                                                              : std::string("none was saved yet"));
+      return result;
+    }
+    result.stop_message += ". The state before the skipped steps is saved in " + result.checkpoint_path;
+  }
   if (leader) save(result.iterations);
   return result;
 }

@@ -16,6 +16,7 @@
 #include "graph/trace_file.h"
 #include "graph/train.h"
 #include "runtime/communicator.h"
+#include "runtime/memory.h"
 
 namespace yolo::graph {
 
@@ -50,6 +51,12 @@ struct DataParallel {
   int check_every = 100;
   TraceBook* traces = nullptr;  // in-process ranks: rank 0 writes them all
   std::string graphs_off;       // why this kind of group runs its steps eagerly ("": it need not)
+  // The stop request, all-reduced with the step's collectives: this rank's (1 or 0) goes from
+  // stop_host[0] to stop_device ahead of the first gradient bucket, the sum comes back to
+  // stop_host[1]. Device memory and a pinned host buffer, so that a CUDA Graph of the step
+  // replays it.
+  DeviceMemory stop_device;
+  PinnedHostBuffer stop_host;
 };
 
 // Where training starts: step, images seen, the loader's position and (fp16) the loss scale.

@@ -14,6 +14,7 @@
 #include <cstring>
 #include <filesystem>
 #include <memory>
+#include <optional>
 
 #include "runtime/check.h"
 
@@ -166,13 +167,19 @@ class AtomicFile {
 
   const std::string& path() const { return path_; }
   void write(const void* data, size_t bytes) {
-    if (bytes > 0 && std::fwrite(data, 1, bytes, file_.get()) != bytes)
-      throw Error(path_ + ": cannot write " + temp_ + " (" + errno_text() + "; is the disk full?)");
+    if (bytes > 0 && std::fwrite(data, 1, bytes, file_.get()) != bytes) fail("write");
   }
-  void commit() {
-    if (std::fflush(file_.get()) != 0 || fsync(fileno(file_.get())) != 0)
-      throw Error(path_ + ": cannot write " + temp_ + " (" + errno_text() + "; is the disk full?)");
-    if (std::fclose(file_.release()) != 0) throw Error(path_ + ": cannot close " + temp_ + " (" + errno_text() + ")");
+  // Flushes the file to disk and renames it over path(). With keep_previous_as, an existing
+  // path() is first renamed to that name (the previous checkpoint kept): a stop between the two
+  // renames leaves no path() but the previous file under its new name.
+  void commit(const std::string& keep_previous_as = "") {
+    if (std::fflush(file_.get()) != 0) fail("write");
+    if (fsync(fileno(file_.get())) != 0) fail("flush to disk");
+    if (std::fclose(file_.release()) != 0) fail("close");
+    if (!keep_previous_as.empty() && std::filesystem::exists(path_) &&
+        std::rename(path_.c_str(), keep_previous_as.c_str()) != 0)
+      throw Error(path_ + ": cannot rename it to " + keep_previous_as + " to keep it (" + errno_text() +
+                  "); it is unchanged and the new file was not saved");
     if (std::rename(temp_.c_str(), path_.c_str()) != 0)
       throw Error(path_ + ": cannot rename " + temp_ + " to it (" + errno_text() + ")");
     committed_ = true;
@@ -187,6 +194,17 @@ class AtomicFile {
     if (fd < 0) return;
     fsync(fd);
     close(fd);
+  }
+
+  // A failed write, flush or close: the temporary file goes (the destructor), the target stays.
+  [[noreturn]] void fail(const char* what) const {
+    const int error = errno;
+    const char* hint = error == ENOSPC   ? "; the disk is full"
+                       : error == EDQUOT ? "; the disk quota is used up"
+                       : error == EFBIG  ? "; the file size limit (ulimit -f) is reached"
+                                         : "";
+    throw Error(path_ + ": cannot " + what + " " + temp_ + " (" + std::strerror(error) + hint + "); " + path_ +
+                " itself is unchanged");
   }
 
   std::string path_, temp_;
@@ -393,7 +411,38 @@ void write_darknet_weights(const std::string& path, std::span<const LayerParams>
 
 // ---- checkpoints ----------------------------------------------------------------------------
 
-void write_checkpoint(const std::string& path, const Checkpoint& checkpoint) {
+uint64_t checkpoint_bytes(const std::string& cfg_digest, std::span<const std::pair<std::string, uint64_t>> tensors) {
+  // magic, version, digest (length + text), iteration, seen, loader epoch/step/seed, seed, tensor count
+  uint64_t bytes = sizeof kCheckpointMagic + 4 + 8 + cfg_digest.size() + 6 * 8 + 8;
+  for (const auto& [name, count] : tensors) bytes += 8 + name.size() + 8 + count * sizeof(float);
+  return bytes + 8;  // the checksum
+}
+
+std::optional<int64_t> peek_checkpoint_iteration(const std::string& path) {
+  try {
+    InputFile file(path, "checkpoint");
+    char magic[sizeof kCheckpointMagic] = {};
+    uint32_t version = 0;
+    uint64_t digest_length = 0;
+    if (file.size() < sizeof magic + 4 + 8) return std::nullopt;
+    file.read(magic, sizeof magic);
+    file.read(&version, sizeof version);
+    file.read(&digest_length, sizeof digest_length);
+    if (std::memcmp(magic, kCheckpointMagic, sizeof magic) != 0 || version != kCheckpointVersion ||
+        digest_length > 256 || file.remaining() < digest_length + 8)
+      return std::nullopt;
+    std::string digest(size_t(digest_length), '\0');
+    file.read(digest.data(), digest.size());
+    int64_t iteration = 0;
+    file.read(&iteration, sizeof iteration);
+    if (iteration < 0) return std::nullopt;
+    return iteration;
+  } catch (const Error&) {
+    return std::nullopt;
+  }
+}
+
+void write_checkpoint(const std::string& path, const Checkpoint& checkpoint, const std::string& keep_previous_as) {
   AtomicFile file(path);
   CheckpointWriter out(file);
   out.put(kCheckpointMagic, sizeof kCheckpointMagic);
@@ -413,7 +462,7 @@ void write_checkpoint(const std::string& path, const Checkpoint& checkpoint) {
   }
   const uint64_t checksum = out.checksum();
   file.write(&checksum, sizeof checksum);
-  file.commit();
+  file.commit(keep_previous_as);
 }
 
 Checkpoint read_checkpoint(const std::string& path) {

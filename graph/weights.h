@@ -12,6 +12,7 @@
 // converted on load and save.
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -63,7 +64,16 @@ struct Checkpoint {
 // Our format: magic "YOLOCKPT", version, the fields above, each tensor (name, count, data), and
 // a 64-bit checksum of everything before it. Errors name the file: bad magic, truncated,
 // checksum mismatch, absurd sizes.
-void write_checkpoint(const std::string& path, const Checkpoint& checkpoint);
+// A failed write (a full disk, a quota, the file size limit; errors of flush and close alike)
+// throws, naming the cause, and leaves `path` as it was (the temporary file is removed).
+// keep_previous_as: an existing `path` is renamed to it just before the new one takes its
+// place (last.ckpt -> prev.ckpt).
+void write_checkpoint(const std::string& path, const Checkpoint& checkpoint, const std::string& keep_previous_as = "");
 Checkpoint read_checkpoint(const std::string& path);
+// The size write_checkpoint gives a checkpoint with this digest and these tensors (name, floats).
+uint64_t checkpoint_bytes(const std::string& cfg_digest, std::span<const std::pair<std::string, uint64_t>> tensors);
+// The step count in a checkpoint's header, read without checking the rest (a damaged file's
+// messages); nullopt when even the header is unreadable.
+std::optional<int64_t> peek_checkpoint_iteration(const std::string& path);
 
 }  // namespace yolo::graph

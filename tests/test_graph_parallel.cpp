@@ -5,14 +5,15 @@
 // the MLP on N replicas with batch B/N as 1 with batch B; --sync-bn as the whole batch. Then
 // ranks as processes (CPU).
 #include <doctest/doctest.h>
+#include <signal.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
-#include <cmath>
 #include <fstream>
 #include <iterator>
-#include <chrono>
 #include <thread>
 #include <vector>
 
@@ -25,6 +26,7 @@
 #include "runtime/communicator.h"
 #include "runtime/emu_communicator.h"
 #include "runtime/launch.h"
+#include "runtime/stop_signal.h"
 #include "tests/child_process.h"
 #include "tests/graph_fixtures.h"
 #include "tests/test_support.h"
@@ -344,9 +346,20 @@ TEST_ROLE(train_rank) {
     o.rendezvous = env_or("YOLO_TEST_RDV", "");
     o.comm_timeout = std::stod(env_or("YOLO_TEST_TIMEOUT", "30"));
     o.strict = env_or("YOLO_TEST_STRICT", "0") == "1";
+    o.resume = env_or("YOLO_TEST_RESUME", "0") == "1";
+    // A real SIGTERM, sent by rank 1 to itself before step TERM_AT + 1 (the handler the CLI installs).
+    const int term_at = std::stoi(env_or("YOLO_TEST_TERM_AT", "-1"));
+    install_stop_handlers();
+    o.before_step = [term_at](Executor&, int rank, int64_t iteration) {
+      if (rank == 1 && iteration == term_at) raise(SIGTERM);
+    };
     ModelSpec spec = parse_model(parse_cfg_text(kTinyDetectorCfg, "tiny.cfg"));
     data::Dataset dataset = data::open_dataset(env_or("YOLO_TEST_DATA", ""));
-    train_detector(spec, dataset, {Device::cpu()}, o);
+    TrainResult result = train_detector(spec, dataset, {Device::cpu()}, o);
+    if (result.stop == TrainStop::Signal) {
+      std::fprintf(stderr, "rank %d: %s\n", launch.rank, result.stop_message.c_str());
+      return kStoppedExitCode;
+    }
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
@@ -380,6 +393,34 @@ TEST_CASE("ranks as processes: 2 processes train as the in-process cpu:2 does, b
     REQUIRE(code1 == 0);
     CHECK(read_log(dir / "mp/last.weights") == read_log(dir / "threads/last.weights"));
     CHECK_FALSE(std::filesystem::exists(dir / "job1.rdv"));  // rank 0 removed the meeting point
+  }
+
+  SUBCASE("SIGTERM to rank 1 only: both ranks stop after the same step, rank 0 saves; resumed, the threads' bits") {
+    std::string rdv = "file://" + (dir / "job5.rdv");
+    std::vector<std::string> env1 = rank_env(1, data_file, rdv);
+    env1.push_back("YOLO_TEST_TERM_AT=1");
+    ChildProcess rank1("train_rank", env1, dir / "rank1.log");
+    ChildProcess rank0("train_rank", rank_env(0, data_file, rdv), dir / "rank0.log");
+    int code0 = rank0.wait(120), code1 = rank1.wait(30);
+    std::string log0 = read_log(dir / "rank0.log"), log1 = read_log(dir / "rank1.log");
+    INFO("rank 0 log:\n" << log0 << "\nrank 1 log:\n" << log1);
+    CHECK(code0 == kStoppedExitCode);
+    CHECK(code1 == kStoppedExitCode);
+    CHECK(log1.find("SIGTERM received: stopping after the step under way") != std::string::npos);
+    CHECK(log1.find("rank 1: stopped by SIGTERM after step 2") != std::string::npos);
+    CHECK(log0.find("rank 0: stopped: another rank was asked to after step 2") != std::string::npos);
+    REQUIRE(read_checkpoint(dir / "mp/last.ckpt").iteration == 2);
+    rdv = "file://" + (dir / "job6.rdv");
+    std::vector<std::string> again1 = rank_env(1, data_file, rdv), again0 = rank_env(0, data_file, rdv);
+    again1.push_back("YOLO_TEST_RESUME=1");
+    again0.push_back("YOLO_TEST_RESUME=1");
+    ChildProcess resumed1("train_rank", again1, dir / "rank1b.log");
+    ChildProcess resumed0("train_rank", again0, dir / "rank0b.log");
+    code0 = resumed0.wait(120), code1 = resumed1.wait(30);
+    INFO("resumed rank 0 log:\n" << read_log(dir / "rank0b.log"));
+    CHECK(code0 == 0);
+    CHECK(code1 == 0);
+    CHECK(read_log(dir / "mp/last.weights") == read_log(dir / "threads/last.weights"));
   }
 
   SUBCASE("a rank that fails mid-training (an unreadable image, --strict) stops the other, naming it") {

@@ -5,7 +5,8 @@
 # evaluate it (map), detect on an image (a drawn copy written), train a step in tf32 (and have
 # it refused on an sm_75), let --precision auto pick bf16 (sm_90) and fp16 (sm_75), refuse bf16
 # on an sm_75, train 2 steps replayed as graphs (the second launched) and 2 with --no-graph (the same weights), and
-# refuse a bad --devices with the flag named; report every problem of a hostile VOC set at once. Prints "tests: N passed, M failed, 0 skipped" for tools/run_tests.sh.
+# refuse a bad --devices with the flag named; report every problem of a hostile VOC set at once;
+# stop a run with SIGTERM and continue it with the printed command, ending on the uninterrupted bits. Prints "tests: N passed, M failed, 0 skipped" for tools/run_tests.sh.
 # BUILD (env): the build folder (build).
 set -u
 cd "$(dirname "$0")/.."
@@ -104,6 +105,36 @@ else
   failed=$((failed + 1))
   echo "FAILED: the problem list $list does not name all four; it holds:"
   sed 's/^/    /' "$list" 2>/dev/null | tail -n 20
+fi
+# SIGTERM mid-run (issue 17), from the console as a cluster sends it: the step under way finishes
+# and is saved, exit status 75, the --resume command printed; that command then ends on the
+# weights of an uninterrupted run. (CPU backend: the stop logic is not device-specific.)
+sig_args=(--devices cpu --cfg "$models/demo.cfg" --data set/shapes.data --max-batches 24 --size 96 --batch 4
+  --checkpoint-every 1)
+(cd "$work" && exec "$bin" "${sig_args[@]}" --out out_sig >"$work/sig.log" 2>&1) &
+sig_pid=$!
+for _ in $(seq 1 600); do [[ -f "$work/out_sig/last.ckpt" ]] && break; sleep 0.1; done
+kill -TERM "$sig_pid"
+wait "$sig_pid"
+sig_status=$?
+resume_line=$(grep -o 'to continue: .*' "$work/sig.log" | sed 's/^to continue: //')
+if [[ $sig_status -eq 75 ]] && grep -q "SIGTERM received: stopping after the step under way" "$work/sig.log" &&
+  grep -q "stopped by SIGTERM after step" "$work/sig.log" && [[ "$resume_line" == *" --out out_sig --resume" ]]; then
+  passed=$((passed + 1))
+  echo "ok: SIGTERM stops after the step under way, saves, exit 75: $(grep -o 'stopped by SIGTERM after step [0-9]*' "$work/sig.log")"
+else
+  failed=$((failed + 1))
+  echo "FAILED: SIGTERM (exit $sig_status, wanted 75 and the --resume command); its output:"
+  sed 's/^/    /' "$work/sig.log" | tail -n 20
+fi
+check "the printed --resume command continues" 0 "resuming out_sig/last.ckpt at step" bash -c "$resume_line"
+check "the same run uninterrupted" 0 "24 steps" "$bin" "${sig_args[@]}" --out out_nosig
+if cmp -s "$work/out_sig/last.weights" "$work/out_nosig/last.weights"; then
+  passed=$((passed + 1))
+  echo "ok: stopped by SIGTERM and resumed = uninterrupted, bit for bit"
+else
+  failed=$((failed + 1))
+  echo "FAILED: the resumed run's weights differ from the uninterrupted run's (out_sig, out_nosig)"
 fi
 echo "tests: $passed passed, $failed failed, 0 skipped"
 [[ $failed -eq 0 ]]

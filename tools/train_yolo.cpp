@@ -33,6 +33,7 @@
 #include "runtime/launch.h"
 #include "runtime/plural.h"
 #include "runtime/rendezvous.h"
+#include "runtime/stop_signal.h"
 
 namespace {
 
@@ -57,8 +58,11 @@ const char* kUsage =
     "  --max-batches N    optimizer steps to train (the cfg's max_batches); --epochs E instead\n"
     "  --size N           network input N x N (the cfg's width/height)\n"
     "  --out DIR          where last.weights and last.ckpt go (runs/<cfg name>)\n"
-    "  --resume           continue exactly from DIR/last.ckpt\n"
-    "  --checkpoint-every N   also save every N steps\n"
+    "  --resume           continue exactly from DIR/last.ckpt (DIR/prev.ckpt if last.ckpt is damaged)\n"
+    "  --checkpoint-every N   also save every N steps (the save before it is kept as prev.ckpt)\n"
+    "  --max-skipped-steps K  stop after K steps in a row skipped for NaN/Inf gradients (10; 0: never)\n"
+    "                     SIGTERM/SIGINT: the step under way finishes and is saved, exit status 75; a\n"
+    "                     second signal stops at once\n"
     "  --seed S           initial weights, shuffling and augmentation (1)\n"
     "  --trace FILE       Chrome-trace JSON of one step's layers (forward/backward)\n"
     "  --valid-every N    mAP@0.5 on the validation split every N epochs; keeps best.weights\n"
@@ -120,7 +124,8 @@ struct Options {
   yolo::data::OpenOptions open;
   int size = 0, batch = 0, threads = 0, epochs = 0;
   std::string cfg, weights, out, trace;
-  int load_layers = -1, subdivisions = 0, checkpoint_every = 0;
+  int load_layers = -1, subdivisions = 0, checkpoint_every = 0, max_skipped_steps = 10;
+  std::vector<std::string> argv;  // as given, for the --resume command printed after a stop
   int64_t max_batches = 0;
   bool summary = false, resume = false;
   uint64_t seed = 1;
@@ -148,6 +153,7 @@ float to_float(const std::string& flag, const std::string& text, float lo, float
 
 Options parse(int argc, char** argv) {
   Options options;
+  options.argv.assign(argv, argv + argc);
   int i = 1;
   if (argc > 1 &&
       (std::strcmp(argv[1], "synth") == 0 || std::strcmp(argv[1], "data") == 0 || std::strcmp(argv[1], "map") == 0 ||
@@ -236,6 +242,8 @@ Options parse(int argc, char** argv) {
       options.images.push_back(arg);
     } else if (arg == "--checkpoint-every") {
       options.checkpoint_every = to_int(arg, value(), 1, 2000000000);
+    } else if (arg == "--max-skipped-steps") {
+      options.max_skipped_steps = to_int(arg, value(), 0, 2000000000);
     } else if (arg == "--png") {
       options.synth.png = true;
     } else if (arg == "--data") {
@@ -639,6 +647,34 @@ int run_anchors(const Options& options) {
   return 0;
 }
 
+// The command that continues a stopped run: this one, quoted for a POSIX shell, with --resume.
+std::string resume_command(const std::vector<std::string>& argv) {
+  std::string command;
+  bool resumes = false;
+  for (const std::string& arg : argv) {
+    resumes |= arg == "--resume";
+    const bool plain = !arg.empty() && arg.find_first_not_of(
+                                           "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                           "0123456789_-+=.,/:@%") == std::string::npos;
+    std::string quoted = "'";
+    for (char c : arg) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
+    command += (command.empty() ? "" : " ") + (plain ? arg : quoted + "'");
+  }
+  return resumes ? command : command + " --resume";
+}
+
+// A run that ended early: a signal's stop (saved; exit kStoppedExitCode) or divergence (an error).
+int early_stop(const yolo::graph::TrainResult& result, const Options& options, bool leader) {
+  if (result.stop == yolo::graph::TrainStop::Diverged) {
+    if (leader) std::fprintf(stderr, "error: %s\n", result.stop_message.c_str());
+    return 1;
+  }
+  if (leader)
+    std::printf("train_yolo: %s\ntrain_yolo: to continue: %s\n", result.stop_message.c_str(),
+                resume_command(options.argv).c_str());
+  return yolo::kStoppedExitCode;
+}
+
 int train(const Options& options, const yolo::GpuDiscovery& found) {
   yolo::graph::ModelSpec spec = yolo::graph::read_model(find_cfg(options.cfg));
   for (const std::string& w : spec.warnings) std::fprintf(stderr, "train_yolo: warning: %s\n", w.c_str());
@@ -680,6 +716,7 @@ int train(const Options& options, const yolo::GpuDiscovery& found) {
   to.resume = options.resume;
   to.trace_file = options.trace;
   to.checkpoint_every = options.checkpoint_every;
+  to.max_skipped_steps = options.max_skipped_steps;
   to.valid_every = options.valid_every;
   to.bucket_mb = options.bucket_mb;
   to.overlap = options.overlap;
@@ -717,7 +754,9 @@ int train(const Options& options, const yolo::GpuDiscovery& found) {
       int64_t per_epoch = static_cast<int64_t>(dataset.train.samples.size()) / batch;
       to.max_batches = std::max<int64_t>(1, per_epoch * options.epochs);
     }
+    yolo::install_stop_handlers();
     result = yolo::graph::train_detector(spec, dataset, choice.devices, to);
+    if (result.stop != yolo::graph::TrainStop::Finished) return early_stop(result, options, leader);
     print_result(result);
     if (leader && (options.cfg.empty() || options.valid_every))
       report_detector(spec, dataset, device, result.weights_path, to.out_dir);
@@ -731,7 +770,9 @@ int train(const Options& options, const yolo::GpuDiscovery& found) {
       int batch = options.batch ? options.batch : spec.net.batch;
       to.max_batches = std::max<int64_t>(1, static_cast<int64_t>(mnist.count) / batch * options.epochs);
     }
+    yolo::install_stop_handlers();
     result = yolo::graph::train_classifier(spec, mnist, choice.devices, to);
+    if (result.stop != yolo::graph::TrainStop::Finished) return early_stop(result, options, leader);
   }
   print_result(result);
   return 0;
