@@ -99,6 +99,9 @@ EMU_TEST    := $(call obj,emu,$(TEST_CPP) $(TEST_KERNEL) $(TEST_CU))
 TOOLS       := $(BUILD)/bench_kernels $(BUILD)/bench_loader $(BUILD)/scaling_model
 # train_yolo_emu: the real CLI over emulated GPUs (--devices emu:0,1), for debugging the GPU path.
 BINARIES    := train_yolo $(BUILD)/tests $(BUILD)/tests_emu $(BUILD)/train_yolo_emu $(TOOLS)
+# The libFuzzer targets (clang): FUZZ_BINARIES, `make fuzz FUZZ_SECONDS=N` (tests/fuzz/fuzz.mk).
+include tests/fuzz/fuzz.mk
+BINARIES    += $(FUZZ_BINARIES)
 
 .PHONY: all test deps clean FORCE
 all: $(BINARIES)
@@ -169,8 +172,8 @@ $(BUILD)/bench_loader: $(call obj,native,tools/bench_loader.cpp) $(NATIVE_LIB)
 $(BUILD)/scaling_model: $(call obj,native,tools/scaling_model.cpp) $(NATIVE_LIB)
 	$(CXX) $^ -o $@ $(LDLIBS_NATIVE)
 
-test: $(BUILD)/tests $(BUILD)/tests_emu $(BUILD)/train_yolo_emu
-	@BUILD=$(BUILD) tools/run_tests.sh tools/sharded_tests.sh $(BUILD)/tests tools/adversarial_tests.sh tools/emu_cli_check.sh tools/sass_test.sh
+test: $(BUILD)/tests $(BUILD)/tests_emu $(BUILD)/train_yolo_emu $(FUZZ_BINARIES)
+	@BUILD=$(BUILD) tools/run_tests.sh tools/sharded_tests.sh $(BUILD)/tests tools/adversarial_tests.sh tools/emu_cli_check.sh tools/sass_test.sh tools/fuzz_tests.sh
 
 clean:
 	rm -rf $(BUILD) train_yolo

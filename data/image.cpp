@@ -45,6 +45,103 @@ bool bmp_is_complete(const uint8_t* bytes, size_t size) {
   return declared == 0 || declared <= size;
 }
 
+// stb_image grows its buffer for a PNG's compressed data to what each chunk's length field
+// claims before reading the chunk, so a 100-byte file claiming a 2 GiB chunk made it allocate
+// 2 GiB. Every chunk (length, type, data, CRC) must lie within the file; the walk stops at IEND.
+// Returns "" or why not.
+// Likewise it allocates the whole image before inflating, so a 70-byte file whose header claims
+// 16384 x 16384 pixels cost 805 MB: the compressed data (IDAT) must be able to hold the pixels
+// the header claims, at deflate's best ratio (about 1032:1).
+std::string png_chunk_problem(const uint8_t* bytes, size_t size) {
+  auto be32 = [&](size_t at) {
+    return uint32_t(bytes[at]) << 24 | uint32_t(bytes[at + 1]) << 16 | uint32_t(bytes[at + 2]) << 8 |
+           uint32_t(bytes[at + 3]);
+  };
+  size_t at = 8;  // after the signature
+  uint64_t compressed = 0, raw = 0;
+  while (size - at >= 8) {
+    const uint32_t length = be32(at);
+    const size_t left = size - at - 8;
+    if (length > left || left - length < 4)
+      return "a PNG chunk at byte " + std::to_string(at) + " claims " + std::to_string(length) + " bytes, only " +
+             std::to_string(left) + " remain: truncated?";
+    if (std::memcmp(bytes + at + 4, "IEND", 4) == 0) break;
+    if (std::memcmp(bytes + at + 4, "IHDR", 4) == 0 && length >= 13) {
+      const uint64_t width = be32(at + 8), height = be32(at + 12), depth = bytes[at + 16];
+      const int type = bytes[at + 17];
+      const uint64_t channels = type == 2 ? 3 : type == 4 ? 2 : type == 6 ? 4 : 1;
+      raw = height * (1 + (width * channels * depth + 7) / 8);  // a filter byte per row
+    }
+    if (std::memcmp(bytes + at + 4, "IDAT", 4) == 0) compressed += length;
+    at += size_t(length) + 12;
+  }
+  if (raw > 1032 * compressed + 4096)
+    return "its header claims " + std::to_string(raw) + " bytes of pixels, which its " + std::to_string(compressed) +
+           " bytes of compressed data cannot hold: truncated or forged?";
+  return "";
+}
+
+// stb_image 2.27 (Debian's) decodes a JPEG scan with whatever Huffman table its header names,
+// defined or not; an undefined one is uninitialised memory, which crashed the decoder on mutated
+// files (fixed upstream in 2.28). Each scan's tables must have been defined (DHT) before it, with
+// at most 256 symbols each. Other malformations are left to stb, which reports them. Returns ""
+// or why not.
+std::string jpeg_table_problem(const uint8_t* bytes, size_t size) {
+  bool defined[2][4] = {};  // [DC, AC][table id]
+  auto undefined = [](const char* table_class, int id) {
+    return "a JPEG scan uses Huffman table " + std::string(table_class) + " " + std::to_string(id) +
+           ", which the file does not define";
+  };
+  bool progressive = false;
+  size_t at = 2;  // after SOI
+  while (size - at >= 4) {
+    const uint8_t marker = bytes[at + 1];
+    if (bytes[at] != 0xFF || marker == 0xFF) {  // padding between segments (stb skips it too), fill bytes
+      ++at;
+      continue;
+    }
+    if (marker == 0xD9) break;                                   // end of image
+    if (marker == 0x01 || (marker >= 0xD0 && marker <= 0xD7)) {  // no length field
+      at += 2;
+      continue;
+    }
+    const size_t length = size_t(bytes[at + 2]) << 8 | bytes[at + 3];
+    if (length < 2 || length > size - at - 2) break;
+    const uint8_t* p = bytes + at + 4;
+    const size_t n = length - 2;
+    at += 2 + length;
+    if (marker == 0xC2) progressive = true;
+    if (marker == 0xC4) {  // one or more tables: class/id, 16 counts, the symbols
+      for (size_t t = 0; n - t >= 17;) {
+        const int table_class = p[t] >> 4, id = p[t] & 15;
+        size_t symbols = 0;
+        for (int k = 1; k <= 16; ++k) symbols += p[t + k];
+        if (table_class > 1 || id > 3 || symbols > n - t - 17) break;
+        // stb 2.27 would write the code lengths of more past its 257-entry array.
+        if (symbols > 256) return "a JPEG Huffman table has " + std::to_string(symbols) + " symbols (at most 256)";
+        defined[table_class][id] = true;
+        t += 17 + symbols;
+      }
+    } else if (marker == 0xDA) {  // start of scan: components, then Ss, Se, Ah/Al
+      const size_t components = n >= 1 ? p[0] : 0;
+      if (n < 1 + 2 * components + 3) break;
+      // Progressive: the first DC pass decodes with DC tables (refinements read bare bits), AC
+      // passes with AC tables.
+      const uint8_t band_start = p[1 + 2 * components], high_bit = p[3 + 2 * components] >> 4;
+      const bool dc = !progressive || (band_start == 0 && high_bit == 0), ac = !progressive || band_start != 0;
+      for (size_t c = 0; c < components; ++c) {
+        const int dc_id = p[2 + 2 * c] >> 4, ac_id = p[2 + 2 * c] & 15;
+        if (dc_id > 3 || ac_id > 3) break;
+        if (dc && !defined[0][dc_id]) return undefined("DC", dc_id);
+        if (ac && !defined[1][ac_id]) return undefined("AC", ac_id);
+      }
+      // The entropy-coded data: up to a marker other than a stuffed FF (FF 00) or a restart.
+      while (size - at >= 2 && !(bytes[at] == 0xFF && bytes[at + 1] != 0 && (bytes[at + 1] & 0xF8) != 0xD0)) ++at;
+    }
+  }
+  return "";
+}
+
 std::string stb_reason() {
   const char* reason = stbi_failure_reason();  // thread-local: stb_impl.cpp is compiled as C++20
   return reason ? reason : "unknown reason";
@@ -134,9 +231,24 @@ bool decode_image(const uint8_t* bytes, size_t size, const std::string& name, Im
     return false;
   }
   if (!check_dimensions(width, height, name, error)) return false;
+  // A JPEG codes every 8x8 block of every component with at least a bit (its DC term), so a
+  // header claiming more blocks than 4 x 8 bits per byte of the file is forged or cut short; stb
+  // would allocate the whole image before finding out.
+  if (kind == Kind::Jpeg && uint64_t(width) * uint64_t(height) / 2048 > size) {
+    error = name + ": corrupt image data (its header claims " + std::to_string(width) + "x" + std::to_string(height) +
+            " pixels, more than its " + std::to_string(size) + " bytes can code: truncated or forged?)";
+    return false;
+  }
   if (kind == Kind::Bmp && !bmp_is_complete(bytes, size)) {
     error = name + ": truncated or corrupt image data (ends before the image does)";
     return false;
+  }
+  if (kind == Kind::Png || kind == Kind::Jpeg) {
+    if (std::string why = kind == Kind::Png ? png_chunk_problem(bytes, size) : jpeg_table_problem(bytes, size);
+        !why.empty()) {
+      error = name + ": corrupt image data (" + why + ")";
+      return false;
+    }
   }
   std::unique_ptr<stbi_uc, void (*)(void*)> pixels(
       stbi_load_from_memory(bytes, int(size), &width, &height, &channels, 3), stbi_image_free);

@@ -207,6 +207,19 @@ TEST_CASE("image: bad files give an error naming the file, never a crash") {
   }
   write_bytes(dir / "huge.jpg", big);
   check_read_fails(dir / "huge.jpg", "30000x30000");
+  // Sizes within the limits that the file's data cannot hold (stb allocates the whole image
+  // first: 768 MB for these): a PNG whose IDAT is a 64x48 image's, a JPEG of 16000 x 16000.
+  std::vector<uint8_t> forged = png;
+  put32(&forged[16], 16000);
+  put32(&forged[20], 16000);
+  write_bytes(dir / "forged.png", forged);
+  check_read_fails(dir / "forged.png", "compressed data cannot hold: truncated or forged?");
+  for (size_t at : {sof + 5, sof + 7}) {
+    big[at] = uint8_t(16000 >> 8);
+    big[at + 1] = uint8_t(16000 & 0xFF);
+  }
+  write_bytes(dir / "forged.jpg", big);
+  check_read_fails(dir / "forged.jpg", "16000x16000 pixels, more than its");
   int width = 0, height = 0;
   std::string error;
   CHECK_FALSE(read_image_size(dir / "huge.png", width, height, error));

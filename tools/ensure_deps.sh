@@ -21,6 +21,27 @@ check() {  # header path, package, override variable, default
 }
 check "$STB_INC/stb_image.h" libstb-dev STB_INC "$STB_INC" /usr/include/stb
 check "$DOCTEST_INC/doctest/doctest.h" doctest-dev DOCTEST_INC "$DOCTEST_INC" /usr/include
+# clang (with libFuzzer's runtime) builds the fuzz targets (tests/fuzz/fuzz.mk). Optional: where
+# nothing can be installed they are skipped, and the rest of the build goes on.
+can_install() { command -v apt-get >/dev/null && { [[ $(id -u) -eq 0 ]] || { command -v sudo >/dev/null && sudo -n true 2>/dev/null; }; }; }
+clangxx=$(command -v clang++-14 || command -v clang++ || true)
+if [[ -z $clangxx ]]; then
+  if can_install; then
+    missing+=(clang libclang-rt-14-dev)
+    origin[clang]=clang++
+  else
+    echo "note: clang++ not found: the fuzz targets are skipped (apt-get install clang libclang-rt-14-dev)" >&2
+  fi
+elif [[ ! -f $("$clangxx" -print-file-name=libclang_rt.fuzzer-x86_64.a) &&
+        ! -f $("$clangxx" -print-resource-dir)/lib/linux/libclang_rt.fuzzer-x86_64.a ]]; then
+  version=$("$clangxx" -dumpversion | cut -d. -f1)
+  if can_install; then
+    missing+=("libclang-rt-$version-dev")
+    origin[libclang-rt-$version-dev]="libFuzzer for $clangxx"
+  else
+    echo "note: $clangxx has no libFuzzer runtime: the fuzz targets will not link (apt-get install libclang-rt-$version-dev)" >&2
+  fi
+fi
 [[ ${#missing[@]} -eq 0 ]] && exit 0
 
 cmd="apt-get install -y --no-install-recommends ${missing[*]}"
