@@ -119,7 +119,7 @@ deps:
 
 $(BUILD)/native/%.cpp.o: %.cpp $(FLAGS_STAMP) | deps
 	@mkdir -p $(dir $@)
-	$(CXX) $(CXXFLAGS_NATIVE) -c $< -o $@
+	$(CXX) $(CXXFLAGS_NATIVE) $(EXTRA_FLAGS) -c $< -o $@
 
 ifeq ($(CUDA),1)
 $(BUILD)/native/%.cu.o: %.cu $(FLAGS_STAMP) | deps
@@ -137,7 +137,14 @@ endif
 
 $(BUILD)/emu/%.cpp.o: %.cpp $(FLAGS_STAMP) | deps
 	@mkdir -p $(dir $@)
-	$(CXX) $(CXXFLAGS_EMU) -c $< -o $@
+	$(CXX) $(CXXFLAGS_EMU) $(EXTRA_FLAGS) -c $< -o $@
+
+# The CPU micro-kernels' AVX variants (kernels/cpu_micro.h): only these files get the instruction
+# sets; kernels/cpu_isa.cpp runs them where the CPU has them.
+AVX2_FLAGS   := -mavx2 -mfma
+AVX512_FLAGS := -mavx512f -mfma
+$(BUILD)/native/kernels/cpu_micro_avx2.cpp.o $(BUILD)/emu/kernels/cpu_micro_avx2.cpp.o: EXTRA_FLAGS := $(AVX2_FLAGS)
+$(BUILD)/native/kernels/cpu_micro_avx512.cpp.o $(BUILD)/emu/kernels/cpu_micro_avx512.cpp.o: EXTRA_FLAGS := $(AVX512_FLAGS)
 
 # stb_image is third-party C compiled from the system header: UBSan's findings there (shifts
 # of negative values that its decoders rely on) are not ours to fix; ASan still covers it.
@@ -173,7 +180,7 @@ $(BUILD)/scaling_model: $(call obj,native,tools/scaling_model.cpp) $(NATIVE_LIB)
 	$(CXX) $^ -o $@ $(LDLIBS_NATIVE)
 
 test: $(BUILD)/tests $(BUILD)/tests_emu $(BUILD)/train_yolo_emu $(FUZZ_BINARIES)
-	@BUILD=$(BUILD) tools/run_tests.sh tools/sharded_tests.sh $(BUILD)/tests tools/adversarial_tests.sh tools/emu_cli_check.sh tools/sass_test.sh tools/fuzz_tests.sh
+	@BUILD=$(BUILD) tools/run_tests.sh tools/sharded_tests.sh $(BUILD)/tests tools/adversarial_tests.sh tools/emu_cli_check.sh tools/sass_test.sh tools/fuzz_tests.sh tools/isa_objects_check.sh
 
 clean:
 	rm -rf $(BUILD) train_yolo

@@ -2,8 +2,6 @@
 // pool, the k loop outside a contiguous axpy over columns) and the CUDA kernels (the shared
 // tiled main loop of gemm_tiles.cuh with plain-matrix loaders, K split when that fills the GPU
 // better), plus the tile planner and the split reduction both gemm and conv use.
-#include "kernels/gemm.h"
-
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -14,7 +12,9 @@
 #include <vector>
 
 #include "kernels/common.cuh"
+#include "kernels/cpu_isa.h"
 #include "kernels/cpu_parallel.h"
+#include "kernels/gemm.h"
 #include "kernels/gemm_tiles.cuh"
 
 namespace yolo {
@@ -43,24 +43,21 @@ void check_gemm_args(const char* op, const GemmShape& s, const T* a, const T* b,
 // ---- CPU --------------------------------------------------------------------------------------
 
 using cpu_tiles::cpu_scratch;
-using cpu_tiles::kMr;
-using cpu_tiles::kNr;
-using cpu_tiles::micro_kernel;
 
-// B' packed as [n / kNr][k][kNr], columns past n zero.
-void pack_b(const GemmShape& s, const float* b, std::vector<float>& packed) {
-  const size_t blocks = size_t(s.n + kNr - 1) / kNr, k = size_t(s.k);
+// B' packed as [n / nr][k][nr], columns past n zero.
+void pack_b(const GemmShape& s, const float* b, size_t nr, std::vector<float>& packed) {
+  const size_t blocks = (size_t(s.n) + nr - 1) / nr, k = size_t(s.k);
   const size_t ldb = size_t(s.b_pitch());
   parallel_for(blocks, [&](size_t cb) {
-    float* dst = packed.data() + cb * k * kNr;
-    for (int j = 0; j < kNr; ++j) {
-      const size_t col = cb * kNr + j;
+    float* dst = packed.data() + cb * k * nr;
+    for (size_t j = 0; j < nr; ++j) {
+      const size_t col = cb * nr + j;
       if (col >= size_t(s.n)) {
-        for (size_t t = 0; t < k; ++t) dst[t * kNr + j] = 0.0f;
+        for (size_t t = 0; t < k; ++t) dst[t * nr + j] = 0.0f;
       } else if (s.trans_b) {  // B is n x k: column col of B' is row col of B
-        for (size_t t = 0; t < k; ++t) dst[t * kNr + j] = b[col * ldb + t];
+        for (size_t t = 0; t < k; ++t) dst[t * nr + j] = b[col * ldb + t];
       } else {
-        for (size_t t = 0; t < k; ++t) dst[t * kNr + j] = b[t * ldb + col];
+        for (size_t t = 0; t < k; ++t) dst[t * nr + j] = b[t * ldb + col];
       }
     }
   });
@@ -299,10 +296,14 @@ void gemm_cpu(const GemmShape& s, const float* a, const float* b, const float* b
               size_t) {
   check_gemm_args("gemm_cpu", s, a, b, c);
   if (s.m == 0 || s.n == 0) return;
+  // The micro-kernels of the instruction set in use (kernels/cpu_isa.h): mr x nr blocks.
+  const cpu_micro::Tiles& tiles = cpu_micro_tiles();
+  count_cpu_kernel(CpuKernel::Gemm, static_cast<CpuIsa>(tiles.variant));
+  const int mr = tiles.mr, nr = tiles.nr;
   const size_t k = size_t(s.k), ldc = size_t(s.c_pitch());
-  const size_t col_blocks = size_t(s.n + kNr - 1) / kNr, row_blocks = size_t(s.m + kMr - 1) / kMr;
-  std::vector<float>& packed_b = cpu_scratch(0, col_blocks * k * kNr);
-  pack_b(s, b, packed_b);
+  const size_t col_blocks = size_t(s.n + nr - 1) / nr, row_blocks = size_t(s.m + mr - 1) / mr;
+  std::vector<float>& packed_b = cpu_scratch(0, col_blocks * k * nr);
+  pack_b(s, b, size_t(nr), packed_b);
   const float* a_rows = a;  // A' rows, contiguous along k
   size_t a_pitch = size_t(s.a_pitch());
   if (s.trans_a && k > 0) {
@@ -311,21 +312,22 @@ void gemm_cpu(const GemmShape& s, const float* a, const float* b, const float* b
     a_rows = packed_a.data(), a_pitch = k;
   }
   const std::vector<float> zeros(k, 0.0f);
-  // Work item: one kNr-column block x up to 16 row blocks. Each element sums k in order.
+  // Work item: one nr-column block x up to 16 row blocks. Each element sums k in order.
   constexpr size_t kRowBlocksPerItem = 16;
   const size_t row_items = (row_blocks + kRowBlocksPerItem - 1) / kRowBlocksPerItem;
   parallel_for(col_blocks * row_items, [&](size_t item) {
     const size_t cb = item / row_items, rb_end = std::min(row_blocks, (item % row_items + 1) * kRowBlocksPerItem);
-    const int j0 = int(cb) * kNr, cols = std::min(kNr, s.n - j0);
+    const int j0 = int(cb) * nr, cols = std::min(nr, s.n - j0);
     for (size_t rb = item % row_items * kRowBlocksPerItem; rb < rb_end; ++rb) {
-      const int i0 = int(rb) * kMr, rows = std::min(kMr, s.m - i0);
-      const float* rows_ptr[kMr];
-      for (int i = 0; i < kMr; ++i) rows_ptr[i] = i < rows ? a_rows + size_t(i0 + i) * a_pitch : zeros.data();
-      float acc[kMr][kNr] = {};
-      micro_kernel(rows_ptr, packed_b.data() + cb * k * kNr, s.k, acc);
+      const int i0 = int(rb) * mr, rows = std::min(mr, s.m - i0);
+      const float* rows_ptr[cpu_micro::kMaxMr];
+      for (int i = 0; i < mr; ++i) rows_ptr[i] = i < rows ? a_rows + size_t(i0 + i) * a_pitch : zeros.data();
+      float acc[cpu_micro::kMaxMr * cpu_micro::kMaxNr] = {};
+      tiles.block(rows_ptr, packed_b.data() + cb * k * nr, s.k, acc);
       for (int i = 0; i < rows; ++i) {
         float* out = c + size_t(i0 + i) * ldc + j0;
-        for (int j = 0; j < cols; ++j) out[j] = (accumulate ? out[j] : 0.0f) + acc[i][j] + (bias ? bias[j0 + j] : 0.0f);
+        for (int j = 0; j < cols; ++j)
+          out[j] = (accumulate ? out[j] : 0.0f) + acc[i * nr + j] + (bias ? bias[j0 + j] : 0.0f);
       }
     }
   });

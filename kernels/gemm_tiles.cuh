@@ -239,35 +239,8 @@ void launch_sum_splits(const float* parts, int splits, int rows, int cols, float
 
 }  // namespace yolo::tiled
 
-// ---- CPU micro-kernel (host code shared by the fast CPU gemm and conv) ---------------------------
+// ---- CPU packing scratch (host code shared by the fast CPU gemm and conv; their micro-kernels: cpu_micro.h)
 namespace yolo::cpu_tiles {
-
-constexpr int kMr = 4, kNr = 8;  // a block of 4 rows x 8 columns of the output in registers
-
-// Four floats in one SIMD register (GCC/Clang vector extension): with plain arrays GCC keeps
-// the accumulators in memory at -O2.
-typedef float Float4 __attribute__((vector_size(16)));
-inline Float4 load_float4(const float* p) {
-  Float4 v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-
-// acc[i][j] += sum over t < depth, in order, of a[i][t] * b[t * kNr + j] (b: kNr-wide packed rows).
-inline void micro_kernel(const float* const (&a)[kMr], const float* __restrict__ b, int depth,
-                         float (&acc)[kMr][kNr]) {
-  Float4 sum[kMr][2];
-  std::memcpy(sum, acc, sizeof sum);
-  for (int t = 0; t < depth; ++t) {
-    const Float4 b0 = load_float4(b + size_t(t) * kNr), b1 = load_float4(b + size_t(t) * kNr + 4);
-    for (int i = 0; i < kMr; ++i) {
-      const float av = a[i][t];
-      sum[i][0] += av * b0;
-      sum[i][1] += av * b1;
-    }
-  }
-  std::memcpy(acc, sum, sizeof sum);
-}
 
 // Per-thread packing buffers (slots 0 and 1), reused across calls; pool workers only read them
 // while the call that filled them waits.

@@ -14,6 +14,7 @@
 #include "kernels/conv.h"
 #include "kernels/gemm.h"
 #include "runtime/check.h"
+#include "tests/cpu_isa_fixtures.h"
 #include "tests/kernel_harness.h"
 #include "tests/op_check.h"
 #include "tests/test_support.h"
@@ -88,7 +89,7 @@ struct ConvCase {
   }
 };
 
-// Odd sizes, both strides, k = 1, 3, 5, 3 and 13 input channels, 1, 7 and 17 output channels,
+// Odd sizes, both strides, k = 1, 3, 5, 3 to 37 input channels, 1 to 36 output channels,
 // slices with odd and with float4-friendly strides and offsets.
 const std::vector<ConvCase>& conv_cases() {
   static const std::vector<ConvCase> cases = {
@@ -100,6 +101,9 @@ const std::vector<ConvCase>& conv_cases() {
       {{3, 7, 5, 8, 12, 1, 2}, 0, 0, 0, 0, false, false},
       {{1, 9, 11, 12, 36, 3, 2}, 4, 0, 0, 0, true, true},
       {{3, 7, 5, 13, 7, 5, 1}, 0, 0, 1, 0, false, false},
+      // Over 16 input channels with a partial block for every variant's nr (8, 16), 19 outputs
+      // with a partial block for every mr (4, 6, 8).
+      {{2, 6, 5, 37, 19, 3, 1}, 0, 0, 0, 0, true, true},
   };
   return cases;
 }
@@ -278,17 +282,28 @@ TEST_CASE("conv: reference gradients match finite differences") {
   }
 }
 
-TEST_CASE("conv: cpu matches the reference") {
+TEST_CASE("conv: cpu matches the reference, in every micro-kernel variant this CPU runs") {
   Rng rng;
   CAPTURE(rng.seed());
-  for (const ConvCase& c : conv_cases()) {
-    CAPTURE(c.describe());
-    const ConvData d = make_data(c, rng);
-    const ConvResult r = run_cpu(c, d);
-    check_result(c, d, r);
-    const ConvResult again = run_cpu(c, d);
-    CHECK(same_bits(r.out, again.out));
-    CHECK(same_bits(r.grad_weights, again.grad_weights));
+  for (CpuIsa isa : cpu_isas_here()) {
+    CAPTURE(cpu_isa_name(isa));
+    UseCpuIsa use(isa, CpuKernel::ConvForward);
+    const uint64_t data_before = cpu_kernel_runs(CpuKernel::ConvBackwardData, isa);
+    const uint64_t weights_before = cpu_kernel_runs(CpuKernel::ConvBackwardWeights, isa);
+    for (const ConvCase& c : conv_cases()) {
+      CAPTURE(c.describe());
+      const ConvData d = make_data(c, rng);
+      const ConvResult r = run_cpu(c, d);
+      check_result(c, d, r);
+      const ConvResult again = run_cpu(c, d);
+      CHECK(same_bits(r.out, again.out));
+      CHECK(same_bits(r.grad_weights, again.grad_weights));
+    }
+    // The variant asked for is the one that ran, in all three passes.
+    const uint64_t calls = 2 * conv_cases().size();
+    CHECK(use.runs() == calls);
+    CHECK(cpu_kernel_runs(CpuKernel::ConvBackwardData, isa) - data_before == calls);
+    CHECK(cpu_kernel_runs(CpuKernel::ConvBackwardWeights, isa) - weights_before == calls);
   }
 }
 

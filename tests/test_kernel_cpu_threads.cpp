@@ -8,6 +8,7 @@
 #include "kernels/batchnorm.h"
 #include "kernels/conv.h"
 #include "kernels/cpu_parallel.h"
+#include "tests/cpu_isa_fixtures.h"
 #include "tests/test_support.h"
 
 using namespace yolo;
@@ -33,24 +34,29 @@ void check_thread_independent(const std::function<void(std::vector<float>&)>& op
 
 }  // namespace
 
-TEST_CASE("cpu ops: conv results do not depend on the number of threads") {
+TEST_CASE("cpu ops: conv results do not depend on the number of threads, in each micro-kernel variant") {
   Rng rng;
   CAPTURE(rng.seed());
   Conv2dShape s{3, 23, 17, 13, 21, 3, 2};
   std::vector<float> in = rng.floats(size_t(s.n) * s.h * s.w * s.c_in);
   std::vector<float> weights = rng.floats(s.weight_count());
   std::vector<float> grad_out = rng.floats(size_t(s.n) * s.out_h() * s.out_w() * s.c_out);
-  check_thread_independent([&](std::vector<float>& out) {
-    out.assign(grad_out.size(), 0.0f);
-    conv2d_forward_cpu(s, nhwc(static_cast<const float*>(in.data()), s.n, s.h, s.w, s.c_in), weights.data(), nullptr,
-                       nhwc(out.data(), s.n, s.out_h(), s.out_w(), s.c_out), nullptr, 0);
-    std::vector<float> grad_weights(weights.size()), grad_bias(size_t(s.c_out));
-    conv2d_backward_weights_cpu(s, nhwc(static_cast<const float*>(in.data()), s.n, s.h, s.w, s.c_in),
-                                nhwc(static_cast<const float*>(grad_out.data()), s.n, s.out_h(), s.out_w(), s.c_out),
-                                grad_weights.data(), grad_bias.data(), nullptr, 0);
-    out.insert(out.end(), grad_weights.begin(), grad_weights.end());
-    out.insert(out.end(), grad_bias.begin(), grad_bias.end());
-  });
+  for (CpuIsa isa : cpu_isas_here()) {
+    CAPTURE(cpu_isa_name(isa));
+    UseCpuIsa use(isa, CpuKernel::ConvForward);
+    check_thread_independent([&](std::vector<float>& out) {
+      out.assign(grad_out.size(), 0.0f);
+      conv2d_forward_cpu(s, nhwc(static_cast<const float*>(in.data()), s.n, s.h, s.w, s.c_in), weights.data(), nullptr,
+                         nhwc(out.data(), s.n, s.out_h(), s.out_w(), s.c_out), nullptr, 0);
+      std::vector<float> grad_weights(weights.size()), grad_bias(size_t(s.c_out));
+      conv2d_backward_weights_cpu(s, nhwc(static_cast<const float*>(in.data()), s.n, s.h, s.w, s.c_in),
+                                  nhwc(static_cast<const float*>(grad_out.data()), s.n, s.out_h(), s.out_w(), s.c_out),
+                                  grad_weights.data(), grad_bias.data(), nullptr, 0);
+      out.insert(out.end(), grad_weights.begin(), grad_weights.end());
+      out.insert(out.end(), grad_bias.begin(), grad_bias.end());
+    });
+    CHECK(use.runs() == 4);  // one forward per thread count, in this variant
+  }
 }
 
 TEST_CASE("cpu ops: batchnorm statistics and gradients do not depend on the number of threads") {

@@ -15,6 +15,7 @@
 
 #include "kernels/gemm.h"
 #include "runtime/check.h"
+#include "tests/cpu_isa_fixtures.h"
 #include "tests/gemm_case.h"
 #include "tests/kernel_harness.h"
 #include "tests/op_check.h"
@@ -161,21 +162,28 @@ TEST_CASE("gemm: connected-layer gradients from the reference match finite diffe
   CHECK_CLOSE(d_b, num_b, 1e-6, 1e-6);
 }
 
-TEST_CASE("gemm: cpu matches the reference") {
+TEST_CASE("gemm: cpu matches the reference, in every micro-kernel variant this CPU runs") {
   Rng rng;
   CAPTURE(rng.seed());
-  for (const GemmCase& c : gemm_cases()) {
-    CAPTURE(c.describe());
-    const GemmData d = make_data(c, rng);
-    const std::vector<float> out = run_cpu(c, d);
-    CHECK_CLOSE(c_elements(c, out), d.expected, kAtol, kRtol);
-    CHECK(gap_writes(c, out) == 0);
+  for (CpuIsa isa : cpu_isas_here()) {
+    CAPTURE(cpu_isa_name(isa));
+    UseCpuIsa use(isa, CpuKernel::Gemm);
+    uint64_t calls = 0;
+    for (const GemmCase& c : gemm_cases()) {
+      CAPTURE(c.describe());
+      const GemmData d = make_data(c, rng);
+      const std::vector<float> out = run_cpu(c, d);
+      CHECK_CLOSE(c_elements(c, out), d.expected, kAtol, kRtol);
+      CHECK(gap_writes(c, out) == 0);
+      calls += c.s.m > 0 && c.s.n > 0;  // empty products return before the kernels
+    }
+    // A big-enough case for several row and column blocks of the pool.
+    GemmCase big{GemmShape{67, 600, 40, true, true}, true, true};
+    CAPTURE(big.describe());
+    const GemmData d = make_data(big, rng);
+    CHECK_CLOSE(c_elements(big, run_cpu(big, d)), d.expected, kAtol, kRtol);
+    CHECK(use.runs() == calls + 1);  // the variant asked for is the one that ran
   }
-  // A big-enough case for several row and column blocks of the pool.
-  GemmCase big{GemmShape{67, 600, 40, true, true}, true, true};
-  CAPTURE(big.describe());
-  const GemmData d = make_data(big, rng);
-  CHECK_CLOSE(c_elements(big, run_cpu(big, d)), d.expected, kAtol, kRtol);
 }
 
 TEST_CASE("gemm: k = 0 leaves bias (or C + bias)") {

@@ -28,6 +28,7 @@
 #include "graph/heads.h"
 #include "graph/train.h"
 #include "graph/weights.h"
+#include "kernels/cpu_isa.h"
 #include "runtime/check.h"
 #include "runtime/device.h"
 #include "runtime/launch.h"
@@ -798,6 +799,7 @@ int main(int argc, char** argv) {
     const yolo::GpuDiscovery& found = yolo::discover_gpus();
     if (options.list_devices) {
       std::fputs(yolo::describe_devices(found).c_str(), stdout);
+      std::printf("CPU ops: %s\n", yolo::cpu_isa_text().c_str());
       return 0;
     }
     if (options.command == "map") return run_map(options, found);

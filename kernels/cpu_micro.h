@@ -1,0 +1,33 @@
+// The CPU ops' register-blocked micro-kernels, in one variant per instruction set: baseline
+// x86-64 (SSE2), AVX2 with FMA, AVX-512. The conv and gemm passes (conv.cu, gemm.cu) pack their
+// panels `nr` wide and call the variant in use (kernels/cpu_isa.h) through this table.
+//
+// The AVX variants live in their own .cpp files compiled with -mavx2/-mavx512f (Makefile), which
+// include only this header and <immintrin.h>: no inline or template code is shared with baseline
+// units, or the linker could keep an AVX copy of it for everyone, and the program would die of
+// SIGILL on an older CPU. Hence plain declarations here, and no standard library there.
+#pragma once
+#include <cstddef>
+
+namespace yolo::cpu_micro {
+
+constexpr int kMaxMr = 12, kMaxNr = 16;  // the largest block of any variant (scratch sizes)
+
+struct Tiles {
+  int variant;  // which one this is: CpuIsa's value (kernels/cpu_isa.h), set by the variant itself
+  int mr, nr;   // a block of mr rows x nr columns of the output in registers
+  // acc[i * nr + j] += sum over t < depth, in order, of a[i][t] * b[t * nr + j] (i < mr; b: nr-wide
+  // packed rows).
+  void (*block)(const float* const* a, const float* b, int depth, float* acc);
+  // acc[i * nr + j] = sum over p < count, in order, of g[p * g_step + i] * x[p * x_step + j] (a full
+  // mr x nr block: the weight gradients' outer products).
+  void (*outer)(const float* g, size_t g_step, const float* x, size_t x_step, int count, float* acc);
+};
+
+// The variants (cpu_micro_baseline.cpp, cpu_micro_avx2.cpp, cpu_micro_avx512.cpp). The AVX ones
+// may only be called where the CPU has those instructions (kernels/cpu_isa.h decides).
+Tiles baseline_tiles();
+Tiles avx2_tiles();
+Tiles avx512_tiles();
+
+}  // namespace yolo::cpu_micro

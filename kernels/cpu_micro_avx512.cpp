@@ -1,0 +1,37 @@
+// AVX-512 micro-kernels (compiled with -mavx512f; see cpu_micro.h for why this file includes
+// nothing else): 8 x 16 blocks, one 16-wide accumulator per row, each step one load of the packed
+// row, eight broadcasts and eight FMAs.
+#include <immintrin.h>
+
+#include "kernels/cpu_micro.h"
+
+namespace yolo::cpu_micro {
+namespace {
+
+constexpr int kMr = 12, kNr = 16;
+
+void block(const float* const* a, const float* b, int depth, float* acc) {
+  __m512 sum[kMr];
+  for (int i = 0; i < kMr; ++i) sum[i] = _mm512_loadu_ps(acc + i * kNr);
+  for (int t = 0; t < depth; ++t) {
+    const __m512 bv = _mm512_loadu_ps(b + size_t(t) * kNr);
+    for (int i = 0; i < kMr; ++i) sum[i] = _mm512_fmadd_ps(_mm512_set1_ps(a[i][t]), bv, sum[i]);
+  }
+  for (int i = 0; i < kMr; ++i) _mm512_storeu_ps(acc + i * kNr, sum[i]);
+}
+
+void outer(const float* g, size_t g_step, const float* x, size_t x_step, int count, float* acc) {
+  __m512 sum[kMr];
+  for (int i = 0; i < kMr; ++i) sum[i] = _mm512_setzero_ps();
+  for (int p = 0; p < count; ++p, g += g_step, x += x_step) {
+    const __m512 xv = _mm512_loadu_ps(x);
+    for (int i = 0; i < kMr; ++i) sum[i] = _mm512_fmadd_ps(_mm512_set1_ps(g[i]), xv, sum[i]);
+  }
+  for (int i = 0; i < kMr; ++i) _mm512_storeu_ps(acc + i * kNr, sum[i]);
+}
+
+}  // namespace
+
+Tiles avx512_tiles() { return Tiles{2, kMr, kNr, block, outer}; }
+
+}  // namespace yolo::cpu_micro

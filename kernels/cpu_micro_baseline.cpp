@@ -1,0 +1,50 @@
+// The baseline (SSE2) micro-kernels: 4 x 8 blocks in GCC's 4-wide vector extension (with plain
+// arrays GCC keeps the accumulators in memory at -O2). See cpu_micro.h.
+#include <cstring>
+
+#include "kernels/cpu_micro.h"
+
+namespace yolo::cpu_micro {
+namespace {
+
+constexpr int kMr = 4, kNr = 8;
+
+typedef float Float4 __attribute__((vector_size(16)));
+Float4 load4(const float* p) {
+  Float4 v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
+void block(const float* const* a, const float* b, int depth, float* acc) {
+  Float4 sum[kMr][2];
+  std::memcpy(sum, acc, sizeof sum);
+  for (int t = 0; t < depth; ++t) {
+    const Float4 b0 = load4(b + size_t(t) * kNr), b1 = load4(b + size_t(t) * kNr + 4);
+    for (int i = 0; i < kMr; ++i) {
+      const float av = a[i][t];
+      sum[i][0] += av * b0;
+      sum[i][1] += av * b1;
+    }
+  }
+  std::memcpy(acc, sum, sizeof sum);
+}
+
+void outer(const float* g, size_t g_step, const float* x, size_t x_step, int count, float* acc) {
+  Float4 sum[kMr][2] = {};
+  for (int p = 0; p < count; ++p, g += g_step, x += x_step) {
+    const Float4 x0 = load4(x), x1 = load4(x + 4);
+    for (int i = 0; i < kMr; ++i) {
+      const float gv = g[i];
+      sum[i][0] += gv * x0;
+      sum[i][1] += gv * x1;
+    }
+  }
+  std::memcpy(acc, sum, sizeof sum);
+}
+
+}  // namespace
+
+Tiles baseline_tiles() { return Tiles{0, kMr, kNr, block, outer}; }
+
+}  // namespace yolo::cpu_micro
