@@ -33,6 +33,17 @@ check() {
   fi
 }
 
+# Two run folders' last.weights, byte for byte; the check's name.
+same_weights() {
+  if cmp -s "$work/$1/last.weights" "$work/$2/last.weights"; then
+    passed=$((passed + 1))
+    echo "ok: $3"
+  else
+    failed=$((failed + 1))
+    echo "FAILED: $3: $1/last.weights and $2/last.weights differ"
+  fi
+}
+
 if [[ ! -x "$bin" ]]; then
   echo "FAILED: $bin is not built"
   echo "tests: 0 passed, 1 failed, 0 skipped"
@@ -66,13 +77,7 @@ check "graphs on emu:0" 0 "CUDA Graphs: each kind of micro-batch is captured" "$
 check "--no-graph on emu:0" 0 "the steps run eagerly, without CUDA Graphs: --no-graph" "$bin" --devices emu:0 \
   --precision fp32 --no-graph --cfg "$models/demo.cfg" --data set/shapes.data --max-batches 2 --size 64 --batch 2 \
   --out out_eager
-if cmp -s "$work/out_graphs/last.weights" "$work/out_eager/last.weights"; then
-  passed=$((passed + 1))
-  echo "ok: graphs and --no-graph write the same weights"
-else
-  failed=$((failed + 1))
-  echo "FAILED: graphs and --no-graph wrote different weights (out_graphs, out_eager)"
-fi
+same_weights out_graphs out_eager "graphs and --no-graph write the same weights"
 check "a bad --devices" 2 "--devices emu:0@sm61: no emulated GPU preset for sm_61" "$bin" --devices emu:0@sm61 \
   --cfg "$models/demo.cfg" --data set/shapes.data
 # Heads that follow the dataset (issue 16): the 3-class demo cfg on a 4-class set trains with
@@ -129,12 +134,6 @@ else
 fi
 check "the printed --resume command continues" 0 "resuming out_sig/last.ckpt at step" bash -c "$resume_line"
 check "the same run uninterrupted" 0 "24 steps" "$bin" "${sig_args[@]}" --out out_nosig
-if cmp -s "$work/out_sig/last.weights" "$work/out_nosig/last.weights"; then
-  passed=$((passed + 1))
-  echo "ok: stopped by SIGTERM and resumed = uninterrupted, bit for bit"
-else
-  failed=$((failed + 1))
-  echo "FAILED: the resumed run's weights differ from the uninterrupted run's (out_sig, out_nosig)"
-fi
+same_weights out_sig out_nosig "stopped by SIGTERM and resumed = uninterrupted, bit for bit"
 echo "tests: $passed passed, $failed failed, 0 skipped"
 [[ $failed -eq 0 ]]
