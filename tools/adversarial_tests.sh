@@ -7,5 +7,5 @@ set -u
 cd "$(dirname "$0")/.."
 seed=${YOLO_EMU_ADVERSARIAL:-1}
 echo "adversarial schedule, seed $seed"
-YOLO_EMU_ADVERSARIAL=$seed exec "${BUILD:-build}/tests_emu" \
-  -tc='*emu:*,*emulated*,*GPU path*,*kernel device*,*adversarial*'
+# As 2 shards at once (tools/sharded_tests.sh): the emulated tests use one core each.
+YOLO_EMU_ADVERSARIAL=$seed exec tools/sharded_tests.sh -tc='*emu:*,*emulated*,*GPU path*,*kernel device*,*adversarial*'

@@ -48,23 +48,22 @@ figures() {
   echo "exec/s ${execs:-?}, $(echo "$done_line" | grep -oE 'cov: [0-9]+ ft: [0-9]+ corp: [0-9]+/[0-9]+[a-zA-Z]*' || echo 'no coverage line')"
 }
 
-for entry in "${targets[@]}"; do
-  read -r name max_len dict runs <<<"$entry"
-  if [[ -n ${TARGETS:-} && " $TARGETS " != *" $name "* ]]; then continue; fi
-  binary=$build/fuzz/fuzz_$name
+# One target: its run, then its verdict line in $scratch/NAME.result ("ok ...", "FAIL ...",
+# "SKIP ...") followed, on failure, by the log's tail.
+run_target() {
+  local name=$1 max_len=$2 dict=$3 runs=$4
+  local binary=$build/fuzz/fuzz_$name result=$scratch/$name.result
   if [[ ! -x $binary ]]; then
     if ! can_build; then
-      echo "SKIP fuzz_$name: no clang++ with libFuzzer here (tools/ensure_deps.sh installs clang where it can)"
-      skipped=$((skipped + 1))
+      echo "SKIP fuzz_$name: no clang++ with libFuzzer here (tools/ensure_deps.sh installs clang where it can)" >"$result"
     else
-      echo "FAIL fuzz_$name: $binary is not built (make $binary)"
-      failed=$((failed + 1))
+      echo "FAIL fuzz_$name: $binary is not built (make $binary)" >"$result"
     fi
-    continue
+    return
   fi
-  work=$scratch/$name
+  local work=$scratch/$name corpus crashes
   mkdir -p "$work/run"
-  args=(-rss_limit_mb=2048 -timeout=10 -max_len="$max_len" -detect_leaks=1 -print_final_stats=1)
+  local args=(-rss_limit_mb=2048 -timeout=10 -max_len="$max_len" -detect_leaks=1 -print_final_stats=1)
   [[ $dict != - ]] && args+=(-dict="$root/tests/fuzz/$dict")
   if [[ -n $seconds ]]; then
     corpus=$build/fuzz/work/$name crashes=$build/fuzz/crashes/$name
@@ -76,20 +75,41 @@ for entry in "${targets[@]}"; do
     cp -r "$root/tests/fuzz/corpus/$name" "$corpus"
     args+=(-seed=1 -runs="$runs" -artifact_prefix="$work/")
   fi
-  log=$work/log
-  start=$SECONDS
+  local log=$work/log start=$SECONDS status
   # From an empty folder, with TMPDIR inside it: whatever the input names is found there.
   (cd "$work/run" && TMPDIR="$work/run" "$binary" "${args[@]}" "$corpus" >"$log" 2>&1)
   status=$?
   if [[ $status -eq 0 ]]; then
-    echo "ok   fuzz_$name ($((SECONDS - start)) s): $(figures "$log")"
-    passed=$((passed + 1))
+    echo "ok   fuzz_$name ($((SECONDS - start)) s): $(figures "$log")" >"$result"
   else
-    echo "FAIL fuzz_$name (exit $status, $((SECONDS - start)) s): $(figures "$log")"
-    tail -n 60 "$log"
-    [[ -n $seconds ]] && echo "the input is in $crashes/; commit it as tests/fuzz/corpus/$name/crash-NAME once fixed"
-    failed=$((failed + 1))
+    {
+      echo "FAIL fuzz_$name (exit $status, $((SECONDS - start)) s): $(figures "$log")"
+      tail -n 60 "$log"
+      [[ -n $seconds ]] && echo "the input is in $crashes/; commit it as tests/fuzz/corpus/$name/crash-NAME once fixed"
+    } >"$result"
   fi
+}
+
+# Two targets at a time (each runs on one core), verdicts printed in the table's order.
+jobs_at_once=${FUZZ_JOBS:-2}
+names=()
+for entry in "${targets[@]}"; do
+  read -r name max_len dict runs <<<"$entry"
+  if [[ -n ${TARGETS:-} && " $TARGETS " != *" $name "* ]]; then continue; fi
+  while (($(jobs -rp | wc -l) >= jobs_at_once)); do wait -n; done
+  run_target "$name" "$max_len" "$dict" "$runs" &
+  names+=("$name")
+done
+wait
+for name in "${names[@]}"; do
+  result=$scratch/$name.result
+  [[ -f $result ]] || echo "FAIL fuzz_$name: no verdict (the runner died)" >"$result"
+  cat "$result"
+  case $(head -c 4 "$result") in
+    "ok  ") passed=$((passed + 1)) ;;
+    SKIP) skipped=$((skipped + 1)) ;;
+    *) failed=$((failed + 1)) ;;
+  esac
 done
 echo "tests: $passed passed, $failed failed, $skipped skipped"
 [[ $failed -eq 0 ]]

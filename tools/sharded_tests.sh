@@ -4,6 +4,7 @@
 # seeded random order (heavy ones spread over the shards), are split into contiguous ranges
 # (doctest's --first/--last); each shard's output is printed whole, in order, then one line
 # "tests: N passed, M failed, K skipped" with their sums for tools/run_tests.sh.
+# Arguments: doctest filters (e.g. -tc='*emu:*'), applied to the count and to every shard.
 # BUILD (env): the build folder (build); BINARY (env): another doctest binary.
 set -u
 cd "$(dirname "$0")/.."
@@ -11,14 +12,14 @@ bin=${BINARY:-${BUILD:-build}/tests_emu}
 shards=${SHARDS:-2}
 [[ -x "$bin" ]] || { echo "$bin is not built"; echo "tests: 0 passed, 1 failed, 0 skipped"; exit 1; }
 order=(--order-by=rand --rand-seed=20261202)
-total=$("$bin" -ltc "${order[@]}" 2>/dev/null | sed -n 's/.*passing the current filters: \([0-9]*\).*/\1/p')
+total=$("$bin" -ltc "${order[@]}" "$@" 2>/dev/null | sed -n 's/.*passing the current filters: \([0-9]*\).*/\1/p')
 [[ -n "$total" ]] || { echo "cannot count $bin's test cases"; echo "tests: 0 passed, 1 failed, 0 skipped"; exit 1; }
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 pids=()
 for ((k = 0; k < shards; ++k)); do
   first=$((k * total / shards + 1)) last=$(((k + 1) * total / shards))
-  "$bin" "${order[@]}" --first="$first" --last="$last" >"$work/$k.log" 2>&1 &
+  "$bin" "${order[@]}" "$@" --first="$first" --last="$last" >"$work/$k.log" 2>&1 &
   pids+=($!)
 done
 status=0
