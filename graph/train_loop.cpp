@@ -413,8 +413,11 @@ TrainResult run_loop(const Graph& graph, Executor& executor, Source& source, con
     result.loss_scale = scaler.scale();
     result.overflow_skips = scaler.overflows();
     result.iterations = iteration + 1;
-    // Divergence: non-finite gradients (not fp16's overflows) in max_skipped_steps steps in a row.
-    if (updated || scaler.enabled()) {
+    // Divergence: non-finite gradients in max_skipped_steps steps in a row. fp16's overflows are
+    // loss-scale adjustments, not divergence, while the scale can still go down; at its floor
+    // (2^-24) a skipped step is divergence again, or such a run would skip forever.
+    const bool scale_adjusted = scaler.enabled() && loss_scale > LossScaler::kMin;
+    if (updated || scale_adjusted) {
       skipped_in_a_row = 0;
     } else if (skipped_in_a_row++ == 0) {
       first_skipped = iteration + 1;
@@ -431,7 +434,7 @@ TrainResult run_loop(const Graph& graph, Executor& executor, Source& source, con
       }
       located_step = iteration + 1;
     }
-    if (!updated && leader && scaler.enabled())
+    if (!updated && leader && scale_adjusted)
       std::printf(
           "%strain_yolo: step %lld skipped: fp16 gradients overflowed at loss scale %g; the scale is now %g "
           "(a loss-scale adjustment, not divergence)\n",

@@ -52,6 +52,16 @@ void install_stop_handlers() {
       throw Error(std::string("cannot install the ") + signal_name(signal) + " handler (" + std::strerror(errno) + ")");
 }
 
+void remove_stop_handlers() {
+  struct sigaction action {};
+  action.sa_handler = SIG_DFL;
+  sigemptyset(&action.sa_mask);
+  for (int signal : {SIGTERM, SIGINT})
+    if (sigaction(signal, &action, nullptr) != 0)
+      throw Error(std::string("cannot restore the default ") + signal_name(signal) + " action (" +
+                  std::strerror(errno) + ")");
+}
+
 int stop_signal() { return g_stop_signal.load(); }
 
 void request_stop(int signal) { g_stop_signal.store(signal); }

@@ -13,8 +13,10 @@ namespace yolo {
 // it (with --resume), and not 128 + signal, which means killed before saving.
 constexpr int kStoppedExitCode = 75;
 
-// Installs the handlers for SIGTERM and SIGINT (the program does, once, before training).
+// Installs the handlers for SIGTERM and SIGINT (the program does, before training), and puts
+// the default action back (after it: a Ctrl-C during the evaluation that follows stops at once).
 void install_stop_handlers();
+void remove_stop_handlers();
 // The signal that asked for a stop (SIGTERM, SIGINT), or 0.
 int stop_signal();
 // As if `signal` had arrived once (tests; 0 clears the request).

@@ -128,6 +128,18 @@ TEST_CASE("SIGTERM and SIGINT: the first sets the stop request, a second stops t
           std::string::npos);
     CHECK(output.find("a second signal: stopping at once") != std::string::npos);
   }
+  // After training the handlers go: the first signal then stops the process.
+  int status = 0;
+  std::string output = yolo::testing::output_of_forked(
+      [] {
+        install_stop_handlers();
+        remove_stop_handlers();
+        raise(SIGINT);
+        _exit(12);
+      },
+      &status);
+  CHECK(WIFSIGNALED(status));
+  CHECK(output.find("received") == std::string::npos);
 }
 
 TEST_CASE("--resume falls back to prev.ckpt when last.ckpt is damaged or missing, saying what it costs") {
@@ -295,4 +307,26 @@ TEST_CASE("K steps in a row with non-finite gradients stop the run, naming the l
       CHECK(read_checkpoint(o.out_dir + "/last.ckpt").iteration == 5);
     }
   }
+}
+
+TEST_CASE("fp16 (simulated GPU): overflow skips are loss-scale adjustments until the scale's floor, then divergence") {
+  if (!YOLO_EMULATED_KERNELS) return;  // emulated GPUs exist only in build/tests_emu
+  TempDir dir;
+  data::Dataset dataset = yolo::testing::small_shapes_dataset(dir / "shapes");
+  TrainOptions o = tiny_dp_options(dir / "fp16", 12);
+  o.precision = Precision::Fp16;
+  o.batch = 2;  // emulated fp16 is slow
+  o.graphs = false;
+  o.initial_loss_scale = 0x1p-22f;  // two halvings above the floor, 2^-24
+  o.max_skipped_steps = 2;
+  o.before_step = [](Executor& executor, int, int64_t iteration) {
+    if (iteration == 1) plant(executor, 2, std::numeric_limits<float>::quiet_NaN());
+  };
+  TrainResult result = train_detector(tiny_detector_spec(), dataset, {Device::emu(0)}, o);
+  INFO(result.stop_message);
+  // Step 2 at 2^-22 and step 3 at 2^-23 are adjustments; steps 4 and 5 at 2^-24 count.
+  CHECK(result.stop == TrainStop::Diverged);
+  CHECK(result.iterations == 5);
+  CHECK(result.stop_message.find("2 steps in a row (4 to 5)") != std::string::npos);
+  CHECK(result.loss_scale == 0x1p-24f);
 }

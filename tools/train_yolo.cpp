@@ -757,6 +757,7 @@ int train(const Options& options, const yolo::GpuDiscovery& found) {
     }
     yolo::install_stop_handlers();
     result = yolo::graph::train_detector(spec, dataset, choice.devices, to);
+    yolo::remove_stop_handlers();  // the evaluation below stops at the first Ctrl-C
     if (result.stop != yolo::graph::TrainStop::Finished) return early_stop(result, options, leader);
     print_result(result);
     if (leader && (options.cfg.empty() || options.valid_every))
@@ -773,6 +774,7 @@ int train(const Options& options, const yolo::GpuDiscovery& found) {
     }
     yolo::install_stop_handlers();
     result = yolo::graph::train_classifier(spec, mnist, choice.devices, to);
+    yolo::remove_stop_handlers();
     if (result.stop != yolo::graph::TrainStop::Finished) return early_stop(result, options, leader);
   }
   print_result(result);
