@@ -1,6 +1,7 @@
 // Finding a step's first non-finite value (see divergence.h).
 #include "graph/divergence.h"
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -86,6 +87,39 @@ NonFinite find_non_finite_gradients(const Graph& graph, Executor& executor) {
     offset += count;
   }
   return NonFinite{};
+}
+
+void DivergenceWatch::step_done(int64_t step, bool skipped, const std::vector<uint64_t>& findings) {
+  const bool checked = check_due();
+  if (!skipped) {
+    in_a_row_ = 0;
+    return;
+  }
+  last_ = step;
+  if (in_a_row_++ == 0) {
+    first_ = step;
+    located_step_ = 0;
+  } else if (checked && !findings.empty()) {  // the earliest finding in forward order wins
+    const auto earliest = std::min_element(findings.begin(), findings.end());
+    found_ = NonFinite::from_code(*earliest);
+    found_rank_ = static_cast<int>(earliest - findings.begin());
+    located_step_ = step;
+  }
+}
+
+std::string DivergenceWatch::message(const Graph& graph, bool ranks) const {
+  const std::string where = ranks ? " on rank " + std::to_string(found_rank_) : "";
+  const std::string located =
+      located_step_ > 0
+          ? "The first non-finite value, in forward order" + where + ", was in " + found_.text(graph) + " at step " +
+                std::to_string(located_step_) + " (the per-layer check runs on the second skipped step)"
+          : "The layer is not named: the per-layer check runs on the second skipped step in a row "
+            "(--max-skipped-steps 2 or more)";
+  return "training diverged: " + std::to_string(in_a_row_) + " steps in a row (" + std::to_string(first_) + " to " +
+         std::to_string(last_) + ") were skipped for NaN or infinite gradients (--max-skipped-steps " +
+         std::to_string(max_skipped_) + "). " + located +
+         ". Usual remedies: a lower learning_rate, a longer burn_in (both in [net]), or resuming from an earlier "
+         "checkpoint";
 }
 
 bool state_finite(Executor& executor) {

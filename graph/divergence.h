@@ -7,6 +7,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "graph/executor.h"
 
@@ -28,6 +29,28 @@ struct NonFinite {
 NonFinite find_non_finite_forward(const Graph& graph, Executor& executor);
 // The parameter gradients (of the step just done), the deepest layer first.
 NonFinite find_non_finite_gradients(const Graph& graph, Executor& executor);
+
+// The training loop's count of steps skipped in a row, and the message that stops a diverged run.
+class DivergenceWatch {
+ public:
+  explicit DivergenceWatch(int max_skipped) : max_skipped_(max_skipped) {}
+  // Whether the coming step is the one to check layer by layer (the second skipped in a row).
+  bool check_due() const { return in_a_row_ == 1; }
+  bool skipping() const { return in_a_row_ > 0; }
+  // After step `step` (1-based): whether it was skipped as divergence (not a loss-scale
+  // adjustment), and for a checked step the finding of every rank (rank order; one entry
+  // without data parallel).
+  void step_done(int64_t step, bool skipped, const std::vector<uint64_t>& findings);
+  bool diverged() const { return max_skipped_ > 0 && in_a_row_ >= max_skipped_; }
+  // "training diverged: 3 steps in a row (3 to 5) ... remedies"; ranks: name the rank.
+  std::string message(const Graph& graph, bool ranks) const;
+
+ private:
+  int max_skipped_;
+  int64_t in_a_row_ = 0, first_ = 0, last_ = 0, located_step_ = 0;
+  NonFinite found_;
+  int found_rank_ = 0;
+};
 
 // Whether what a checkpoint holds (parameters, momentum, BatchNorm running statistics) is finite.
 bool state_finite(Executor& executor);

@@ -259,17 +259,12 @@ TrainResult run_loop(const Graph& graph, Executor& executor, Source& source, con
   auto stop_requested = [&](int64_t iteration) {
     return options.stop_requested ? options.stop_requested(rank, iteration) : stop_signal() != 0;
   };
-  int64_t skipped_in_a_row = 0, first_skipped = 0;
-  // The per-layer check (graph/divergence.h) runs on the second skipped step in a row, eagerly:
-  // its findings, over every rank (the earliest in forward order wins).
-  int64_t located_step = 0;
-  NonFinite first_non_finite;
-  int first_non_finite_rank = 0;
+  DivergenceWatch divergence(options.max_skipped_steps);
 
   for (int64_t iteration = start_iteration; iteration < max_batches; ++iteration) {
     if (options.before_step) options.before_step(executor, rank, iteration);
     if (dp) static_cast<float*>(dp->stop_host.data())[0] = stop_requested(iteration) ? 1.0f : 0.0f;
-    const bool check_this = skipped_in_a_row == 1;  // the per-layer check of a diverging run
+    const bool check_this = divergence.check_due();  // the per-layer check of a diverging run
     NonFinite found;
     bool forward_checked = false;
     bool trace_this = !options.trace_file.empty() &&
@@ -417,23 +412,14 @@ TrainResult run_loop(const Graph& graph, Executor& executor, Source& source, con
     // loss-scale adjustments, not divergence, while the scale can still go down; at its floor
     // (2^-24) a skipped step is divergence again, or such a run would skip forever.
     const bool scale_adjusted = scaler.enabled() && loss_scale > LossScaler::kMin;
-    if (updated || scale_adjusted) {
-      skipped_in_a_row = 0;
-    } else if (skipped_in_a_row++ == 0) {
-      first_skipped = iteration + 1;
-      located_step = 0;
-    } else if (check_this) {
+    const bool skipped = !updated && !scale_adjusted;
+    std::vector<uint64_t> findings;
+    if (skipped && check_this) {
       if (found.layer < 0) found = find_non_finite_gradients(graph, executor);
-      first_non_finite = found;
-      first_non_finite_rank = rank;
-      if (dp) {  // every rank skipped this step (the gradients were reduced) and checked it
-        std::vector<uint64_t> codes = dp->comm->all_gather(found.code());
-        const auto earliest = std::min_element(codes.begin(), codes.end());
-        first_non_finite = NonFinite::from_code(*earliest);
-        first_non_finite_rank = static_cast<int>(earliest - codes.begin());
-      }
-      located_step = iteration + 1;
+      // Every rank skipped this step (the gradients were reduced) and checked it.
+      findings = dp ? dp->comm->all_gather(found.code()) : std::vector<uint64_t>{found.code()};
     }
+    divergence.step_done(iteration + 1, skipped, findings);
     if (!updated && leader && scale_adjusted)
       std::printf(
           "%strain_yolo: step %lld skipped: fp16 gradients overflowed at loss scale %g; the scale is now %g "
@@ -508,21 +494,9 @@ TrainResult run_loop(const Graph& graph, Executor& executor, Source& source, con
       if (leader)
         record_epoch(static_cast<double>(epoch_now), iteration + 1, lr, finished_split, finished_loss, validated);
     }
-    if (options.max_skipped_steps > 0 && skipped_in_a_row >= options.max_skipped_steps) {
+    if (divergence.diverged()) {
       result.stop = TrainStop::Diverged;
-      const std::string where = dp ? " on rank " + std::to_string(first_non_finite_rank) : "";
-      const std::string located =
-          located_step > 0 ? "The first non-finite value, in forward order" + where + ", was in " +
-                                 first_non_finite.text(graph) + " at step " + std::to_string(located_step) +
-                                 " (the per-layer check runs on the second skipped step)"
-                           : "The layer is not named: the per-layer check runs on the second skipped step in a row "
-                             "(--max-skipped-steps 2 or more)";
-      result.stop_message = "training diverged: " + std::to_string(skipped_in_a_row) + " steps in a row (" +
-                            std::to_string(first_skipped) + " to " + std::to_string(iteration + 1) +
-                            ") were skipped for NaN or infinite gradients (--max-skipped-steps " +
-                            std::to_string(options.max_skipped_steps) + "). " + located +
-                            ". Usual remedies: a lower learning_rate, a longer burn_in (both in [net]), or resuming "
-                            "from an earlier checkpoint";
+      result.stop_message = divergence.message(graph, dp != nullptr);
       break;
     }
     bool stop_now = false;
@@ -539,7 +513,7 @@ TrainResult run_loop(const Graph& graph, Executor& executor, Source& source, con
     // Not while steps are being skipped: the failing forward passes may have reached BatchNorm's
     // running statistics, and the checkpoint before them is the last good one.
     if (leader && options.checkpoint_every > 0 && (iteration + 1) % options.checkpoint_every == 0 && !last &&
-        skipped_in_a_row == 0)
+        !divergence.skipping())
       save(iteration + 1);
   }
   if (tty && leader) std::printf("\n");
