@@ -5,6 +5,7 @@
 #pragma once
 #include <cstddef>
 #include <functional>
+#include <vector>
 
 namespace yolo {
 
@@ -30,6 +31,14 @@ inline void map_channels(const float* in, float* out, int c, F f) {
     for (int j = 0; j < 8; ++j) out[ch + j] = t[j];
   }
   for (; ch < c; ++ch) out[ch] = f(ch, in[ch]);
+}
+
+// Per-thread packing buffers (slots 0 and 1) of the fast CPU gemm and conv, reused across calls;
+// pool workers only read them while the call that filled them waits.
+inline std::vector<float>& cpu_scratch(int slot, size_t floats) {
+  thread_local std::vector<float> buffers[2];
+  buffers[slot].resize(floats);
+  return buffers[slot];
 }
 
 }  // namespace yolo

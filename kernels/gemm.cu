@@ -42,8 +42,6 @@ void check_gemm_args(const char* op, const GemmShape& s, const T* a, const T* b,
 
 // ---- CPU --------------------------------------------------------------------------------------
 
-using cpu_tiles::cpu_scratch;
-
 // B' packed as [n / nr][k][nr], columns past n zero.
 void pack_b(const GemmShape& s, const float* b, size_t nr, std::vector<float>& packed) {
   const size_t blocks = (size_t(s.n) + nr - 1) / nr, k = size_t(s.k);

@@ -238,17 +238,3 @@ void launch_sum_splits(const float* parts, int splits, int rows, int cols, float
                        const float* bias, cudaStream_t stream);
 
 }  // namespace yolo::tiled
-
-// ---- CPU packing scratch (host code shared by the fast CPU gemm and conv; their micro-kernels: cpu_micro.h)
-namespace yolo::cpu_tiles {
-
-// Per-thread packing buffers (slots 0 and 1), reused across calls; pool workers only read them
-// while the call that filled them waits.
-inline std::vector<float>& cpu_scratch(int slot, size_t floats) {
-  thread_local std::vector<float> buffers[2];
-  buffers[slot].resize(floats);
-  return buffers[slot];
-}
-
-}  // namespace yolo::cpu_tiles
-
