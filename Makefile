@@ -141,8 +141,10 @@ $(BUILD)/emu/%.cpp.o: %.cpp $(FLAGS_STAMP) | deps
 
 # The CPU micro-kernels' AVX variants (kernels/cpu_micro.h): only these files get the instruction
 # sets; kernels/cpu_isa.cpp runs them where the CPU has them.
-AVX2_FLAGS   := -mavx2 -mfma
-AVX512_FLAGS := -mavx512f -mfma
+# -O3: their channel loops (cpu_micro_channels.inc) are written for the vectoriser.
+AVX2_FLAGS   := -O3 -mavx2 -mfma
+AVX512_FLAGS := -O3 -mavx512f -mfma -mprefer-vector-width=512
+$(BUILD)/native/kernels/cpu_micro_baseline.cpp.o $(BUILD)/emu/kernels/cpu_micro_baseline.cpp.o: EXTRA_FLAGS := -O3
 $(BUILD)/native/kernels/cpu_micro_avx2.cpp.o $(BUILD)/emu/kernels/cpu_micro_avx2.cpp.o: EXTRA_FLAGS := $(AVX2_FLAGS)
 $(BUILD)/native/kernels/cpu_micro_avx512.cpp.o $(BUILD)/emu/kernels/cpu_micro_avx512.cpp.o: EXTRA_FLAGS := $(AVX512_FLAGS)
 

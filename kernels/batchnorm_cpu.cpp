@@ -2,6 +2,7 @@
 // version. CPU: fixed pixel chunks (a function of the shape, not of the thread count), double
 // accumulators per chunk, chunks combined in order, so the bits do not depend on the threads.
 // The CUDA kernels: batchnorm.cu; the checks both share: batchnorm_shared.h.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -9,6 +10,7 @@
 
 #include "kernels/batchnorm.h"
 #include "kernels/batchnorm_shared.h"
+#include "kernels/cpu_isa.h"
 #include "kernels/cpu_parallel.h"
 
 namespace yolo {
@@ -105,17 +107,29 @@ CpuChunks cpu_chunks(size_t pixels, int c) {
   return {pixels, count < 1 ? 1 : count};
 }
 
+// The activations the per-ISA channel loops have (kernels/cpu_micro.h); the others run the generic
+// loops below.
+template <Activation A>
+constexpr bool kHasChannelLoops = A == Activation::Linear || A == Activation::Leaky;
+
 // y = act((x - mean) * scale + beta) over the chunks.
 template <Activation A>
 void apply_cpu(ConstAct x, Act y, const float* mean, const float* scale, const float* beta) {
   CpuChunks chunks = cpu_chunks(x.pixels(), x.c);
+  const cpu_micro::Tiles& tiles = cpu_micro_tiles();
+  const cpu_micro::ChannelLoops& loops = tiles.channels;
+  if (kHasChannelLoops<A>) count_cpu_kernel(CpuKernel::BatchnormForward, static_cast<CpuIsa>(tiles.variant));
   parallel_for(chunks.count, [&](size_t k) {
-    for (size_t p = chunks.begin(k); p < chunks.end(k); ++p) {
-      const float* in = x.data + p * size_t(x.stride);
-      float* out = y.data + p * size_t(y.stride);
-      map_channels(in, out, x.c,
-                   [&](int ch, float v) { return activate<A>((v - mean[ch]) * scale[ch] + beta[ch]); });
+    const size_t p0 = chunks.begin(k), count = chunks.end(k) - p0;
+    const float* in = x.data + p0 * size_t(x.stride);
+    float* out = y.data + p0 * size_t(y.stride);
+    if constexpr (kHasChannelLoops<A>) {
+      loops.normalize(in, size_t(x.stride), out, size_t(y.stride), count, x.c, mean, scale, beta,
+                      A == Activation::Leaky);
+      return;
     }
+    for (size_t p = 0; p < count; ++p, in += x.stride, out += y.stride)
+      map_channels(in, out, x.c, [&](int ch, float v) { return activate<A>((v - mean[ch]) * scale[ch] + beta[ch]); });
   });
 }
 
@@ -140,20 +154,22 @@ void forward_training_cpu(ConstAct x, const float* gamma, const float* beta, Act
                           float* saved_var, float* running_mean, float* running_var) {
   const int c = x.c;
   CpuChunks chunks = cpu_chunks(x.pixels(), c);
-  std::vector<double> partial(chunks.count * size_t(c) * 2);  // per chunk: mean[c], m2[c]
+  // Per chunk, the sums of x - shift and its squares (shift: the first pixel, near the mean, so
+  // the squares lose little to cancellation), in double; then each chunk's mean and m2.
+  const std::vector<float> shift = x.pixels() ? std::vector<float>(x.data, x.data + c) : std::vector<float>(size_t(c));
+  const cpu_micro::Tiles& tiles = cpu_micro_tiles();
+  const cpu_micro::ChannelLoops& loops = tiles.channels;
+  count_cpu_kernel(CpuKernel::BatchnormForward, static_cast<CpuIsa>(tiles.variant));
+  std::vector<double> partial(chunks.count * size_t(c) * 2);  // per chunk: mean[c], m2[c] (relative to shift)
   parallel_for(chunks.count, [&](size_t k) {
     double* mean = &partial[k * size_t(c) * 2];
     double* m2 = mean + c;
-    double n = 0;
-    for (size_t p = chunks.begin(k); p < chunks.end(k); ++p) {
-      const float* in = x.data + p * size_t(x.stride);
-      n += 1;
-      double inv = 1.0 / n;
-      for (int ch = 0; ch < c; ++ch) {
-        double v = in[ch], d = v - mean[ch];
-        mean[ch] += d * inv;
-        m2[ch] += d * (v - mean[ch]);
-      }
+    const size_t p0 = chunks.begin(k), n = chunks.end(k) - p0;
+    loops.moments(x.data + p0 * size_t(x.stride), size_t(x.stride), n, c, shift.data(), mean, m2);
+    for (int ch = 0; ch < c; ++ch) {
+      const double sum = mean[ch];
+      mean[ch] = sum / double(n);
+      m2[ch] -= sum * mean[ch];
     }
   });
   std::vector<float> mean_f(static_cast<size_t>(c)), scale(static_cast<size_t>(c));
@@ -164,7 +180,8 @@ void forward_training_cpu(ConstAct x, const float* gamma, const float* beta, Act
       const double* part = &partial[k * size_t(c) * 2];
       chan_merge(n, mean, m2, double(chunks.end(k) - chunks.begin(k)), part[ch], part[c + ch]);
     }
-    finish_channel_cpu(ch, mean, m2 / m, m, gamma, saved_mean, saved_var, running_mean, running_var, mean_f, scale);
+    finish_channel_cpu(ch, double(shift[size_t(ch)]) + mean, std::max(0.0, m2) / m, m, gamma, saved_mean, saved_var,
+                       running_mean, running_var, mean_f, scale);
   }
   apply_cpu<A>(x, y, mean_f.data(), scale.data(), beta);
 }
@@ -213,9 +230,21 @@ std::vector<double> backward_sums_cpu(ConstAct y, ConstAct grad_y, ConstAct x, c
   const int c = x.c;
   CpuChunks chunks = cpu_chunks(x.pixels(), c);
   std::vector<double> partial(chunks.count * size_t(c) * 2);  // per chunk: sum g[c], sum g (x - mean)[c]
+  const cpu_micro::Tiles& tiles = cpu_micro_tiles();
+  if (kHasChannelLoops<A>) count_cpu_kernel(CpuKernel::BatchnormBackward, static_cast<CpuIsa>(tiles.variant));
   parallel_for(chunks.count, [&](size_t k) {
     double* sum_g = &partial[k * size_t(c) * 2];
     double* sum_gx = sum_g + c;
+    if constexpr (kHasChannelLoops<A>) {
+      const size_t p0 = chunks.begin(k);
+      // Linear reads no y (which may then be empty): grad_y stands in.
+      const ConstAct& yv = A == Activation::Leaky ? y : grad_y;
+      tiles.channels.grad_sums(yv.data + p0 * size_t(yv.stride), size_t(yv.stride),
+                               grad_y.data + p0 * size_t(grad_y.stride), size_t(grad_y.stride),
+                               x.data + p0 * size_t(x.stride), size_t(x.stride), chunks.end(k) - p0, c, saved_mean,
+                               A == Activation::Leaky, sum_g, sum_gx);
+      return;
+    }
     for (size_t p = chunks.begin(k); p < chunks.end(k); ++p) {
       const float* in = x.data + p * size_t(x.stride);
       for (int ch = 0; ch < c; ++ch) {
@@ -240,7 +269,17 @@ template <Activation A>
 void backward_apply_cpu(ConstAct y, ConstAct grad_y, ConstAct x, const float* saved_mean, Act grad_x,
                         const std::vector<float>& a, const std::vector<float>& g_mean, const std::vector<float>& kx) {
   CpuChunks chunks = cpu_chunks(x.pixels(), x.c);
+  const cpu_micro::ChannelLoops& loops = cpu_micro_tiles().channels;
   parallel_for(chunks.count, [&](size_t k) {
+    if constexpr (kHasChannelLoops<A>) {
+      const size_t p0 = chunks.begin(k);
+      const ConstAct& yv = A == Activation::Leaky ? y : grad_y;  // as in backward_sums_cpu
+      loops.grad_apply(yv.data + p0 * size_t(yv.stride), size_t(yv.stride), grad_y.data + p0 * size_t(grad_y.stride),
+                       size_t(grad_y.stride), x.data + p0 * size_t(x.stride), size_t(x.stride),
+                       grad_x.data + p0 * size_t(grad_x.stride), size_t(grad_x.stride), chunks.end(k) - p0, x.c,
+                       saved_mean, a.data(), g_mean.data(), kx.data(), A == Activation::Leaky);
+      return;
+    }
     for (size_t p = chunks.begin(k); p < chunks.end(k); ++p) {
       const float* in = x.data + p * size_t(x.stride);
       float* out = grad_x.data + p * size_t(grad_x.stride);

@@ -23,6 +23,61 @@ using conv_detail::check_conv;
 using cpu_micro::kMaxMr;
 using cpu_micro::kMaxNr;
 
+// One output row's receptive fields, gathered: the k input rows it reads, each copied once with
+// `pad` zero pixels either side (a row outside the image: none, it reads as zeros), then any
+// pixel's field is k contiguous spans of k*c_in floats (taps, then input channels).
+class RowFields {
+ public:
+  RowFields(const Conv2dShape& s, ConstAct in) : s_(s), in_(in), span_(size_t(s.k) * s.c_in) {
+    padded_w_ = size_t(s.w + 2 * s.pad());
+    rows_.assign(size_t(s.k) * padded_w_ * s.c_in, 0.0f);  // the edge pixels stay zero
+    inside_.assign(size_t(s.k), false);
+  }
+  // Reads output row oy of image b.
+  void load(int b, int oy) {
+    const int c_in = s_.c_in;
+    for (int r = 0; r < s_.k; ++r) {
+      const int iy = oy * s_.stride - s_.pad() + r;
+      inside_[size_t(r)] = iy >= 0 && iy < s_.h;
+      if (!inside_[size_t(r)]) continue;
+      float* dst = rows_.data() + (size_t(r) * padded_w_ + size_t(s_.pad())) * c_in;
+      const float* src = in_.data + in_.at(b, iy, 0, 0);
+      if (in_.stride == c_in)
+        std::copy_n(src, size_t(s_.w) * c_in, dst);
+      else
+        for (int x = 0; x < s_.w; ++x) std::copy_n(src + size_t(x) * in_.stride, c_in, dst + size_t(x) * c_in);
+    }
+  }
+  // Writes output pixel ox's field, k*k*c_in floats, to dst.
+  void field(int ox, float* dst) const {
+    const size_t x0 = size_t(ox) * s_.stride * s_.c_in;
+    for (int r = 0; r < s_.k; ++r, dst += span_) {
+      if (inside_[size_t(r)])
+        copy_span(rows_.data() + size_t(r) * padded_w_ * s_.c_in + x0, dst);
+      else
+        std::fill_n(dst, span_, 0.0f);
+    }
+  }
+
+ private:
+  // span_ floats. The short spans of the first layers (3x3x3: 9) would cost more in calls to
+  // memcpy than in copying.
+  // (Fixed 16-byte copies, the last one overlapping: single vector moves.)
+  void copy_span(const float* src, float* dst) const {
+    if (span_ > 32 || span_ < 4) {
+      std::memcpy(dst, src, span_ * sizeof(float));
+      return;
+    }
+    for (size_t i = 0; i + 4 < span_; i += 4) std::memcpy(dst + i, src + i, 4 * sizeof(float));
+    std::memcpy(dst + span_ - 4, src + span_ - 4, 4 * sizeof(float));
+  }
+  const Conv2dShape& s_;
+  ConstAct in_;
+  size_t span_, padded_w_;
+  std::vector<float> rows_;
+  std::vector<bool> inside_;
+};
+
 // Forward: weights packed as [c_out / nr][tap][ci][nr] (zero-padded channels); outputs in
 // blocks of mr pixels of a row x nr channels. Each block's receptive fields are gathered first
 // into mr contiguous rows of k*k*c_in (zeros in the padding), so one micro-kernel call reduces
@@ -31,8 +86,8 @@ void forward_cpu(const Conv2dShape& s, ConstAct in, const float* weights, const 
   const cpu_micro::Tiles& tiles = cpu_micro_tiles();
   count_cpu_kernel(CpuKernel::ConvForward, static_cast<CpuIsa>(tiles.variant));
   const int mr = tiles.mr, nr = tiles.nr;
-  const int oh = s.out_h(), ow = s.out_w(), pad = s.pad(), k = s.k, c_in = s.c_in;
-  const size_t depth = size_t(k) * k * c_in, blocks = size_t(s.c_out + nr - 1) / nr;
+  const int oh = s.out_h(), ow = s.out_w();
+  const size_t depth = size_t(s.k) * s.k * s.c_in, blocks = size_t(s.c_out + nr - 1) / nr;
   std::vector<float>& packed = cpu_scratch(0, blocks * depth * nr);
   parallel_for(blocks, [&](size_t cb) {
     float* dst = packed.data() + cb * depth * nr;
@@ -43,39 +98,27 @@ void forward_cpu(const Conv2dShape& s, ConstAct in, const float* weights, const 
     }
   });
   const std::vector<float> zeros(depth, 0.0f);
+  std::vector<float> bias_rows(blocks * nr, 0.0f);
+  if (bias) std::copy_n(bias, s.c_out, bias_rows.begin());
   parallel_for(size_t(s.n) * oh, [&](size_t item) {
     const int b = int(item / oh), oy = int(item % oh);
     thread_local std::vector<float> gathered;
     gathered.resize(size_t(mr) * depth);
+    RowFields fields(s, in);
+    fields.load(b, oy);
     for (int ox0 = 0; ox0 < ow; ox0 += mr) {
       const int pixels = std::min(mr, ow - ox0);
       const float* a[kMaxMr];
       for (int i = 0; i < mr; ++i) {
-        if (i >= pixels) {
-          a[i] = zeros.data();
-          continue;
-        }
-        float* row = gathered.data() + size_t(i) * depth;
-        for (int r = 0; r < k; ++r) {
-          const int iy = oy * s.stride - pad + r;
-          for (int sx = 0; sx < k; ++sx, row += c_in) {
-            const int ix = (ox0 + i) * s.stride - pad + sx;
-            if (iy < 0 || iy >= s.h || ix < 0 || ix >= s.w)
-              std::fill(row, row + c_in, 0.0f);
-            else
-              std::copy_n(in.data + in.at(b, iy, ix, 0), c_in, row);
-          }
-        }
-        a[i] = gathered.data() + size_t(i) * depth;
+        a[i] = i < pixels ? gathered.data() + size_t(i) * depth : zeros.data();
+        if (i < pixels) fields.field(ox0 + i, gathered.data() + size_t(i) * depth);
       }
       for (size_t cb = 0; cb < blocks; ++cb) {
         const int co0 = int(cb) * nr, couts = std::min(nr, s.c_out - co0);
-        float acc[kMaxMr * kMaxNr] = {};
+        float acc[kMaxMr * kMaxNr];  // starts at the bias: the sums add onto it
+        for (int i = 0; i < mr; ++i) std::copy_n(bias_rows.data() + cb * nr, nr, acc + i * nr);
         tiles.block(a, packed.data() + cb * depth * nr, int(depth), acc);
-        for (int i = 0; i < pixels; ++i) {
-          float* dst = out.data + out.at(b, oy, ox0 + i, co0);
-          for (int j = 0; j < couts; ++j) dst[j] = acc[i * nr + j] + (bias ? bias[co0 + j] : 0.0f);
-        }
+        for (int i = 0; i < pixels; ++i) std::copy_n(acc + i * nr, couts, out.data + out.at(b, oy, ox0 + i, co0));
       }
     }
   });
@@ -140,61 +183,78 @@ inline const float* padded_rows(const float* src, size_t step, int count, int n,
   return buf.data();
 }
 
-// Backward weights: work item = mr output channels x one tap; blocks of nr input channels
-// summed over the pixels of each image row, then the rows in order (shorter float sums). Partial
-// blocks (fewer channels than mr or nr) are zero-padded copies. Layers with fewer input channels
-// than nr (the first: 3) take the weights' whole depth, taps x input channels, as the blocks'
-// columns instead (backward_weights_gathered_cpu), so the padding does not multiply the work.
-void backward_weights_gathered_cpu(const Conv2dShape& s, ConstAct in, ConstAct grad_out, float* grad_weights,
-                                   const cpu_micro::Tiles& tiles);
+// Backward weights, dW[c_out x depth] = grad_out^T[c_out x P] * fields[P x depth] (depth = k*k*c_in,
+// taps then input channels; P = output pixels): blocks of mr output channels x nr of the depth.
+// Each output row's receptive fields are gathered once (RowFields, zeros in the padding, the depth
+// padded to whole blocks) and each block adds its outer products over the row, pixel by pixel. The rows are split into
+// a fixed number of chunks and the output channel blocks into groups (both functions of the shape, not of the threads):
+// a work item is one chunk x one group, and the chunks' sums are added in order afterwards.
+struct WeightGradPlan {
+  int t_blocks, co_blocks;
+  size_t pitch;         // a gathered field's floats (depth padded to t_blocks * nr)
+  size_t rows, chunks;  // output rows, and the chunks they are summed in
+  int groups;           // output channel block groups (work items: chunks x groups)
+  size_t per_chunk;     // one chunk's sums: [co block][t block][mr][nr]
+};
+
+WeightGradPlan weight_grad_plan(const Conv2dShape& s, int mr, int nr) {
+  WeightGradPlan p;
+  const int depth = s.k * s.k * s.c_in;
+  p.t_blocks = (depth + nr - 1) / nr;
+  p.co_blocks = (s.c_out + mr - 1) / mr;
+  p.pitch = size_t(p.t_blocks) * nr;
+  p.rows = size_t(s.n) * s.out_h();
+  p.per_chunk = size_t(p.co_blocks) * p.t_blocks * mr * nr;
+  // Chunks of at least 512 pixels (the final sum over chunks then costs under 1% of the work),
+  // at most 32 of them and 64 MB of partial sums.
+  const size_t pixels = p.rows * s.out_w();
+  size_t chunks = std::min<size_t>({pixels / 512, 32, (size_t(64) << 20) / (p.per_chunk * sizeof(float))});
+  p.chunks = std::min(std::max<size_t>(chunks, 1), std::max<size_t>(p.rows, 1));
+  // Enough items for 32 threads; each group gathers its rows' fields again.
+  p.groups = int(std::min<size_t>(size_t(p.co_blocks), (32 + p.chunks - 1) / p.chunks));
+  return p;
+}
 
 void backward_weights_cpu(const Conv2dShape& s, ConstAct in, ConstAct grad_out, float* grad_weights, float* grad_bias) {
   const cpu_micro::Tiles& tiles = cpu_micro_tiles();
   count_cpu_kernel(CpuKernel::ConvBackwardWeights, static_cast<CpuIsa>(tiles.variant));
-  const int mr = tiles.mr, nr = tiles.nr;
-  const int oh = s.out_h(), ow = s.out_w(), pad = s.pad(), k = s.k, c_in = s.c_in, S = s.stride;
-  const size_t taps = size_t(k) * k, co_blocks = size_t(s.c_out + mr - 1) / mr;
-  if (c_in < nr) {
-    backward_weights_gathered_cpu(s, in, grad_out, grad_weights, tiles);
-  } else {
-    parallel_for(co_blocks * taps, [&](size_t item) {
-      const int co0 = int(item / taps) * mr, couts = std::min(mr, s.c_out - co0);
-      const int tap = int(item % taps), r = tap / k, sx = tap % k;
-      // Output columns whose input column ox*S - pad + sx lies inside the image.
-      const int ox_lo = std::max(0, (pad - sx + S - 1) / S);
-      const int last = s.w - 1 + pad - sx, ox_hi = last < 0 ? 0 : std::min(ow, last / S + 1);
-      const int count = ox_hi - ox_lo, ci_blocks = (c_in + nr - 1) / nr;
-      // Per input-channel block, in order: one image row's sum, added to the running total. The
-      // row's pixels stay in cache while every channel block reads them.
-      std::vector<float> totals(size_t(ci_blocks) * mr * nr, 0.0f), g_pad, x_pad;
-      for (int b = 0; b < s.n && count > 0; ++b)
-        for (int oy = 0; oy < oh; ++oy) {
-          const int iy = oy * S - pad + r;
-          if (iy < 0 || iy >= s.h) continue;
-          const float* g = grad_out.data + grad_out.at(b, oy, ox_lo, co0);
-          const float* x = in.data + in.at(b, iy, ox_lo * S - pad + sx, 0);
-          size_t g_step = size_t(grad_out.stride);
-          const size_t x_step = size_t(S) * in.stride;
-          if (couts < mr) g = padded_rows(g, g_step, count, couts, mr, g_pad), g_step = size_t(mr);
-          for (int cb = 0; cb < ci_blocks; ++cb) {
-            const int cins = std::min(nr, c_in - cb * nr);
-            float row[kMaxMr * kMaxNr];
-            if (cins == nr)
-              tiles.outer(g, g_step, x + cb * nr, x_step, count, row);
-            else
-              tiles.outer(g, g_step, padded_rows(x + cb * nr, x_step, count, cins, nr, x_pad), size_t(nr), count, row);
-            float* total = totals.data() + size_t(cb) * mr * nr;
-            for (int i = 0; i < couts; ++i)
-              for (int j = 0; j < nr; ++j) total[i * nr + j] += row[i * nr + j];
-          }
-        }
-      for (int i = 0; i < couts; ++i)
-        for (int ci = 0; ci < c_in; ++ci)
-          grad_weights[(size_t(co0 + i) * taps + tap) * c_in + ci] = totals[(size_t(ci / nr) * mr + i) * nr + ci % nr];
-    });
-  }
+  const int mr = tiles.mr, nr = tiles.nr, oh = s.out_h(), ow = s.out_w(), depth = s.k * s.k * s.c_in;
+  const WeightGradPlan p = weight_grad_plan(s, mr, nr);
+  std::vector<float> partial(p.chunks * p.per_chunk, 0.0f);
+  parallel_for(p.chunks * size_t(p.groups), [&](size_t item) {
+    const size_t chunk = item / size_t(p.groups);
+    const int group = int(item % size_t(p.groups));
+    const int cb_begin = p.co_blocks * group / p.groups, cb_end = p.co_blocks * (group + 1) / p.groups;
+    float* totals = partial.data() + chunk * p.per_chunk;
+    RowFields fields(s, in);
+    thread_local std::vector<float> x_rows, g_pad;
+    x_rows.assign(size_t(ow) * p.pitch, 0.0f);  // the padding columns stay zero
+    for (size_t row = p.rows * chunk / p.chunks; row < p.rows * (chunk + 1) / p.chunks; ++row) {
+      const int b = int(row / oh), oy = int(row % oh);
+      fields.load(b, oy);
+      for (int ox = 0; ox < ow; ++ox) fields.field(ox, x_rows.data() + size_t(ox) * p.pitch);
+      for (int cb = cb_begin; cb < cb_end; ++cb) {
+        const int co0 = cb * mr, couts = std::min(mr, s.c_out - co0);
+        const float* g = grad_out.data + grad_out.at(b, oy, 0, co0);
+        size_t g_step = size_t(grad_out.stride);
+        if (couts < mr) g = padded_rows(g, g_step, ow, couts, mr, g_pad), g_step = size_t(mr);
+        for (int tb = 0; tb < p.t_blocks; ++tb)
+          tiles.outer(g, g_step, x_rows.data() + size_t(tb) * nr, p.pitch, ow,
+                      totals + (size_t(cb) * p.t_blocks + tb) * mr * nr);
+      }
+    }
+  });
+  parallel_for(size_t(p.co_blocks), [&](size_t cb) {
+    for (int co = int(cb) * mr; co < std::min(s.c_out, int(cb + 1) * mr); ++co)
+      for (int t = 0; t < depth; ++t) {
+        const size_t at = ((cb * p.t_blocks + size_t(t / nr)) * mr + co % mr) * nr + t % nr;
+        float total = 0.0f;
+        for (size_t chunk = 0; chunk < p.chunks; ++chunk) total += partial[chunk * p.per_chunk + at];
+        grad_weights[size_t(co) * depth + t] = total;
+      }
+  });
   if (!grad_bias) return;
-  parallel_for(co_blocks, [&](size_t block) {
+  parallel_for(size_t(p.co_blocks), [&](size_t block) {
     const int co0 = int(block) * mr, couts = std::min(mr, s.c_out - co0);
     float total[kMaxMr] = {};
     for (int b = 0; b < s.n; ++b)
@@ -207,47 +267,6 @@ void backward_weights_cpu(const Conv2dShape& s, ConstAct in, ConstAct grad_out, 
         for (int i = 0; i < mr; ++i) total[i] += row[i];
       }
     for (int i = 0; i < couts; ++i) grad_bias[co0 + i] = total[i];
-  });
-}
-
-// The weight gradients as mr output channels x nr of the depth (tap, input channel) together: per
-// image row, each output pixel's receptive field gathered (zeros in the padding), the row's sum
-// added to the running total, rows in order: every weight still sums its products in pixel order.
-void backward_weights_gathered_cpu(const Conv2dShape& s, ConstAct in, ConstAct grad_out, float* grad_weights,
-                                   const cpu_micro::Tiles& tiles) {
-  const int mr = tiles.mr, nr = tiles.nr;
-  const int oh = s.out_h(), ow = s.out_w(), pad = s.pad(), k = s.k, c_in = s.c_in, S = s.stride;
-  const int depth = k * k * c_in, t_blocks = (depth + nr - 1) / nr, co_blocks = (s.c_out + mr - 1) / mr;
-  parallel_for(size_t(co_blocks) * t_blocks, [&](size_t item) {
-    const int co0 = int(item / t_blocks) * mr, couts = std::min(mr, s.c_out - co0);
-    const int t0 = int(item % t_blocks) * nr, ts = std::min(nr, depth - t0);
-    // Each column's tap row, tap column and input channel.
-    int col_r[kMaxNr], col_sx[kMaxNr], col_ci[kMaxNr];
-    for (int j = 0; j < ts; ++j) {
-      const int tap = (t0 + j) / c_in;
-      col_r[j] = tap / k, col_sx[j] = tap % k, col_ci[j] = (t0 + j) % c_in;
-    }
-    std::vector<float> totals(size_t(mr) * nr, 0.0f), x_rows(size_t(ow) * nr), g_pad;
-    for (int b = 0; b < s.n; ++b)
-      for (int oy = 0; oy < oh; ++oy) {
-        for (int ox = 0; ox < ow; ++ox) {
-          float* x = x_rows.data() + size_t(ox) * nr;
-          for (int j = 0; j < nr; ++j) {
-            const int iy = oy * S - pad + col_r[j < ts ? j : 0], ix = ox * S - pad + col_sx[j < ts ? j : 0];
-            x[j] = j < ts && iy >= 0 && iy < s.h && ix >= 0 && ix < s.w ? in.data[in.at(b, iy, ix, col_ci[j])] : 0.0f;
-          }
-        }
-        const float* g = grad_out.data + grad_out.at(b, oy, 0, co0);
-        size_t g_step = size_t(grad_out.stride);
-        if (couts < mr) g = padded_rows(g, g_step, ow, couts, mr, g_pad), g_step = size_t(mr);
-        float row[kMaxMr * kMaxNr];
-        tiles.outer(g, g_step, x_rows.data(), size_t(nr), ow, row);
-        for (int i = 0; i < couts; ++i)
-          for (int j = 0; j < nr; ++j) totals[size_t(i) * nr + j] += row[i * nr + j];
-      }
-    const size_t taps_c = size_t(depth);
-    for (int i = 0; i < couts; ++i)
-      for (int j = 0; j < ts; ++j) grad_weights[size_t(co0 + i) * taps_c + t0 + j] = totals[size_t(i) * nr + j];
   });
 }
 

@@ -31,8 +31,16 @@ const cpu_micro::Tiles& cpu_micro_tiles();
 
 // Which variant each CPU op ran (the Tiles' own `variant`): counted on every call (tests assert
 // it, so that code running only the baseline cannot pass them all).
-enum class CpuKernel : int { ConvForward = 0, ConvBackwardData, ConvBackwardWeights, Gemm };
-constexpr int kCpuKernelCount = 4;
+// Batchnorm's counts are of its per-ISA channel loops (linear and leaky only: see batchnorm_cpu.cpp).
+enum class CpuKernel : int {
+  ConvForward = 0,
+  ConvBackwardData,
+  ConvBackwardWeights,
+  Gemm,
+  BatchnormForward,
+  BatchnormBackward
+};
+constexpr int kCpuKernelCount = 6;
 void count_cpu_kernel(CpuKernel kernel, CpuIsa isa);
 uint64_t cpu_kernel_runs(CpuKernel kernel, CpuIsa isa);
 

@@ -13,15 +13,36 @@ namespace yolo::cpu_micro {
 
 constexpr int kMaxMr = 12, kMaxNr = 16;  // the largest block of any variant (scratch sizes)
 
+// Batchnorm's (+ activation's) loops over `pixels` pixels of c channels each (pixel pitch
+// `*_stride`), per channel and in pixel order; `leaky`: darknet's leaky, else linear
+// (cpu_micro_channels.inc has the definitions, kernels/batchnorm_cpu.cpp the callers).
+struct ChannelLoops {
+  // sum[ch] += x - shift[ch] and squares[ch] += (x - shift[ch])^2, in double.
+  void (*moments)(const float* x, size_t stride, size_t pixels, int c, const float* shift, double* sum,
+                  double* squares);
+  // y = act((x - mean) * scale + beta); y may be x.
+  void (*normalize)(const float* x, size_t x_stride, float* y, size_t y_stride, size_t pixels, int c, const float* mean,
+                    const float* scale, const float* beta, bool leaky);
+  // g = grad_y * act'(y) in float; sum_g[ch] += g and sum_gx[ch] += g * (x - mean), in double.
+  void (*grad_sums)(const float* y, size_t y_stride, const float* grad_y, size_t g_stride, const float* x,
+                    size_t x_stride, size_t pixels, int c, const float* mean, bool leaky, double* sum_g,
+                    double* sum_gx);
+  // grad_x = a (g - g_mean - kx (x - mean)); grad_x may be grad_y.
+  void (*grad_apply)(const float* y, size_t y_stride, const float* grad_y, size_t g_stride, const float* x,
+                     size_t x_stride, float* grad_x, size_t gx_stride, size_t pixels, int c, const float* mean,
+                     const float* a, const float* g_mean, const float* kx, bool leaky);
+};
+
 struct Tiles {
   int variant;  // which one this is: CpuIsa's value (kernels/cpu_isa.h), set by the variant itself
   int mr, nr;   // a block of mr rows x nr columns of the output in registers
   // acc[i * nr + j] += sum over t < depth, in order, of a[i][t] * b[t * nr + j] (i < mr; b: nr-wide
   // packed rows).
   void (*block)(const float* const* a, const float* b, int depth, float* acc);
-  // acc[i * nr + j] = sum over p < count, in order, of g[p * g_step + i] * x[p * x_step + j] (a full
-  // mr x nr block: the weight gradients' outer products).
+  // acc[i * nr + j] += sum over p < count, in order, of g[p * g_step + i] * x[p * x_step + j] (a
+  // full mr x nr block: the weight gradients' outer products).
   void (*outer)(const float* g, size_t g_step, const float* x, size_t x_step, int count, float* acc);
+  ChannelLoops channels;
 };
 
 // The variants (cpu_micro_baseline.cpp, cpu_micro_avx2.cpp, cpu_micro_avx512.cpp). The AVX ones

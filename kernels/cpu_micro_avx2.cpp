@@ -16,6 +16,7 @@ void block(const float* const* a, const float* b, int depth, float* acc) {
     sum[i][0] = _mm256_loadu_ps(acc + i * kNr), sum[i][1] = _mm256_loadu_ps(acc + i * kNr + 8);
   for (int t = 0; t < depth; ++t) {
     const __m256 b0 = _mm256_loadu_ps(b + size_t(t) * kNr), b1 = _mm256_loadu_ps(b + size_t(t) * kNr + 8);
+#pragma GCC unroll 16
     for (int i = 0; i < kMr; ++i) {
       const __m256 av = _mm256_broadcast_ss(a[i] + t);
       sum[i][0] = _mm256_fmadd_ps(av, b0, sum[i][0]);
@@ -28,9 +29,11 @@ void block(const float* const* a, const float* b, int depth, float* acc) {
 
 void outer(const float* g, size_t g_step, const float* x, size_t x_step, int count, float* acc) {
   __m256 sum[kMr][2];
-  for (int i = 0; i < kMr; ++i) sum[i][0] = sum[i][1] = _mm256_setzero_ps();
+  for (int i = 0; i < kMr; ++i)
+    sum[i][0] = _mm256_loadu_ps(acc + i * kNr), sum[i][1] = _mm256_loadu_ps(acc + i * kNr + 8);
   for (int p = 0; p < count; ++p, g += g_step, x += x_step) {
     const __m256 x0 = _mm256_loadu_ps(x), x1 = _mm256_loadu_ps(x + 8);
+#pragma GCC unroll 16
     for (int i = 0; i < kMr; ++i) {
       const __m256 gv = _mm256_broadcast_ss(g + i);
       sum[i][0] = _mm256_fmadd_ps(gv, x0, sum[i][0]);
@@ -41,8 +44,10 @@ void outer(const float* g, size_t g_step, const float* x, size_t x_step, int cou
     _mm256_storeu_ps(acc + i * kNr, sum[i][0]), _mm256_storeu_ps(acc + i * kNr + 8, sum[i][1]);
 }
 
+#include "kernels/cpu_micro_channels.inc"
+
 }  // namespace
 
-Tiles avx2_tiles() { return Tiles{1, kMr, kNr, block, outer}; }
+Tiles avx2_tiles() { return Tiles{1, kMr, kNr, block, outer, kChannelLoops}; }
 
 }  // namespace yolo::cpu_micro

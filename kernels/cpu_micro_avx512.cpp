@@ -15,6 +15,7 @@ void block(const float* const* a, const float* b, int depth, float* acc) {
   for (int i = 0; i < kMr; ++i) sum[i] = _mm512_loadu_ps(acc + i * kNr);
   for (int t = 0; t < depth; ++t) {
     const __m512 bv = _mm512_loadu_ps(b + size_t(t) * kNr);
+#pragma GCC unroll 16
     for (int i = 0; i < kMr; ++i) sum[i] = _mm512_fmadd_ps(_mm512_set1_ps(a[i][t]), bv, sum[i]);
   }
   for (int i = 0; i < kMr; ++i) _mm512_storeu_ps(acc + i * kNr, sum[i]);
@@ -22,16 +23,19 @@ void block(const float* const* a, const float* b, int depth, float* acc) {
 
 void outer(const float* g, size_t g_step, const float* x, size_t x_step, int count, float* acc) {
   __m512 sum[kMr];
-  for (int i = 0; i < kMr; ++i) sum[i] = _mm512_setzero_ps();
+  for (int i = 0; i < kMr; ++i) sum[i] = _mm512_loadu_ps(acc + i * kNr);
   for (int p = 0; p < count; ++p, g += g_step, x += x_step) {
     const __m512 xv = _mm512_loadu_ps(x);
+#pragma GCC unroll 16
     for (int i = 0; i < kMr; ++i) sum[i] = _mm512_fmadd_ps(_mm512_set1_ps(g[i]), xv, sum[i]);
   }
   for (int i = 0; i < kMr; ++i) _mm512_storeu_ps(acc + i * kNr, sum[i]);
 }
 
+#include "kernels/cpu_micro_channels.inc"
+
 }  // namespace
 
-Tiles avx512_tiles() { return Tiles{2, kMr, kNr, block, outer}; }
+Tiles avx512_tiles() { return Tiles{2, kMr, kNr, block, outer, kChannelLoops}; }
 
 }  // namespace yolo::cpu_micro

@@ -31,7 +31,8 @@ void block(const float* const* a, const float* b, int depth, float* acc) {
 }
 
 void outer(const float* g, size_t g_step, const float* x, size_t x_step, int count, float* acc) {
-  Float4 sum[kMr][2] = {};
+  Float4 sum[kMr][2];
+  std::memcpy(sum, acc, sizeof sum);
   for (int p = 0; p < count; ++p, g += g_step, x += x_step) {
     const Float4 x0 = load4(x), x1 = load4(x + 4);
     for (int i = 0; i < kMr; ++i) {
@@ -43,8 +44,10 @@ void outer(const float* g, size_t g_step, const float* x, size_t x_step, int cou
   std::memcpy(acc, sum, sizeof sum);
 }
 
+#include "kernels/cpu_micro_channels.inc"
+
 }  // namespace
 
-Tiles baseline_tiles() { return Tiles{0, kMr, kNr, block, outer}; }
+Tiles baseline_tiles() { return Tiles{0, kMr, kNr, block, outer, kChannelLoops}; }
 
 }  // namespace yolo::cpu_micro

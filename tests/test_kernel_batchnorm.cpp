@@ -11,6 +11,7 @@
 #include "kernels/batchnorm.h"
 #include "runtime/check.h"
 #include "tests/batchnorm_fixtures.h"
+#include "tests/cpu_isa_fixtures.h"
 #include "tests/kernel_harness.h"
 #include "tests/op_check.h"
 #include "tests/test_support.h"
@@ -322,9 +323,56 @@ TEST_CASE("batchnorm: cuda hand-computed statistics") {
   check_hand_computed({device, true});
 }
 
-TEST_CASE("batchnorm: cpu training forward matches the reference") { check_forward_training({Device::cpu(), false}); }
-TEST_CASE("batchnorm: cpu inference forward matches the reference") { check_forward_inference({Device::cpu(), false}); }
-TEST_CASE("batchnorm: cpu backward matches the reference") { check_backward({Device::cpu(), false}); }
+// The CPU version once per micro-kernel variant this CPU runs (its channel loops: cpu_micro.h).
+namespace {
+void per_cpu_isa(CpuKernel kernel, void (*check)(const Impl&)) {
+  for (CpuIsa isa : cpu_isas_here()) {
+    const std::string isa_name = cpu_isa_name(isa);
+    CAPTURE(isa_name);
+    UseCpuIsa use(isa, kernel);
+    check({Device::cpu(), false});
+    CHECK(use.runs() > 0);  // the variant asked for is the one that ran
+  }
+}
+}  // namespace
+
+TEST_CASE("batchnorm: cpu training forward matches the reference, in each micro-kernel variant") {
+  per_cpu_isa(CpuKernel::BatchnormForward, check_forward_training);
+}
+TEST_CASE("batchnorm: cpu inference forward matches the reference, in each micro-kernel variant") {
+  per_cpu_isa(CpuKernel::BatchnormForward, check_forward_inference);
+}
+TEST_CASE("batchnorm: cpu backward matches the reference, in each micro-kernel variant") {
+  per_cpu_isa(CpuKernel::BatchnormBackward, check_backward);
+}
+
+// Means near 1000 with spread 1: sums of squares about zero would lose the variance to
+// cancellation in float; the CPU version sums (x - shift) and its squares in double, shift being
+// the first pixel, and keeps it to 1e-4 relative (as the synchronized phases: batchnorm_sync).
+TEST_CASE("batchnorm: cpu means far from zero keep the variance accurate, in each micro-kernel variant") {
+  Rng rng;
+  CAPTURE(rng.seed());
+  const Slice l{4, 33, 29, 21, 21, 0};
+  std::vector<float> x(l.size());
+  for (float& v : x) v = 1000.0f + rng.uniform(-1.0f, 1.0f);
+  Params p = random_params(rng, l.c);
+  ForwardRef ref = reference_training(Activation::Leaky, gather<double>(x, l), l, p);
+  for (CpuIsa isa : cpu_isas_here()) {
+    const std::string isa_name = cpu_isa_name(isa);
+    CAPTURE(isa_name);
+    UseCpuIsa use(isa, CpuKernel::BatchnormForward);
+    std::vector<float> y(l.size()), mean(size_t(l.c)), var(size_t(l.c)), running_mean = p.running_mean,
+                                                                         running_var = p.running_var;
+    batchnorm_activation_forward_training_cpu(Activation::Leaky, cdense(x.data(), l), p.gamma.data(), p.beta.data(),
+                                              dense(y.data(), l), mean.data(), var.data(), running_mean.data(),
+                                              running_var.data(), nullptr, 0);
+    CHECK_CLOSE(var, ref.var, 0, 1e-4);
+    CHECK_CLOSE(mean, ref.mean, 0, 1e-6);
+    CHECK_CLOSE(running_var, ref.running_var, 0, 1e-5);
+    CHECK_CLOSE(gather<float>(y, l), ref.y, 5e-4, 1e-4);
+    CHECK(use.runs() == 2);  // the statistics and the normalisation, in this variant
+  }
+}
 
 TEST_CASE("batchnorm: cuda training forward matches the reference, bit-identical when repeated") {
   KERNEL_TEST_DEVICE(device);

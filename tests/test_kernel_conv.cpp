@@ -286,7 +286,8 @@ TEST_CASE("conv: cpu matches the reference, in every micro-kernel variant this C
   Rng rng;
   CAPTURE(rng.seed());
   for (CpuIsa isa : cpu_isas_here()) {
-    CAPTURE(cpu_isa_name(isa));
+    const std::string isa_name = cpu_isa_name(isa);
+    CAPTURE(isa_name);
     UseCpuIsa use(isa, CpuKernel::ConvForward);
     const uint64_t data_before = cpu_kernel_runs(CpuKernel::ConvBackwardData, isa);
     const uint64_t weights_before = cpu_kernel_runs(CpuKernel::ConvBackwardWeights, isa);

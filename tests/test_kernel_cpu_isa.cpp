@@ -48,7 +48,8 @@ TEST_CASE("cpu micro-kernels: the best variant the CPU has; YOLO_CPU_ISA forces 
   std::string log;
   for (int i = 0; i <= static_cast<int>(cpu_isa_best()); ++i) {
     const CpuIsa isa = static_cast<CpuIsa>(i);
-    CAPTURE(cpu_isa_name(isa));
+    const std::string isa_name = cpu_isa_name(isa);
+    CAPTURE(isa_name);
     CHECK(run(cpu_isa_name(isa), &log) == i);
     CHECK(log.find(std::string("in use: ") + cpu_isa_name(isa) + " micro-kernels") != std::string::npos);
   }

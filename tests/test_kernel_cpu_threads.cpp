@@ -42,7 +42,8 @@ TEST_CASE("cpu ops: conv results do not depend on the number of threads, in each
   std::vector<float> weights = rng.floats(s.weight_count());
   std::vector<float> grad_out = rng.floats(size_t(s.n) * s.out_h() * s.out_w() * s.c_out);
   for (CpuIsa isa : cpu_isas_here()) {
-    CAPTURE(cpu_isa_name(isa));
+    const std::string isa_name = cpu_isa_name(isa);
+    CAPTURE(isa_name);
     UseCpuIsa use(isa, CpuKernel::ConvForward);
     check_thread_independent([&](std::vector<float>& out) {
       out.assign(grad_out.size(), 0.0f);
@@ -59,26 +60,34 @@ TEST_CASE("cpu ops: conv results do not depend on the number of threads, in each
   }
 }
 
-TEST_CASE("cpu ops: batchnorm statistics and gradients do not depend on the number of threads") {
+TEST_CASE("cpu ops: batchnorm statistics and gradients do not depend on the number of threads, in each variant") {
   Rng rng;
   CAPTURE(rng.seed());
   const int n = 3, h = 19, w = 13, c = 11;
   size_t count = size_t(n) * h * w * c;
   std::vector<float> x = rng.floats(count), grad_y = rng.floats(count);
   std::vector<float> gamma = rng.floats(size_t(c), 0.5f, 1.5f), beta = rng.floats(size_t(c));
-  check_thread_independent([&](std::vector<float>& out) {
-    const size_t channels = size_t(c);
-    std::vector<float> y(count), mean(channels), var(channels), grad_x(count), grad_gamma(channels), grad_beta(channels);
-    std::vector<float> running_mean(channels, 0.0f), running_var(channels, 1.0f);
-    auto xv = nhwc(static_cast<const float*>(x.data()), n, h, w, c);
-    batchnorm_activation_forward_training_cpu(Activation::Leaky, xv, gamma.data(), beta.data(), nhwc(y.data(), n, h, w, c),
-                                              mean.data(), var.data(), running_mean.data(), running_var.data(), nullptr, 0);
-    batchnorm_activation_backward_cpu(Activation::Leaky, nhwc(static_cast<const float*>(y.data()), n, h, w, c),
-                                      nhwc(static_cast<const float*>(grad_y.data()), n, h, w, c), xv, gamma.data(),
-                                      mean.data(), var.data(), nhwc(grad_x.data(), n, h, w, c), grad_gamma.data(),
-                                      grad_beta.data(), nullptr, 0);
-    out = y;
-    for (const auto* v : {&mean, &var, &running_mean, &running_var, &grad_x, &grad_gamma, &grad_beta})
-      out.insert(out.end(), v->begin(), v->end());
-  });
+  for (CpuIsa isa : cpu_isas_here()) {
+    const std::string isa_name = cpu_isa_name(isa);
+    CAPTURE(isa_name);
+    UseCpuIsa use(isa, CpuKernel::BatchnormBackward);
+    check_thread_independent([&](std::vector<float>& out) {
+      const size_t channels = size_t(c);
+      std::vector<float> y(count), mean(channels), var(channels), grad_x(count), grad_gamma(channels),
+          grad_beta(channels);
+      std::vector<float> running_mean(channels, 0.0f), running_var(channels, 1.0f);
+      auto xv = nhwc(static_cast<const float*>(x.data()), n, h, w, c);
+      batchnorm_activation_forward_training_cpu(Activation::Leaky, xv, gamma.data(), beta.data(),
+                                                nhwc(y.data(), n, h, w, c), mean.data(), var.data(),
+                                                running_mean.data(), running_var.data(), nullptr, 0);
+      batchnorm_activation_backward_cpu(Activation::Leaky, nhwc(static_cast<const float*>(y.data()), n, h, w, c),
+                                        nhwc(static_cast<const float*>(grad_y.data()), n, h, w, c), xv, gamma.data(),
+                                        mean.data(), var.data(), nhwc(grad_x.data(), n, h, w, c), grad_gamma.data(),
+                                        grad_beta.data(), nullptr, 0);
+      out = y;
+      for (const auto* v : {&mean, &var, &running_mean, &running_var, &grad_x, &grad_gamma, &grad_beta})
+        out.insert(out.end(), v->begin(), v->end());
+    });
+    CHECK(use.runs() == 4);  // one backward per thread count, in this variant
+  }
 }

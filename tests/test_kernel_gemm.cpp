@@ -166,7 +166,8 @@ TEST_CASE("gemm: cpu matches the reference, in every micro-kernel variant this C
   Rng rng;
   CAPTURE(rng.seed());
   for (CpuIsa isa : cpu_isas_here()) {
-    CAPTURE(cpu_isa_name(isa));
+    const std::string isa_name = cpu_isa_name(isa);
+    CAPTURE(isa_name);
     UseCpuIsa use(isa, CpuKernel::Gemm);
     uint64_t calls = 0;
     for (const GemmCase& c : gemm_cases()) {
