@@ -124,11 +124,11 @@ $(BUILD)/native/%.cpp.o: %.cpp $(FLAGS_STAMP) | deps
 ifeq ($(CUDA),1)
 $(BUILD)/native/%.cu.o: %.cu $(FLAGS_STAMP) | deps
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVCCFLAGS) -c $< -o $@
+	$(NVCC) $(NVCCFLAGS) $(NVCC_EXTRA_FLAGS) -c $< -o $@
 else
 $(BUILD)/native/%.cu.o: %.cu $(FLAGS_STAMP) | deps
 	@mkdir -p $(dir $@)
-	$(CXX) $(CXXFLAGS_NATIVE) $(EMU_CU_FLAGS) -x c++ -c $< -o $@
+	$(CXX) $(CXXFLAGS_NATIVE) $(EMU_CU_FLAGS) $(EXTRA_FLAGS) -x c++ -c $< -o $@
 
 $(BUILD)/native/%.S.o: %.S $(FLAGS_STAMP) | deps
 	@mkdir -p $(dir $@)
@@ -148,13 +148,19 @@ $(BUILD)/native/kernels/cpu_micro_baseline.cpp.o $(BUILD)/emu/kernels/cpu_micro_
 $(BUILD)/native/kernels/cpu_micro_avx2.cpp.o $(BUILD)/emu/kernels/cpu_micro_avx2.cpp.o: EXTRA_FLAGS := $(AVX2_FLAGS)
 $(BUILD)/native/kernels/cpu_micro_avx512.cpp.o $(BUILD)/emu/kernels/cpu_micro_avx512.cpp.o: EXTRA_FLAGS := $(AVX512_FLAGS)
 
+# The optimizer's CPU update must give the same bits on every x86-64 machine (CPU ranks on
+# different hosts keep identical parameters): no FMA contraction in its host code, whatever the
+# compiler's defaults (kernels/cpu_isa.h).
+$(BUILD)/native/kernels/sgd.cu.o $(BUILD)/emu/kernels/sgd.cu.o: EXTRA_FLAGS := -ffp-contract=off
+$(BUILD)/native/kernels/sgd.cu.o: NVCC_EXTRA_FLAGS := -Xcompiler -ffp-contract=off
+
 # stb_image is third-party C compiled from the system header: UBSan's findings there (shifts
 # of negative values that its decoders rely on) are not ours to fix; ASan still covers it.
 $(BUILD)/emu/data/stb_impl.cpp.o: CXXFLAGS_EMU += -fno-sanitize=undefined
 
 $(BUILD)/emu/%.cu.o: %.cu $(FLAGS_STAMP) | deps
 	@mkdir -p $(dir $@)
-	$(CXX) $(CXXFLAGS_EMU) $(EMU_CU_FLAGS) -x c++ -c $< -o $@
+	$(CXX) $(CXXFLAGS_EMU) $(EMU_CU_FLAGS) $(EXTRA_FLAGS) -x c++ -c $< -o $@
 
 $(BUILD)/emu/%.S.o: %.S $(FLAGS_STAMP) | deps
 	@mkdir -p $(dir $@)

@@ -2,7 +2,8 @@
 # The CPU backend against PyTorch on the same cores, side by side in one run (issue 18's
 # benchmark; a benchmark, not a test): the demo net (models/demo.cfg) training at SIZE x SIZE,
 # batch BATCH, ours once per micro-kernel variant this CPU runs (YOLO_CPU_ISA) and PyTorch's CPU
-# build through tools/peer/torch_yolov3.py (the same cfg, loss and SGD), both on THREADS threads.
+# build through tools/peer/torch_yolov3.py (the same cfg, loss and SGD), both on THREADS threads;
+# then the MNIST MLP, ours against tools/peer/torch_mlp.py.
 # Ours is timed by its own split of the steps after the first (its "the last N steps" line); the
 # compute figure leaves out the data wait and bookkeeping, which the peer does not have (its one
 # batch lives in memory). Prints a table and the ratios to PyTorch.
@@ -54,7 +55,22 @@ if [[ $status -ne 0 ]]; then
 fi
 torch=$(echo "$peer" | sed -n 's/^peer: fp32 \([0-9.]*\) img\/s.*/\1/p')
 printf '%-26s %10s\n' "PyTorch CPU (chan_last)" "$torch"
+# The MNIST MLP (models/mnist-mlp.cfg, batch 128) the same way: ours per variant (the synthetic
+# MNIST set), PyTorch through tools/peer/torch_mlp.py.
+declare -A mlp
+for isa in "${isas[@]}"; do
+  mlp[$isa]=$(YOLO_CPU_THREADS=$threads YOLO_CPU_ISA=$isa ./train_yolo --devices cpu --cfg models/mnist-mlp.cfg \
+    --data mnist --batch 128 --max-batches 21 --out "$work/mlp-$isa" 2>&1 | grep 'the last [0-9]* steps:' |
+    sed 's/.*steps: //' | awk '{print $1}')
+  printf '%-26s %10s\n' "ours MLP ($isa)" "${mlp[$isa]}"
+done
+torch_mlp=$("$python" tools/peer/torch_mlp.py --cfg models/mnist-mlp.cfg --threads "$threads" 2>&1 |
+  sed -n 's/^peer: fp32 \([0-9.]*\) img\/s.*/\1/p')
+printf '%-26s %10s\n' "PyTorch CPU MLP" "$torch_mlp"
 for isa in "${isas[@]}"; do
   awk -v a="${rate[$isa]}" -v c="${compute[$isa]}" -v t="$torch" -v n="$isa" \
     'BEGIN { printf "ratio to PyTorch, ours (%s): %.2fx (compute only: %.2fx)\n", n, a / t, c / t }'
+done
+for isa in "${isas[@]}"; do
+  awk -v a="${mlp[$isa]}" -v t="$torch_mlp" -v n="$isa" 'BEGIN { printf "MLP ratio to PyTorch, ours (%s): %.2fx\n", n, a / t }'
 done
