@@ -26,21 +26,26 @@ using cpu_micro::kMaxNr;
 // One output row's receptive fields, gathered: the k input rows it reads, each copied once with
 // `pad` zero pixels either side (a row outside the image: none, it reads as zeros), then any
 // pixel's field is k contiguous spans of k*c_in floats (taps, then input channels).
+// The rows live in a per-thread buffer reused across work items: only the edges are zeroed.
 class RowFields {
  public:
-  RowFields(const Conv2dShape& s, ConstAct in) : s_(s), in_(in), span_(size_t(s.k) * s.c_in) {
+  RowFields(const Conv2dShape& s, ConstAct in) : s_(s), in_(in), span_(size_t(s.k) * s.c_in), rows_(buffer()) {
     padded_w_ = size_t(s.w + 2 * s.pad());
-    rows_.assign(size_t(s.k) * padded_w_ * s.c_in, 0.0f);  // the edge pixels stay zero
+    rows_.resize(size_t(s.k) * padded_w_ * s.c_in);
     inside_.assign(size_t(s.k), false);
   }
   // Reads output row oy of image b.
   void load(int b, int oy) {
     const int c_in = s_.c_in;
+    const size_t edge = size_t(s_.pad()) * c_in;
     for (int r = 0; r < s_.k; ++r) {
       const int iy = oy * s_.stride - s_.pad() + r;
       inside_[size_t(r)] = iy >= 0 && iy < s_.h;
       if (!inside_[size_t(r)]) continue;
-      float* dst = rows_.data() + (size_t(r) * padded_w_ + size_t(s_.pad())) * c_in;
+      float* row = rows_.data() + size_t(r) * padded_w_ * c_in;
+      std::fill_n(row, edge, 0.0f);
+      std::fill_n(row + edge + size_t(s_.w) * c_in, edge, 0.0f);
+      float* dst = row + edge;
       const float* src = in_.data + in_.at(b, iy, 0, 0);
       if (in_.stride == c_in)
         std::copy_n(src, size_t(s_.w) * c_in, dst);
@@ -60,9 +65,13 @@ class RowFields {
   }
 
  private:
+  static std::vector<float>& buffer() {
+    thread_local std::vector<float> rows;
+    return rows;
+  }
   // span_ floats. The short spans of the first layers (3x3x3: 9) would cost more in calls to
-  // memcpy than in copying.
-  // (Fixed 16-byte copies, the last one overlapping: single vector moves.)
+  // memcpy than in copying: fixed 16-byte copies instead (single vector moves), the last one
+  // overlapping.
   void copy_span(const float* src, float* dst) const {
     if (span_ > 32 || span_ < 4) {
       std::memcpy(dst, src, span_ * sizeof(float));
@@ -74,7 +83,7 @@ class RowFields {
   const Conv2dShape& s_;
   ConstAct in_;
   size_t span_, padded_w_;
-  std::vector<float> rows_;
+  std::vector<float>& rows_;
   std::vector<bool> inside_;
 };
 
@@ -109,10 +118,8 @@ void forward_cpu(const Conv2dShape& s, ConstAct in, const float* weights, const 
     for (int ox0 = 0; ox0 < ow; ox0 += mr) {
       const int pixels = std::min(mr, ow - ox0);
       const float* a[kMaxMr];
-      for (int i = 0; i < mr; ++i) {
-        a[i] = i < pixels ? gathered.data() + size_t(i) * depth : zeros.data();
-        if (i < pixels) fields.field(ox0 + i, gathered.data() + size_t(i) * depth);
-      }
+      for (int i = 0; i < mr; ++i) a[i] = i < pixels ? gathered.data() + size_t(i) * depth : zeros.data();
+      for (int i = 0; i < pixels; ++i) fields.field(ox0 + i, gathered.data() + size_t(i) * depth);
       for (size_t cb = 0; cb < blocks; ++cb) {
         const int co0 = int(cb) * nr, couts = std::min(nr, s.c_out - co0);
         float acc[kMaxMr * kMaxNr];  // starts at the bias: the sums add onto it
