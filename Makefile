@@ -52,8 +52,9 @@ ifeq ($(CUDA),1)
 endif
 
 # ---- sources ---------------------------------------------------------------------------
-# ONLY="conv gemm" limits the op families built (kernels/NAME.cu, tests/test_kernel_NAME.cpp,
-# tools/bench_NAME.cu): for working on one family while others are unfinished.
+# ONLY="conv gemm" limits the op families built (kernels/NAME.cu and NAME_cpu.cpp,
+# tests/test_kernel_NAME.cpp, tools/bench_NAME.cu): for working on one family while others are
+# unfinished.
 RUNTIME_SRC := $(wildcard runtime/*.cpp)
 EMU_SRC     := $(wildcard runtime/emu/*.cpp) $(wildcard runtime/emu/*.S)
 KERNEL_CPP  := $(wildcard kernels/*.cpp)
@@ -65,7 +66,8 @@ else
   KERNEL_CU   := $(wildcard $(ONLY:%=kernels/%.cu))
   TEST_KERNEL := tests/test_kernel_emulation.cpp $(wildcard $(ONLY:%=tests/test_kernel_%.cpp))
   BENCH_CU    := tools/bench_copy.cu $(wildcard $(ONLY:%=tools/bench_%.cu))
-  KERNEL_CPP  := $(filter-out kernels/ops.cpp,$(KERNEL_CPP))  # the one dispatch point needs every family
+  # The one dispatch point needs every family; a family's fast CPU unit (NAME_cpu.cpp) goes with it.
+  KERNEL_CPP  := $(filter-out kernels/ops.cpp $(filter-out $(ONLY:%=kernels/%_cpu.cpp),$(wildcard kernels/*_cpu.cpp)),$(KERNEL_CPP))
 endif
 # DATA="image transform" limits the input-pipeline units built (data/NAME.cpp and
 # tests/test_data_NAME.cpp) the same way.

@@ -1,5 +1,4 @@
-// Dense matrix product: the reference loops, the fast CPU version (row x column blocks on the
-// pool, the k loop outside a contiguous axpy over columns) and the CUDA kernels (the shared
+// Dense matrix product: the reference loops and the CUDA kernels (the shared
 // tiled main loop of gemm_tiles.cuh with plain-matrix loaders, K split when that fills the GPU
 // better), plus the tile planner and the split reduction both gemm and conv use.
 #include <algorithm>
@@ -15,6 +14,7 @@
 #include "kernels/cpu_isa.h"
 #include "kernels/cpu_parallel.h"
 #include "kernels/gemm.h"
+#include "kernels/gemm_checks.h"
 #include "kernels/gemm_tiles.cuh"
 
 namespace yolo {
@@ -32,44 +32,6 @@ void GemmShape::validate(const char* op) const {
 
 namespace {
 
-template <typename T>
-void check_gemm_args(const char* op, const GemmShape& s, const T* a, const T* b, T* c) {
-  s.validate(op);
-  bool reads = size_t(s.m) * size_t(s.n) * size_t(s.k) > 0;
-  if (reads && (a == nullptr || b == nullptr)) throw Error(std::string(op) + ": A or B is null");
-  if (size_t(s.m) * size_t(s.n) > 0 && c == nullptr) throw Error(std::string(op) + ": C is null");
-}
-
-// ---- CPU --------------------------------------------------------------------------------------
-
-// B' packed as [n / nr][k][nr], columns past n zero.
-void pack_b(const GemmShape& s, const float* b, size_t nr, std::vector<float>& packed) {
-  const size_t blocks = (size_t(s.n) + nr - 1) / nr, k = size_t(s.k);
-  const size_t ldb = size_t(s.b_pitch());
-  parallel_for(blocks, [&](size_t cb) {
-    float* dst = packed.data() + cb * k * nr;
-    for (size_t j = 0; j < nr; ++j) {
-      const size_t col = cb * nr + j;
-      if (col >= size_t(s.n)) {
-        for (size_t t = 0; t < k; ++t) dst[t * nr + j] = 0.0f;
-      } else if (s.trans_b) {  // B is n x k: column col of B' is row col of B
-        for (size_t t = 0; t < k; ++t) dst[t * nr + j] = b[col * ldb + t];
-      } else {
-        for (size_t t = 0; t < k; ++t) dst[t * nr + j] = b[t * ldb + col];
-      }
-    }
-  });
-}
-
-// A^T (stored k x m) packed as m contiguous rows of k.
-void pack_a_transposed(const GemmShape& s, const float* a, std::vector<float>& packed) {
-  const size_t lda = size_t(s.a_pitch()), k = size_t(s.k);
-  parallel_for(size_t(s.m + 63) / 64, [&](size_t chunk) {
-    const size_t i0 = chunk * 64, i1 = std::min(size_t(s.m), i0 + 64);
-    for (size_t t = 0; t < k; ++t)
-      for (size_t i = i0; i < i1; ++i) packed[i * k + t] = a[t * lda + i];
-  });
-}
 
 // ---- CUDA: loaders and epilogue for plain matrices ---------------------------------------------
 
@@ -275,7 +237,7 @@ void launch_sum_splits(const float* parts, int splits, int rows, int cols, float
 
 template <typename T>
 void gemm_reference(const GemmShape& s, const T* a, const T* b, const T* bias, T* c, bool accumulate, void*, size_t) {
-  check_gemm_args("gemm_reference", s, a, b, c);
+  gemm_detail::check_gemm_args("gemm_reference", s, a, b, c);
   const int lda = s.a_pitch(), ldb = s.b_pitch(), ldc = s.c_pitch();
   for (int i = 0; i < s.m; ++i)
     for (int j = 0; j < s.n; ++j) {
@@ -288,47 +250,6 @@ void gemm_reference(const GemmShape& s, const T* a, const T* b, const T* bias, T
       T& out = c[size_t(i) * ldc + j];
       out = (accumulate ? out : T(0)) + sum + (bias ? bias[j] : T(0));
     }
-}
-
-void gemm_cpu(const GemmShape& s, const float* a, const float* b, const float* bias, float* c, bool accumulate, void*,
-              size_t) {
-  check_gemm_args("gemm_cpu", s, a, b, c);
-  if (s.m == 0 || s.n == 0) return;
-  // The micro-kernels of the instruction set in use (kernels/cpu_isa.h): mr x nr blocks.
-  const cpu_micro::Tiles& tiles = cpu_micro_tiles();
-  count_cpu_kernel(CpuKernel::Gemm, static_cast<CpuIsa>(tiles.variant));
-  const int mr = tiles.mr, nr = tiles.nr;
-  const size_t k = size_t(s.k), ldc = size_t(s.c_pitch());
-  const size_t col_blocks = size_t(s.n + nr - 1) / nr, row_blocks = size_t(s.m + mr - 1) / mr;
-  std::vector<float>& packed_b = cpu_scratch(0, col_blocks * k * nr);
-  pack_b(s, b, size_t(nr), packed_b);
-  const float* a_rows = a;  // A' rows, contiguous along k
-  size_t a_pitch = size_t(s.a_pitch());
-  if (s.trans_a && k > 0) {
-    std::vector<float>& packed_a = cpu_scratch(1, size_t(s.m) * k);
-    pack_a_transposed(s, a, packed_a);
-    a_rows = packed_a.data(), a_pitch = k;
-  }
-  const std::vector<float> zeros(k, 0.0f);
-  // Work item: one nr-column block x up to 16 row blocks. Each element sums k in order.
-  constexpr size_t kRowBlocksPerItem = 16;
-  const size_t row_items = (row_blocks + kRowBlocksPerItem - 1) / kRowBlocksPerItem;
-  parallel_for(col_blocks * row_items, [&](size_t item) {
-    const size_t cb = item / row_items, rb_end = std::min(row_blocks, (item % row_items + 1) * kRowBlocksPerItem);
-    const int j0 = int(cb) * nr, cols = std::min(nr, s.n - j0);
-    for (size_t rb = item % row_items * kRowBlocksPerItem; rb < rb_end; ++rb) {
-      const int i0 = int(rb) * mr, rows = std::min(mr, s.m - i0);
-      const float* rows_ptr[cpu_micro::kMaxMr];
-      for (int i = 0; i < mr; ++i) rows_ptr[i] = i < rows ? a_rows + size_t(i0 + i) * a_pitch : zeros.data();
-      float acc[cpu_micro::kMaxMr * cpu_micro::kMaxNr] = {};
-      tiles.block(rows_ptr, packed_b.data() + cb * k * nr, s.k, acc);
-      for (int i = 0; i < rows; ++i) {
-        float* out = c + size_t(i0 + i) * ldc + j0;
-        for (int j = 0; j < cols; ++j)
-          out[j] = (accumulate ? out[j] : 0.0f) + acc[i * nr + j] + (bias ? bias[j0 + j] : 0.0f);
-      }
-    }
-  });
 }
 
 namespace {
@@ -348,7 +269,7 @@ size_t gemm_workspace_bytes(const GemmShape& s) {
 void gemm_cuda(const GemmShape& s, const float* a, const float* b, const float* bias, float* c, bool accumulate,
                void* workspace, size_t workspace_bytes, cudaStream_t stream) {
   const char* op = "gemm_cuda";
-  check_gemm_args(op, s, a, b, c);
+  gemm_detail::check_gemm_args(op, s, a, b, c);
   if (s.m == 0 || s.n == 0) return;
   if ((s.n + 63) / 64 > 65535) throw Error("gemm_cuda: n " + std::to_string(s.n) + " is too large");
   const TilePlan plan = gemm_plan(s);
