@@ -10,38 +10,40 @@ namespace {
 
 constexpr int kMr = 6, kNr = 16;
 
+// The accumulators are one flat array: with sum[kMr][2], GCC 12 keeps them in registers but
+// still stores every one to the stack on each step.
 void block(const float* const* a, const float* b, int depth, float* acc) {
-  __m256 sum[kMr][2];
-  for (int i = 0; i < kMr; ++i)
-    sum[i][0] = _mm256_loadu_ps(acc + i * kNr), sum[i][1] = _mm256_loadu_ps(acc + i * kNr + 8);
+  __m256 sum[2 * kMr];
+#pragma GCC unroll 16
+  for (int i = 0; i < 2 * kMr; ++i) sum[i] = _mm256_loadu_ps(acc + i * 8);
   for (int t = 0; t < depth; ++t) {
     const __m256 b0 = _mm256_loadu_ps(b + size_t(t) * kNr), b1 = _mm256_loadu_ps(b + size_t(t) * kNr + 8);
 #pragma GCC unroll 16
     for (int i = 0; i < kMr; ++i) {
       const __m256 av = _mm256_broadcast_ss(a[i] + t);
-      sum[i][0] = _mm256_fmadd_ps(av, b0, sum[i][0]);
-      sum[i][1] = _mm256_fmadd_ps(av, b1, sum[i][1]);
+      sum[2 * i] = _mm256_fmadd_ps(av, b0, sum[2 * i]);
+      sum[2 * i + 1] = _mm256_fmadd_ps(av, b1, sum[2 * i + 1]);
     }
   }
-  for (int i = 0; i < kMr; ++i)
-    _mm256_storeu_ps(acc + i * kNr, sum[i][0]), _mm256_storeu_ps(acc + i * kNr + 8, sum[i][1]);
+#pragma GCC unroll 16
+  for (int i = 0; i < 2 * kMr; ++i) _mm256_storeu_ps(acc + i * 8, sum[i]);
 }
 
 void outer(const float* g, size_t g_step, const float* x, size_t x_step, int count, float* acc) {
-  __m256 sum[kMr][2];
-  for (int i = 0; i < kMr; ++i)
-    sum[i][0] = _mm256_loadu_ps(acc + i * kNr), sum[i][1] = _mm256_loadu_ps(acc + i * kNr + 8);
+  __m256 sum[2 * kMr];
+#pragma GCC unroll 16
+  for (int i = 0; i < 2 * kMr; ++i) sum[i] = _mm256_loadu_ps(acc + i * 8);
   for (int p = 0; p < count; ++p, g += g_step, x += x_step) {
     const __m256 x0 = _mm256_loadu_ps(x), x1 = _mm256_loadu_ps(x + 8);
 #pragma GCC unroll 16
     for (int i = 0; i < kMr; ++i) {
       const __m256 gv = _mm256_broadcast_ss(g + i);
-      sum[i][0] = _mm256_fmadd_ps(gv, x0, sum[i][0]);
-      sum[i][1] = _mm256_fmadd_ps(gv, x1, sum[i][1]);
+      sum[2 * i] = _mm256_fmadd_ps(gv, x0, sum[2 * i]);
+      sum[2 * i + 1] = _mm256_fmadd_ps(gv, x1, sum[2 * i + 1]);
     }
   }
-  for (int i = 0; i < kMr; ++i)
-    _mm256_storeu_ps(acc + i * kNr, sum[i][0]), _mm256_storeu_ps(acc + i * kNr + 8, sum[i][1]);
+#pragma GCC unroll 16
+  for (int i = 0; i < 2 * kMr; ++i) _mm256_storeu_ps(acc + i * 8, sum[i]);
 }
 
 #include "kernels/cpu_micro_channels.inc"
