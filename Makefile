@@ -147,6 +147,8 @@ $(BUILD)/emu/%.cpp.o: %.cpp $(FLAGS_STAMP) | deps
 AVX2_FLAGS   := -O3 -mavx2 -mfma
 AVX512_FLAGS := -O3 -mavx512f -mfma -mprefer-vector-width=512
 $(BUILD)/native/kernels/cpu_micro_baseline.cpp.o $(BUILD)/emu/kernels/cpu_micro_baseline.cpp.o: EXTRA_FLAGS := -O3
+# The fast gemm's copy and write-out loops, for the vectoriser (baseline x86-64 code).
+$(BUILD)/native/kernels/gemm_cpu.cpp.o $(BUILD)/emu/kernels/gemm_cpu.cpp.o: EXTRA_FLAGS := -O3
 $(BUILD)/native/kernels/cpu_micro_avx2.cpp.o $(BUILD)/emu/kernels/cpu_micro_avx2.cpp.o: EXTRA_FLAGS := $(AVX2_FLAGS)
 $(BUILD)/native/kernels/cpu_micro_avx512.cpp.o $(BUILD)/emu/kernels/cpu_micro_avx512.cpp.o: EXTRA_FLAGS := $(AVX512_FLAGS)
 

@@ -35,7 +35,7 @@ struct ChannelLoops {
 
 struct Tiles {
   int variant;  // which one this is: CpuIsa's value (kernels/cpu_isa.h), set by the variant itself
-  int mr, nr;   // a block of mr rows x nr columns of the output in registers
+  int mr, nr;   // a block of mr rows x nr columns of the output in registers (nr: a multiple of 4)
   // acc[i * nr + j] += sum over t < depth, in order, of a[i][t] * b[t * nr + j] (i < mr; b: nr-wide
   // packed rows).
   void (*block)(const float* const* a, const float* b, int depth, float* acc);
