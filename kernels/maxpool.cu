@@ -1,5 +1,5 @@
-// Max pooling with darknet's padding: reference, fast CPU version and CUDA kernels (see
-// maxpool.h). The fast CPU version and the kernels share the per-element window arithmetic.
+// Max pooling with darknet's padding: reference and CUDA kernels (see maxpool.h); the fast CPU
+// version is maxpool_cpu.cpp, and both share the window arithmetic of maxpool_shared.h.
 #include "kernels/maxpool.h"
 
 #include <algorithm>
@@ -10,45 +10,13 @@
 #include <vector>
 
 #include "kernels/common.cuh"
-#include "kernels/cpu_parallel.h"
+#include "kernels/maxpool_shared.h"
 
 namespace yolo {
 namespace {
 
-// big: the pooled op's input side (in or grad_in), small: its output side.
-template <typename B, typename S>
-void check_shapes(const NhwcView<B>& big, const NhwcView<S>& small, int size, int stride, const char* op,
-                  const char* big_name, const char* small_name) {
-  check_row_view_arg(big, op, big_name);
-  check_row_view_arg(small, op, small_name);
-  if (size < 1 || stride < 1)
-    throw Error(std::string(op) + ": size " + std::to_string(size) + " and stride " + std::to_string(stride) +
-                " must be at least 1");
-  if (long(big.h) * big.w > INT_MAX) throw Error(std::string(op) + ": " + big_name + " plane too large for int32 argmax");
-  int oh = maxpool_output_size(big.h, size, stride), ow = maxpool_output_size(big.w, size, stride);
-  if (small.n != big.n || small.c != big.c || small.h != oh || small.w != ow)
-    throw Error(std::string(op) + ": " + small_name + " is " + view_dims(small) + " but " + big_name + " " +
-                view_dims(big) + " pooled by size " + std::to_string(size) + " stride " + std::to_string(stride) +
-                " gives " + std::to_string(big.n) + "x" + std::to_string(oh) + "x" + std::to_string(ow) + "x" +
-                std::to_string(big.c));
-}
+using namespace maxpool_detail;
 
-// Darknet's window offset: -pad/2 with pad = size - 1 (0 for size 2).
-__host__ __device__ inline int window_offset(int size) { return (size - 1) / 2; }
-
-// Rows [first, last) of the input inside output row o's window (the same for columns).
-struct Span {
-  int first, last;
-};
-__host__ __device__ inline Span window_rows(int o, int size, int stride, int extent) {
-  int start = o * stride - window_offset(size);
-  return {start < 0 ? 0 : start, start + size < extent ? start + size : extent};
-}
-// Output rows [first, last) whose windows contain input row i.
-__host__ __device__ inline Span covering_outputs(int i, int size, int stride, int out_extent) {
-  int low = i + window_offset(size) - size + 1, high = (i + window_offset(size)) / stride + 1;
-  return {low <= 0 ? 0 : (low + stride - 1) / stride, high < out_extent ? high : out_extent};
-}
 
 // Dense argmax index of output element (b, oy, ox, ch).
 template <typename V>
@@ -108,19 +76,6 @@ __global__ void maxpool_backward_kernel(NhwcView<const T> grad_out, const int* a
     T& target = grad_in.data[grad_in.at(b, iy, ix, ch)];
     target = from_float<T>(accumulate ? to_float(target) + sum : sum);
   });
-}
-
-// Branch-free selection for the CPU loops: the baseline x86-64 target turns a float ?: into a
-// branch, which random data mispredicts about half the time.
-inline uint32_t mask(bool take) { return 0u - uint32_t(take); }
-inline float pick(uint32_t take, float a, float b) {
-  uint32_t ia, ib;
-  std::memcpy(&ia, &a, sizeof ia);
-  std::memcpy(&ib, &b, sizeof ib);
-  uint32_t r = (ia & take) | (ib & ~take);
-  float out;
-  std::memcpy(&out, &r, sizeof out);
-  return out;
 }
 
 }  // namespace
@@ -191,59 +146,6 @@ template void maxpool_forward_reference<float>(NhwcView<const float>, NhwcView<f
 template void maxpool_forward_reference<double>(NhwcView<const double>, NhwcView<double>, int*, int, int);
 template void maxpool_backward_reference<float>(NhwcView<const float>, const int*, NhwcView<float>, int, int, bool);
 template void maxpool_backward_reference<double>(NhwcView<const double>, const int*, NhwcView<double>, int, int, bool);
-
-// ---- fast CPU: one work item per output (forward) or input (backward) row ---------------
-void maxpool_forward_cpu(ConstAct in, Act out, int* argmax, int size, int stride) {
-  check_shapes(in, out, size, stride, "maxpool_forward", "in", "out");
-  parallel_for(size_t(out.n) * out.h, [&](size_t row) {
-    int b = int(row / out.h), oy = int(row % out.h);
-    Span rows = window_rows(oy, size, stride, in.h);
-    std::vector<int> scratch(argmax ? 0 : size_t(out.c));
-    for (int ox = 0; ox < out.w; ++ox) {
-      Span cols = window_rows(ox, size, stride, in.w);
-      float* __restrict__ best = out.data + out.at(b, oy, ox, 0);
-      int* __restrict__ index = argmax ? argmax + ((size_t(b) * out.h + oy) * out.w + ox) * out.c : scratch.data();
-      // Channels innermost (contiguous); cells in row-major window order, strict > keeps the first.
-      const float* first = in.data + in.at(b, rows.first, cols.first, 0);
-      for (int ch = 0; ch < out.c; ++ch) best[ch] = first[ch], index[ch] = rows.first * in.w + cols.first;
-      for (int y = rows.first; y < rows.last; ++y)
-        for (int x = cols.first; x < cols.last; ++x) {
-          if (y == rows.first && x == cols.first) continue;
-          const float* __restrict__ cell = in.data + in.at(b, y, x, 0);
-          int cell_index = y * in.w + x;
-          for (int ch = 0; ch < out.c; ++ch) {
-            uint32_t take = mask(cell[ch] > best[ch]);
-            best[ch] = pick(take, cell[ch], best[ch]);
-            index[ch] = int((uint32_t(cell_index) & take) | (uint32_t(index[ch]) & ~take));
-          }
-        }
-    }
-  });
-}
-
-void maxpool_backward_cpu(ConstAct grad_out, const int* argmax, Act grad_in, int size, int stride, bool accumulate) {
-  check_shapes(grad_in, grad_out, size, stride, "maxpool_backward", "grad_in", "grad_out");
-  if (!argmax && grad_out.elements() > 0) throw Error("maxpool_backward: argmax is a null pointer");
-  parallel_for(size_t(grad_in.n) * grad_in.h, [&](size_t row) {
-    int b = int(row / grad_in.h), iy = int(row % grad_in.h);
-    Span rows = covering_outputs(iy, size, stride, grad_out.h);
-    std::vector<float> sums(size_t(grad_in.c));
-    for (int ix = 0; ix < grad_in.w; ++ix) {
-      Span cols = covering_outputs(ix, size, stride, grad_out.w);
-      int self = iy * grad_in.w + ix;
-      std::fill(sums.begin(), sums.end(), 0.0f);
-      for (int oy = rows.first; oy < rows.last; ++oy)  // the kernel's order: outputs row-major
-        for (int ox = cols.first; ox < cols.last; ++ox) {
-          const int* chosen = argmax + ((size_t(b) * grad_out.h + oy) * grad_out.w + ox) * grad_out.c;
-          const float* g = grad_out.data + grad_out.at(b, oy, ox, 0);
-          for (int ch = 0; ch < grad_in.c; ++ch)  // adding +0 where not chosen: the same bits
-            sums[size_t(ch)] += pick(mask(chosen[ch] == self), g[ch], 0.0f);
-        }
-      float* target = grad_in.data + grad_in.at(b, iy, ix, 0);
-      for (int ch = 0; ch < grad_in.c; ++ch) target[ch] = accumulate ? target[ch] + sums[size_t(ch)] : sums[size_t(ch)];
-    }
-  });
-}
 
 // ---- CUDA launchers ---------------------------------------------------------------------
 template <typename T>
