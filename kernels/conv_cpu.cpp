@@ -53,6 +53,12 @@ class RowFields {
         for (int x = 0; x < s_.w; ++x) std::copy_n(src + size_t(x) * in_.stride, c_in, dst + size_t(x) * c_in);
     }
   }
+  // Whether kernel row r reads a row inside the image (else it reads zeros), and output pixel
+  // ox's span of that row: k*c_in floats (valid while the rows stay loaded).
+  bool inside(int r) const { return inside_[size_t(r)]; }
+  const float* span(int r, int ox) const {
+    return rows_.data() + size_t(r) * padded_w_ * s_.c_in + size_t(ox) * s_.stride * s_.c_in;
+  }
   // Writes output pixel ox's field, k*k*c_in floats, to dst.
   void field(int ox, float* dst) const {
     const size_t x0 = size_t(ox) * s_.stride * s_.c_in;
@@ -88,15 +94,18 @@ class RowFields {
 };
 
 // Forward: weights packed as [c_out / nr][tap][ci][nr] (zero-padded channels); outputs in
-// blocks of mr pixels of a row x nr channels. Each block's receptive fields are gathered first
-// into mr contiguous rows of k*k*c_in (zeros in the padding), so one micro-kernel call reduces
-// the whole depth (taps, then input channels, in order), and the rows serve every channel block.
+// blocks of mr pixels of a row x nr channels. A pixel's receptive field is k spans of k*c_in
+// floats, one in each of the k input rows RowFields holds padded; so each block is k micro-kernel
+// calls, one per kernel row over its k*c_in weights, the sums carried from one to the next: the
+// depth reduced in order (taps, then input channels) with nothing gathered. A kernel row outside
+// the image adds nothing and is skipped.
 void forward_cpu(const Conv2dShape& s, ConstAct in, const float* weights, const float* bias, Act out) {
   const cpu_micro::Tiles& tiles = cpu_micro_tiles();
   count_cpu_kernel(CpuKernel::ConvForward, static_cast<CpuIsa>(tiles.variant));
   const int mr = tiles.mr, nr = tiles.nr;
   const int oh = s.out_h(), ow = s.out_w();
-  const size_t depth = size_t(s.k) * s.k * s.c_in, blocks = size_t(s.c_out + nr - 1) / nr;
+  const size_t depth = size_t(s.k) * s.k * s.c_in, span = size_t(s.k) * s.c_in;
+  const size_t blocks = size_t(s.c_out + nr - 1) / nr;
   std::vector<float>& packed = cpu_scratch(0, blocks * depth * nr);
   parallel_for(blocks, [&](size_t cb) {
     float* dst = packed.data() + cb * depth * nr;
@@ -106,25 +115,25 @@ void forward_cpu(const Conv2dShape& s, ConstAct in, const float* weights, const 
       for (size_t t = 0; t < depth; ++t) dst[t * nr + j] = co < size_t(s.c_out) ? src[t] : 0.0f;
     }
   });
-  const std::vector<float> zeros(depth, 0.0f);
+  const std::vector<float> zeros(span, 0.0f);
   std::vector<float> bias_rows(blocks * nr, 0.0f);
   if (bias) std::copy_n(bias, s.c_out, bias_rows.begin());
   parallel_for(size_t(s.n) * oh, [&](size_t item) {
     const int b = int(item / oh), oy = int(item % oh);
-    thread_local std::vector<float> gathered;
-    gathered.resize(size_t(mr) * depth);
     RowFields fields(s, in);
     fields.load(b, oy);
     for (int ox0 = 0; ox0 < ow; ox0 += mr) {
       const int pixels = std::min(mr, ow - ox0);
-      const float* a[kMaxMr];
-      for (int i = 0; i < mr; ++i) a[i] = i < pixels ? gathered.data() + size_t(i) * depth : zeros.data();
-      for (int i = 0; i < pixels; ++i) fields.field(ox0 + i, gathered.data() + size_t(i) * depth);
       for (size_t cb = 0; cb < blocks; ++cb) {
         const int co0 = int(cb) * nr, couts = std::min(nr, s.c_out - co0);
         float acc[kMaxMr * kMaxNr];  // starts at the bias: the sums add onto it
         for (int i = 0; i < mr; ++i) std::copy_n(bias_rows.data() + cb * nr, nr, acc + i * nr);
-        tiles.block(a, packed.data() + cb * depth * nr, int(depth), acc);
+        for (int r = 0; r < s.k; ++r) {
+          if (!fields.inside(r)) continue;
+          const float* a[kMaxMr];
+          for (int i = 0; i < mr; ++i) a[i] = i < pixels ? fields.span(r, ox0 + i) : zeros.data();
+          tiles.block(a, packed.data() + (cb * depth + size_t(r) * span) * nr, int(span), acc);
+        }
         for (int i = 0; i < pixels; ++i) std::copy_n(acc + i * nr, couts, out.data + out.at(b, oy, ox0 + i, co0));
       }
     }
