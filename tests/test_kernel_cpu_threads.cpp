@@ -8,6 +8,7 @@
 #include "kernels/batchnorm.h"
 #include "kernels/conv.h"
 #include "kernels/cpu_parallel.h"
+#include "kernels/gemm.h"
 #include "tests/cpu_isa_fixtures.h"
 #include "tests/test_support.h"
 
@@ -89,5 +90,26 @@ TEST_CASE("cpu ops: batchnorm statistics and gradients do not depend on the numb
         out.insert(out.end(), v->begin(), v->end());
     });
     CHECK(use.runs() == 4);  // one backward per thread count, in this variant
+  }
+}
+
+TEST_CASE("cpu ops: gemm results do not depend on the number of threads, in each micro-kernel variant") {
+  // gemm_cpu's work items follow the thread count (column and row groups); the sums must not.
+  Rng rng;
+  CAPTURE(rng.seed());
+  const GemmShape shapes[] = {{141, 203, 517, false, true}, {203, 141, 300, true, false}};
+  for (CpuIsa isa : cpu_isas_here()) {
+    const std::string isa_name = cpu_isa_name(isa);
+    CAPTURE(isa_name);
+    UseCpuIsa use(isa, CpuKernel::Gemm);
+    for (const GemmShape& s : shapes) {
+      const std::vector<float> a = rng.floats(size_t(s.m) * s.k), b = rng.floats(size_t(s.k) * s.n);
+      const std::vector<float> bias = rng.floats(size_t(s.n));
+      check_thread_independent([&](std::vector<float>& out) {
+        out.assign(size_t(s.m) * s.n, 0.0f);
+        gemm_cpu(s, a.data(), b.data(), bias.data(), out.data(), false, nullptr, 0);
+      });
+    }
+    CHECK(use.runs() == 8);
   }
 }

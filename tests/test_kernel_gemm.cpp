@@ -187,6 +187,29 @@ TEST_CASE("gemm: cpu matches the reference, in every micro-kernel variant this C
   }
 }
 
+TEST_CASE("gemm: cpu blocking (several depth slices, row and column groups, partial panels) matches the reference") {
+  // gemm_cpu cuts C into groups of at most 128 columns and about 128 rows and the depth into
+  // slices of at most 256, the sums carried from slice to slice: k = 517 is 3 slices, m = 293 and
+  // n = 203 several groups ending in partial blocks and panels, each layout, with pitches.
+  Rng rng;
+  CAPTURE(rng.seed());
+  for (CpuIsa isa : cpu_isas_here()) {
+    const std::string isa_name = cpu_isa_name(isa);
+    CAPTURE(isa_name);
+    UseCpuIsa use(isa, CpuKernel::Gemm);
+    for (bool ta : {false, true})
+      for (bool tb : {false, true}) {
+        GemmCase c{GemmShape{293, 203, 517, ta, tb, (ta ? 293 : 517) + 3, (tb ? 517 : 203) + 1, 203 + 5}, ta, !tb};
+        CAPTURE(c.describe());
+        const GemmData d = make_data(c, rng);
+        const std::vector<float> out = run_cpu(c, d);
+        CHECK_CLOSE(c_elements(c, out), d.expected, kAtol * 10, kRtol);
+        CHECK(gap_writes(c, out) == 0);
+      }
+    CHECK(use.runs() == 4);
+  }
+}
+
 TEST_CASE("gemm: k = 0 leaves bias (or C + bias)") {
   std::vector<float> bias = {1, 2, 3}, c = {5, 5, 5, 5, 5, 5};
   gemm_cpu(GemmShape{2, 3, 0}, nullptr, nullptr, bias.data(), c.data(), true, nullptr, 0);
