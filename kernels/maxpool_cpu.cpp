@@ -1,5 +1,6 @@
 // Max pooling's fast CPU version: one work item per output (forward) or input (backward) row.
 // The reference and the CUDA kernels are in maxpool.cu.
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <vector>
@@ -115,7 +116,8 @@ void maxpool_backward_cpu(ConstAct grad_out, const int* argmax, Act grad_in, int
   parallel_for(size_t(grad_in.n) * grad_in.h, [&](size_t row) {
     int b = int(row / grad_in.h), iy = int(row % grad_in.h);
     Span rows = covering_outputs(iy, size, stride, grad_out.h);
-    const size_t most = size_t(rows.last - rows.first) * size_t(size);  // outputs covering one pixel, at most
+    // The outputs covering one pixel, at most (none for a pixel between windows).
+    const size_t most = size_t(std::max(rows.last - rows.first, 0)) * size_t(size);
     std::vector<const float*> grads(most);
     std::vector<const int*> chosen(most);
     for (int ix = 0; ix < grad_in.w; ++ix) {
