@@ -43,7 +43,7 @@ GemmBlocking gemm_blocking(const GemmShape& s, size_t mr, size_t nr) {
 
 // panel[t * nr + j] = rows[j][t] for t < depth, j < nr (a null row: zeros), in 4 x 4 tiles
 // transposed in SSE registers (baseline x86-64): scattering each row down a panel column instead
-// cost a third of the time of a 128-row gemm.
+// took 30% of the samples of a 128-row gemm.
 void transpose_into_panel(const float* const* rows, size_t depth, size_t nr, float* panel) {
   size_t t = 0;
   for (; t + 4 <= depth; t += 4)
@@ -73,7 +73,7 @@ void pack_b_slice(const GemmShape& s, const float* b, size_t t0, size_t depth, s
   }
   // Row t of B' is row t of B: each row's span is read whole, and the rows kAhead further on are
   // fetched meanwhile. These reads jump a whole B row at each step (16 KB in a 4096-wide B); on
-  // their own they ran at memory latency, 40% of a 128-row gemm's time.
+  // their own they ran at memory latency, 40% of the samples of a 128-row gemm.
   constexpr size_t kAhead = 8;
   const size_t width = std::min(panels * nr, n - j0);
   for (size_t t = 0; t < depth; ++t) {
