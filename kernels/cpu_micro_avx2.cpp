@@ -46,6 +46,7 @@ void outer(const float* g, size_t g_step, const float* x, size_t x_step, int cou
   for (int i = 0; i < 2 * kMr; ++i) _mm256_storeu_ps(acc + i * 8, sum[i]);
 }
 
+constexpr int kLanes = 8;  // the channel loops' vector width, in floats
 #include "kernels/cpu_micro_channels.inc"
 
 }  // namespace

@@ -32,6 +32,7 @@ void outer(const float* g, size_t g_step, const float* x, size_t x_step, int cou
   for (int i = 0; i < kMr; ++i) _mm512_storeu_ps(acc + i * kNr, sum[i]);
 }
 
+constexpr int kLanes = 16;  // the channel loops' vector width, in floats
 #include "kernels/cpu_micro_channels.inc"
 
 }  // namespace

@@ -44,6 +44,7 @@ void outer(const float* g, size_t g_step, const float* x, size_t x_step, int cou
   std::memcpy(acc, sum, sizeof sum);
 }
 
+constexpr int kLanes = 4;  // the channel loops' vector width, in floats
 #include "kernels/cpu_micro_channels.inc"
 
 }  // namespace
