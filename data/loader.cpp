@@ -187,12 +187,19 @@ void Loader::produce(const Job& job) {
 
   SampleInfo info;
   info.index = job.sample;
-  thread_local Image image;
+  thread_local Image decoded;
   thread_local std::vector<Box> boxes;
   std::string error;
   int dropped = 0;
   boxes.clear();
-  info.ok = read_image(sample.image, image, error);
+  std::shared_ptr<const Image> cached;
+  if (options_.cache) {
+    cached = options_.cache->read(job.sample, sample.image, error);
+    info.ok = cached != nullptr;
+  } else {
+    info.ok = read_image(sample.image, decoded, error);
+  }
+  const Image& image = cached ? *cached : decoded;
   if (info.ok) {
     KeyedRng rng(options_.seed ^ kAugmentSalt, static_cast<uint64_t>(job.epoch), static_cast<uint64_t>(job.position));
     Augmentation aug;

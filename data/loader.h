@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "data/dataset.h"
+#include "data/image_cache.h"
 #include "data/transform.h"
 #include "kernels/yolo_loss.h"
 #include "runtime/memory.h"
@@ -45,6 +46,9 @@ struct LoaderOptions {
   int rank = 0, world = 1;
   Remainder remainder = Remainder::Drop;
   bool strict = false;              // an unreadable image stops the run instead of a warning
+  // Decoded images kept across epochs (data/image_cache.h; keyed by the sample's index, so one
+  // cache serves one split); it must outlive the loader. Null: every use decodes the file.
+  ImageCache* cache = nullptr;
   // Receives warnings (an unreadable image); default: stderr, "train_yolo: warning: ...".
   std::function<void(const std::string&)> warn;
 };

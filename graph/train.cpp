@@ -379,8 +379,9 @@ TrainResult run_replicas(const std::vector<Device>& devices, const TrainOptions&
   return results[0];
 }
 
-TrainResult train_detector_replica(const ModelSpec& spec, const data::Dataset& dataset, Device device,
-                                   const TrainOptions& options, Communicator* comm, ReplicaGroup* group) {
+TrainResult train_detector_replica(const ModelSpec& spec, const data::Dataset& dataset, data::ImageCache* images,
+                                   Device device, const TrainOptions& options, Communicator* comm,
+                                   ReplicaGroup* group) {
   const int rank = comm ? comm->rank() : 0, world = comm ? comm->size() : 1;
   const bool leader = rank == 0;
   Graph graph = build_graph(spec);
@@ -440,6 +441,7 @@ TrainResult train_detector_replica(const ModelSpec& spec, const data::Dataset& d
   lo.batches_per_iteration = setup.subdivisions;
   lo.rank = rank;
   lo.world = world;
+  lo.cache = images;
   data::Loader loader(dataset.train, lo, start.loader);
   data::DeviceFeeder feeder(loader, device);
   Source source;
@@ -501,9 +503,19 @@ TrainResult train_detector_replica(const ModelSpec& spec, const data::Dataset& d
 TrainResult train_detector(const ModelSpec& spec, const data::Dataset& dataset, const std::vector<Device>& devices,
                            const TrainOptions& options) {
   const TrainOptions resolved = resolve_precision(options, devices);
-  return run_replicas(devices, resolved, [&](Device device, Communicator* comm, ReplicaGroup* group) {
-    return train_detector_replica(spec, dataset, device, resolved, comm, group);
+  // One cache for the process: its replicas' shards cover every image over the epochs.
+  const size_t cache_bytes = options.image_cache_mb < 0 ? data::default_image_cache_bytes()
+                                                        : size_t(options.image_cache_mb) << 20;
+  std::unique_ptr<data::ImageCache> images;
+  if (cache_bytes > 0) images = std::make_unique<data::ImageCache>(cache_bytes);
+  TrainResult result = run_replicas(devices, resolved, [&](Device device, Communicator* comm, ReplicaGroup* group) {
+    return train_detector_replica(spec, dataset, images.get(), device, resolved, comm, group);
   });
+  if (images)
+    std::printf("train_yolo: %zu of %zu training images were kept decoded in memory (%.0f MiB of --cache-mb %.0f)\n",
+                images->cached_images(), dataset.train.samples.size(), double(images->cached_bytes()) / (1 << 20),
+                double(images->budget_bytes()) / (1 << 20));
+  return result;
 }
 
 TrainResult train_detector(const ModelSpec& spec, const data::Dataset& dataset, Device device,

@@ -27,6 +27,9 @@ struct TrainOptions {
   int batch = 0;                // global images per step (0: the cfg's batch)
   int subdivisions = 0;         // micro-batches per step (0: the cfg's)
   int threads = 0;              // loader threads (0: cores - 1)
+  // Decoded training images kept in memory (data/image_cache.h), at most this many MiB; 0: decode
+  // every time; negative: data::default_image_cache_bytes().
+  int64_t image_cache_mb = -1;
   bool strict = false;          // an unreadable image stops training (else a grey image and a warning)
   uint64_t seed = 1;
   std::string out_dir = "runs/train";

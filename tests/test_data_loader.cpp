@@ -1,15 +1,18 @@
 // The loader: batches are the same bits whatever the thread count, shards are disjoint and
 // equal in steps, a saved position resumes exactly, unreadable images are replaced and
-// reported (or stop the run with strict), and the feeder's device copy equals the batch.
+// reported (or stop the run with strict), the decoded-image cache changes no batch, and the
+// feeder's device copy equals the batch.
 #include <doctest/doctest.h>
 
 #include <cstring>
+#include <filesystem>
 #include <set>
 #include <string>
 #include <vector>
 
 #include "data/feeder.h"
 #include "data/image.h"
+#include "data/image_cache.h"
 #include "data/loader.h"
 #include "runtime/check.h"
 #include "tests/test_support.h"
@@ -299,4 +302,19 @@ TEST_CASE("feeder: the device copy of each batch equals the loader's batch (CPU 
     CHECK(std::memcmp(d.truth_counts, h.truth_counts, sizeof(int) * h.count) == 0);
     CHECK(std::memcmp(d.truths, h.truths, sizeof(yolo::YoloTruth) * kMaxBoxes * h.count) == 0);
   }
+}
+
+TEST_CASE("loader: the decoded-image cache gives the same batches, and a warm one reads no file") {
+  TempDir dir;
+  Split split = make_split(dir, 11);
+  LoaderOptions o = small_options();
+  o.threads = 2;
+  const std::vector<uint64_t> plain = run_hashes(split, o, 9);  // 3 epochs of 3 steps
+  ImageCache cache(64 << 20);
+  o.cache = &cache;
+  CHECK(run_hashes(split, o, 9) == plain);
+  CHECK(cache.cached_images() >= 9);  // every sample the 3 epochs used (9 of 11 each)
+  for (const Sample& sample : split.samples) std::filesystem::remove(sample.image);
+  o.threads = 3;
+  CHECK(run_hashes(split, o, 9) == plain);
 }

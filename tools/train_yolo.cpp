@@ -65,6 +65,8 @@ const char* kUsage =
     "                     SIGTERM/SIGINT: the step under way finishes and is saved, exit status 75; a\n"
     "                     second signal stops at once\n"
     "  --seed S           initial weights, shuffling and augmentation (1)\n"
+    "  --cache-mb M       keep decoded training images in memory, at most M MiB (default: a quarter of\n"
+    "                     the machine's memory, at most 4096); 0: decode each image every epoch\n"
     "  --trace FILE       Chrome-trace JSON of one step's layers (forward/backward)\n"
     "  --valid-every N    mAP@0.5 on the validation split every N epochs; keeps best.weights\n"
     "  --bucket-mb M      data parallel: gradient all-reduce buckets of at most M MiB (4, or a quarter of the\n"
@@ -126,6 +128,7 @@ struct Options {
   int size = 0, batch = 0, threads = 0, epochs = 0;
   std::string cfg, weights, out, trace;
   int load_layers = -1, subdivisions = 0, checkpoint_every = 0, max_skipped_steps = 10;
+  int64_t image_cache_mb = -1;    // --cache-mb; -1: the default
   std::vector<std::string> argv;  // as given, for the --resume command printed after a stop
   int64_t max_batches = 0;
   bool summary = false, resume = false;
@@ -262,6 +265,8 @@ Options parse(int argc, char** argv) {
       options.batch = to_int(arg, value(), 1, 4096);
     } else if (arg == "--threads") {
       options.threads = to_int(arg, value(), 1, 1024);
+    } else if (arg == "--cache-mb") {
+      options.image_cache_mb = to_int(arg, value(), 0, 1 << 30);
     } else if (arg == "--epochs") {
       options.epochs = to_int(arg, value(), 1, 1000000);
     } else if (arg == "--save-json") {
@@ -710,6 +715,7 @@ int train(const Options& options, const yolo::GpuDiscovery& found) {
   to.batch = options.batch;
   to.subdivisions = options.subdivisions;
   to.threads = options.threads;
+  to.image_cache_mb = options.image_cache_mb;
   to.strict = options.open.strict;
   to.seed = options.seed;
   to.weights = options.weights;
