@@ -2,7 +2,6 @@
 // threaded over fixed work items, the channel loop innermost and contiguous). The reference
 // loops and the CUDA implicit GEMMs are in conv.cu.
 #include <algorithm>
-#include <cstring>
 #include <vector>
 
 #include "kernels/conv.h"
@@ -23,15 +22,19 @@ using conv_detail::check_conv;
 using cpu_micro::kMaxMr;
 using cpu_micro::kMaxNr;
 
-// One output row's receptive fields, gathered: the k input rows it reads, each copied once with
-// `pad` zero pixels either side (a row outside the image: none, it reads as zeros), then any
-// pixel's field is k contiguous spans of k*c_in floats (taps, then input channels).
-// The rows live in a per-thread buffer reused across work items: only the edges are zeroed.
+// One output row's receptive fields: the k input rows it reads, each copied once with `pad` zero
+// pixels either side (a row outside the image: none, it reads as zeros), so that any pixel's field
+// is k contiguous spans of k*c_in floats (taps, then input channels), one per row, and pixel ox's
+// span starts ox * stride * c_in floats after pixel 0's. The rows live in a per-thread buffer
+// reused across work items: only the edges are zeroed. kMaxMr zero floats follow the last row:
+// the weight gradient's blocks of mr taps may read up to mr - 1 past a span's end.
 class RowFields {
  public:
-  RowFields(const Conv2dShape& s, ConstAct in) : s_(s), in_(in), span_(size_t(s.k) * s.c_in), rows_(buffer()) {
+  RowFields(const Conv2dShape& s, ConstAct in) : s_(s), in_(in), rows_(buffer()) {
     padded_w_ = size_t(s.w + 2 * s.pad());
-    rows_.resize(size_t(s.k) * padded_w_ * s.c_in);
+    const size_t floats = size_t(s.k) * padded_w_ * s.c_in;
+    rows_.resize(floats + kMaxMr);
+    std::fill_n(rows_.data() + floats, kMaxMr, 0.0f);
     inside_.assign(size_t(s.k), false);
   }
   // Reads output row oy of image b.
@@ -59,36 +62,15 @@ class RowFields {
   const float* span(int r, int ox) const {
     return rows_.data() + size_t(r) * padded_w_ * s_.c_in + size_t(ox) * s_.stride * s_.c_in;
   }
-  // Writes output pixel ox's field, k*k*c_in floats, to dst.
-  void field(int ox, float* dst) const {
-    const size_t x0 = size_t(ox) * s_.stride * s_.c_in;
-    for (int r = 0; r < s_.k; ++r, dst += span_) {
-      if (inside_[size_t(r)])
-        copy_span(rows_.data() + size_t(r) * padded_w_ * s_.c_in + x0, dst);
-      else
-        std::fill_n(dst, span_, 0.0f);
-    }
-  }
 
  private:
   static std::vector<float>& buffer() {
     thread_local std::vector<float> rows;
     return rows;
   }
-  // span_ floats. The short spans of the first layers (3x3x3: 9) would cost more in calls to
-  // memcpy than in copying: fixed 16-byte copies instead (single vector moves), the last one
-  // overlapping.
-  void copy_span(const float* src, float* dst) const {
-    if (span_ > 32 || span_ < 4) {
-      std::memcpy(dst, src, span_ * sizeof(float));
-      return;
-    }
-    for (size_t i = 0; i + 4 < span_; i += 4) std::memcpy(dst + i, src + i, 4 * sizeof(float));
-    std::memcpy(dst + span_ - 4, src + span_ - 4, 4 * sizeof(float));
-  }
   const Conv2dShape& s_;
   ConstAct in_;
-  size_t span_, padded_w_;
+  size_t padded_w_;
   std::vector<float>& rows_;
   std::vector<bool> inside_;
 };
@@ -201,78 +183,90 @@ inline const float* padded_rows(const float* src, size_t step, int count, int n,
   return buf.data();
 }
 
-// Backward weights, dW[c_out x depth] = grad_out^T[c_out x P] * fields[P x depth] (depth = k*k*c_in,
-// taps then input channels; P = output pixels): blocks of mr output channels x nr of the depth.
-// Each output row's receptive fields are gathered once (RowFields, zeros in the padding, the depth
-// padded to whole blocks) and each block adds its outer products over the row, pixel by pixel. The rows are split into
-// a fixed number of chunks and the output channel blocks into groups (both functions of the shape, not of the threads):
-// a work item is one chunk x one group, and the chunks' sums are added in order afterwards.
+// Backward weights, dW^T[depth x c_out] = fields^T[depth x P] * grad_out[P x c_out] (depth = k*k*c_in,
+// taps then input channels; P = output pixels), in blocks of mr taps x nr output channels. A block's
+// mr taps lie in one kernel row's span (RowFields), so its outer products read the fields where
+// they are, one pixel every stride*c_in floats: nothing is gathered (the gather was 8% of a demo
+// step, repeated by every group of output channels). Blocks are numbered by kernel row, then by
+// the span's tap blocks (the last one partly past the span's end: those rows are dropped), then by
+// output channel block. The rows are split into a fixed number of chunks (a function of the shape)
+// and the blocks into groups: a work item is one chunk x one group, and the chunks' sums are added
+// in order afterwards. Every element sums its products over the pixels in order; only the chunks
+// fix that order, so the groups may follow the thread count.
 struct WeightGradPlan {
-  int t_blocks, co_blocks;
-  size_t pitch;         // a gathered field's floats (depth padded to t_blocks * nr)
-  size_t rows, chunks;  // output rows, and the chunks they are summed in
-  int groups;           // output channel block groups (work items: chunks x groups)
-  size_t per_chunk;     // one chunk's sums: [co block][t block][mr][nr]
+  int span_blocks, co_blocks;  // tap blocks per kernel row's span (k*c_in taps), output channel blocks
+  int units;                   // blocks: k x span_blocks x co_blocks
+  size_t rows, chunks;         // output rows, and the chunks they are summed in
+  int groups;                  // block groups (work items: chunks x groups)
+  size_t per_chunk;            // one chunk's sums: [unit][mr][nr]
 };
 
 WeightGradPlan weight_grad_plan(const Conv2dShape& s, int mr, int nr) {
   WeightGradPlan p;
-  const int depth = s.k * s.k * s.c_in;
-  p.t_blocks = (depth + nr - 1) / nr;
-  p.co_blocks = (s.c_out + mr - 1) / mr;
-  p.pitch = size_t(p.t_blocks) * nr;
+  const int span = s.k * s.c_in;
+  p.span_blocks = (span + mr - 1) / mr;
+  p.co_blocks = (s.c_out + nr - 1) / nr;
+  p.units = s.k * p.span_blocks * p.co_blocks;
   p.rows = size_t(s.n) * s.out_h();
-  p.per_chunk = size_t(p.co_blocks) * p.t_blocks * mr * nr;
+  p.per_chunk = size_t(p.units) * mr * nr;
   // Chunks of at least 512 pixels (the final sum over chunks then costs under 1% of the work),
   // at most 32 of them and 64 MB of partial sums.
   const size_t pixels = p.rows * s.out_w();
   size_t chunks = std::min<size_t>({pixels / 512, 32, (size_t(64) << 20) / (p.per_chunk * sizeof(float))});
   p.chunks = std::min(std::max<size_t>(chunks, 1), std::max<size_t>(p.rows, 1));
-  // Enough items for 32 threads; each group gathers its rows' fields again.
-  p.groups = int(std::min<size_t>(size_t(p.co_blocks), (32 + p.chunks - 1) / p.chunks));
+  // Groups do not change any sum (a block's sums stay in one item), so they may follow the threads:
+  // two items per thread; fewer groups reload each row's fields fewer times.
+  const size_t items = size_t(2) * std::max(cpu_pool_threads(), 1);
+  p.groups = int(std::min<size_t>(size_t(p.units), (items + p.chunks - 1) / p.chunks));
   return p;
 }
 
 void backward_weights_cpu(const Conv2dShape& s, ConstAct in, ConstAct grad_out, float* grad_weights, float* grad_bias) {
   const cpu_micro::Tiles& tiles = cpu_micro_tiles();
   count_cpu_kernel(CpuKernel::ConvBackwardWeights, static_cast<CpuIsa>(tiles.variant));
-  const int mr = tiles.mr, nr = tiles.nr, oh = s.out_h(), ow = s.out_w(), depth = s.k * s.k * s.c_in;
+  const int mr = tiles.mr, nr = tiles.nr, oh = s.out_h(), ow = s.out_w(), span = s.k * s.c_in;
+  const int depth = s.k * span;
   const WeightGradPlan p = weight_grad_plan(s, mr, nr);
+  const int last_couts = s.c_out - (p.co_blocks - 1) * nr;  // channels in the last output channel block
+  const size_t field_step = size_t(s.stride) * s.c_in;
   std::vector<float> partial(p.chunks * p.per_chunk, 0.0f);
   parallel_for(p.chunks * size_t(p.groups), [&](size_t item) {
     const size_t chunk = item / size_t(p.groups);
     const int group = int(item % size_t(p.groups));
-    const int cb_begin = p.co_blocks * group / p.groups, cb_end = p.co_blocks * (group + 1) / p.groups;
+    const int u_begin = p.units * group / p.groups, u_end = p.units * (group + 1) / p.groups;
     float* totals = partial.data() + chunk * p.per_chunk;
     RowFields fields(s, in);
-    thread_local std::vector<float> x_rows, g_pad;
-    x_rows.assign(size_t(ow) * p.pitch, 0.0f);  // the padding columns stay zero
+    thread_local std::vector<float> g_pad;
     for (size_t row = p.rows * chunk / p.chunks; row < p.rows * (chunk + 1) / p.chunks; ++row) {
       const int b = int(row / oh), oy = int(row % oh);
       fields.load(b, oy);
-      for (int ox = 0; ox < ow; ++ox) fields.field(ox, x_rows.data() + size_t(ox) * p.pitch);
-      for (int cb = cb_begin; cb < cb_end; ++cb) {
-        const int co0 = cb * mr, couts = std::min(mr, s.c_out - co0);
-        const float* g = grad_out.data + grad_out.at(b, oy, 0, co0);
+      bool padded = false;  // the last block's grad_out row, padded to nr channels (made once per row)
+      for (int u = u_begin; u < u_end; ++u) {
+        const int cb = u % p.co_blocks, tb = u / p.co_blocks % p.span_blocks, r = u / p.co_blocks / p.span_blocks;
+        if (!fields.inside(r)) continue;  // a row of zeros adds nothing
+        const float* g = grad_out.data + grad_out.at(b, oy, 0, cb * nr);
         size_t g_step = size_t(grad_out.stride);
-        if (couts < mr) g = padded_rows(g, g_step, ow, couts, mr, g_pad), g_step = size_t(mr);
-        for (int tb = 0; tb < p.t_blocks; ++tb)
-          tiles.outer(g, g_step, x_rows.data() + size_t(tb) * nr, p.pitch, ow,
-                      totals + (size_t(cb) * p.t_blocks + tb) * mr * nr);
+        if (cb == p.co_blocks - 1 && last_couts < nr) {
+          if (!padded) padded_rows(g, g_step, ow, last_couts, nr, g_pad), padded = true;
+          g = g_pad.data(), g_step = size_t(nr);
+        }
+        tiles.outer(fields.span(r, 0) + size_t(tb) * mr, field_step, g, g_step, ow, totals + size_t(u) * mr * nr);
       }
     }
   });
   parallel_for(size_t(p.co_blocks), [&](size_t cb) {
-    for (int co = int(cb) * mr; co < std::min(s.c_out, int(cb + 1) * mr); ++co)
+    for (int co = int(cb) * nr; co < std::min(s.c_out, int(cb + 1) * nr); ++co)
       for (int t = 0; t < depth; ++t) {
-        const size_t at = ((cb * p.t_blocks + size_t(t / nr)) * mr + co % mr) * nr + t % nr;
+        const int r = t / span, tb = t % span / mr, i = t % span % mr;
+        const size_t unit = (size_t(r) * p.span_blocks + tb) * p.co_blocks + cb;
+        const size_t at = (unit * mr + i) * nr + co % nr;
         float total = 0.0f;
         for (size_t chunk = 0; chunk < p.chunks; ++chunk) total += partial[chunk * p.per_chunk + at];
         grad_weights[size_t(co) * depth + t] = total;
       }
   });
   if (!grad_bias) return;
-  parallel_for(size_t(p.co_blocks), [&](size_t block) {
+  parallel_for(size_t(s.c_out + mr - 1) / mr, [&](size_t block) {
     const int co0 = int(block) * mr, couts = std::min(mr, s.c_out - co0);
     float total[kMaxMr] = {};
     for (int b = 0; b < s.n; ++b)
@@ -282,7 +276,7 @@ void backward_weights_cpu(const Conv2dShape& s, ConstAct in, ConstAct grad_out, 
           const float* g = grad_out.data + grad_out.at(b, oy, ox, co0);
           for (int i = 0; i < couts; ++i) row[i] += g[i];
         }
-        for (int i = 0; i < mr; ++i) total[i] += row[i];
+        for (int i = 0; i < couts; ++i) total[i] += row[i];
       }
     for (int i = 0; i < couts; ++i) grad_bias[co0 + i] = total[i];
   });
