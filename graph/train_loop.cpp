@@ -167,9 +167,17 @@ TrainResult run_loop(const Graph& graph, Executor& executor, Source& source, con
   int64_t last_epoch_reported = source.state().epoch;
   StepSplit epoch_split;  // since the last epoch summary
   LossSums epoch_loss;    // likewise
-  // results.csv and chart.png (graph/run_record.h), rewritten each epoch by rank 0.
+  // results.csv (graph/run_record.h), appended each epoch by rank 0, and chart.png from it: drawn
+  // at most every 10 s and at the end (its PNG takes 30 ms to encode, which the demo's 50 short
+  // epochs made 1.5 s of the run).
   const std::string results_csv = options.out_dir + "/results.csv", chart_png = options.out_dir + "/chart.png";
-  bool records_written = false;
+  bool records_written = false, chart_due = false;
+  auto t_chart = t_start;
+  auto write_chart = [&] {
+    data::write_image(chart_png, draw_chart(read_results(results_csv)));
+    t_chart = std::chrono::steady_clock::now();
+    chart_due = false;
+  };
   if (leader && start_iteration == 0) std::filesystem::remove(results_csv);  // a fresh run starts a fresh record
   auto record_epoch = [&](double epoch, int64_t iteration, float rate, const StepSplit& split, const LossSums& sums,
                           double map50) {
@@ -198,8 +206,8 @@ TrainResult run_loop(const Graph& graph, Executor& executor, Source& source, con
     r.idle_ms = split.device_steps > 0 ? split.device_idle_ms / static_cast<double>(split.device_steps) : std::nan("");
     r.map50 = map50;
     append_results(results_csv, r);
-    data::write_image(chart_png, draw_chart(read_results(results_csv)));
-    records_written = true;
+    records_written = chart_due = true;
+    if (std::chrono::steady_clock::now() - t_chart >= std::chrono::seconds(10)) write_chart();
   };
 
   // Before the first step: the output folder can take what the saves will write.
@@ -526,6 +534,7 @@ TrainResult run_loop(const Graph& graph, Executor& executor, Source& source, con
                  learning_rate_at(schedule, std::max<int64_t>(result.iterations - 1, 0), options.seed), epoch_split,
                  epoch_loss, -1);
   }
+  if (leader && chart_due) write_chart();
   if (leader && records_written)
     std::printf("train_yolo: per-epoch results in %s, chart %s\n", results_csv.c_str(), chart_png.c_str());
   if (leader && idle.empty_windows() > 0)

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "data/image.h"
 #include "data/json.h"
 #include "data/synthetic.h"
 #include "graph/executor.h"
@@ -294,6 +295,12 @@ TEST_CASE("training resumed from a checkpoint equals an uninterrupted run, bit f
   o.out_dir = dir / "straight";
   TrainResult straight = train_detector(spec, dataset, Device::cpu(), o);
   CHECK(straight.iterations == 6);
+  // chart.png: drawn at most every 10 s, and at the end of the run (this one takes less).
+  data::Image chart;
+  std::string chart_error;
+  REQUIRE(data::read_image(o.out_dir + "/chart.png", chart, chart_error));
+  CHECK(chart.width == 800);
+  CHECK(chart.height == 500);
 
   o.out_dir = dir / "split";
   o.max_batches = 3;
