@@ -104,6 +104,10 @@ const std::vector<ConvCase>& conv_cases() {
       // Over 16 input channels with a partial block for every variant's nr (8, 16), 19 outputs
       // with a partial block for every mr (4, 6, 8).
       {{2, 6, 5, 37, 19, 3, 1}, 0, 0, 0, 0, true, true},
+      // The CPU weight gradient's two paths at stride 1: whole images (output rows under 32 pixels;
+      // here in 2 chunks of rows, the boundary inside image 1) and row by row (37 pixels).
+      {{3, 23, 17, 5, 11, 3, 1}, 0, 0, 0, 0, true, false},
+      {{1, 4, 37, 6, 10, 3, 1}, 0, 0, 0, 0, false, true},
   };
   return cases;
 }
