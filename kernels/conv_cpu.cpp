@@ -63,6 +63,8 @@ class RowFields {
   const float* span(int r, int ox) const {
     return rows_.data() + size_t(r) * padded_w_ * s_.c_in + size_t(ox) * s_.stride * s_.c_in;
   }
+  // From a span to the same pixel's span in the next row, in floats.
+  ptrdiff_t row_step() const { return ptrdiff_t(padded_w_) * s_.c_in; }
 
  private:
   static std::vector<float>& buffer() {
@@ -109,24 +111,29 @@ void forward_cpu(const Conv2dShape& s, ConstAct in, const float* weights, const 
       for (size_t t = 0; t < depth; ++t) dst[t * nr + j] = co < size_t(s.c_out) ? src[t] : 0.0f;
     }
   });
-  const std::vector<float> zeros(span, 0.0f);
   std::vector<float> bias_rows(blocks * nr, 0.0f);
   if (bias) std::copy_n(bias, s.c_out, bias_rows.begin());
   parallel_for(size_t(s.n) * oh, [&](size_t item) {
     const int b = int(item / oh), oy = int(item % oh);
     RowFields fields(s, in);
     fields.load(b, oy);
+    int r0 = 0, rows = 0;          // the kernel rows inside the image: r0 .. r0 + rows - 1 (a run: those outside are
+    for (int r = 0; r < s.k; ++r)  // above or below it, and add nothing)
+      if (fields.inside(r)) {
+        if (rows == 0) r0 = r;
+        ++rows;
+      }
     for (int ox0 = 0; ox0 < ow; ox0 += mr) {
       const int pixels = std::min(mr, ow - ox0);
       for (size_t cb = 0; cb < blocks; ++cb) {
         const int co0 = int(cb) * nr, couts = std::min(nr, s.c_out - co0);
         float acc[kMaxMr * kMaxNr];  // starts at the bias: the sums add onto it
         for (int i = 0; i < mr; ++i) copy_floats(bias_rows.data() + cb * nr, nr, acc + i * nr);
-        for (int r = 0; r < s.k; ++r) {
-          if (!fields.inside(r)) continue;
+        if (rows > 0) {  // the rows inside, in one call (the pixels past the row's end repeat its last)
           const float* a[kMaxMr];
-          for (int i = 0; i < mr; ++i) a[i] = i < pixels ? fields.span(r, ox0 + i) : zeros.data();
-          tiles.block(a, packed.data() + (cb * depth + size_t(r) * span) * nr, int(span), acc);
+          for (int i = 0; i < mr; ++i) a[i] = fields.span(r0, ox0 + std::min(i, pixels - 1));
+          tiles.taps(a, fields.row_step(), rows, 0, 1, packed.data() + (cb * depth + size_t(r0) * span) * nr, int(span),
+                     acc);
         }
         for (int i = 0; i < pixels; ++i) copy_floats(acc + i * nr, couts, out.data + out.at(b, oy, ox0 + i, co0));
       }
@@ -162,29 +169,42 @@ void backward_data_cpu(const Conv2dShape& s, ConstAct grad_out, const float* wei
       for (int px = 0; px < S && px < s.w; ++px)
         for (int x0 = px; x0 < s.w; x0 += mr * S) {
           float acc[kMaxMr * kMaxNr] = {};
-          for (int r = 0; r < k; ++r) {
-            const int ty = iy + pad - r;  // = oy * S for a tap that reaches this row
-            if (ty < 0 || ty % S != 0 || ty / S >= oh) continue;
-            const float* g_row = grad_out.data + grad_out.at(b, ty / S, 0, 0);
-            for (int sx = 0; sx < k; ++sx) {
+          // Stride 1, every pixel's every tap inside the row (most blocks): the rows that reach this
+          // one, all k x k taps in one call: tap (r, sx) reads output (iy + pad - r, x0 + i + pad - sx).
+          const int r_first = std::max(0, iy + pad - (oh - 1)), r_end = std::min(k, iy + pad + 1);
+          if (S == 1 && x0 + mr <= s.w && x0 + pad - (k - 1) >= 0 && x0 + pad + mr <= ow) {
+            if (r_first < r_end) {
               const float* a[kMaxMr];
-              bool any = false;
-              const int ox0 = x0 + pad - sx;  // stride 1: pixel i reads output ox0 + i
-              if (S == 1 && x0 + mr <= s.w && ox0 >= 0 && ox0 + mr <= ow) {
-                // Every pixel's tap inside (most blocks): one multiply-add each. Computing each
-                // pointer with its checks and at() took a quarter of 80x80 16->32's pass.
-                for (int i = 0; i < mr; ++i) a[i] = g_row + size_t(ox0 + i) * g_pixel;
-                any = true;
-              } else {
-                for (int i = 0; i < mr; ++i) {
-                  const int ix = x0 + i * S, tx = ix + pad - sx;
-                  const int ox = S == 1 ? tx : tx / S;  // stride 1 skips the divisions
-                  const bool ok = ix < s.w && tx >= 0 && (S == 1 || tx % S == 0) && ox < ow;
-                  a[i] = ok ? g_row + size_t(ox) * g_pixel : zeros.data();
-                  any = any || ok;
+              const float* g_row = grad_out.data + grad_out.at(b, iy + pad - r_first, 0, 0);
+              for (int i = 0; i < mr; ++i) a[i] = g_row + size_t(x0 + i + pad) * g_pixel;
+              tiles.taps(a, -ptrdiff_t(ow) * ptrdiff_t(g_pixel), r_end - r_first, -ptrdiff_t(g_pixel), k,
+                         wb + size_t(r_first) * k * c_out * nr, c_out, acc);
+            }
+          } else {
+            for (int r = 0; r < k; ++r) {
+              const int ty = iy + pad - r;  // = oy * S for a tap that reaches this row
+              if (ty < 0 || ty % S != 0 || ty / S >= oh) continue;
+              const float* g_row = grad_out.data + grad_out.at(b, ty / S, 0, 0);
+              for (int sx = 0; sx < k; ++sx) {
+                const float* a[kMaxMr];
+                bool any = false;
+                const int ox0 = x0 + pad - sx;  // stride 1: pixel i reads output ox0 + i
+                if (S == 1 && x0 + mr <= s.w && ox0 >= 0 && ox0 + mr <= ow) {
+                  // Every pixel's tap inside (most blocks): one multiply-add each. Computing each
+                  // pointer with its checks and at() took a quarter of 80x80 16->32's pass.
+                  for (int i = 0; i < mr; ++i) a[i] = g_row + size_t(ox0 + i) * g_pixel;
+                  any = true;
+                } else {
+                  for (int i = 0; i < mr; ++i) {
+                    const int ix = x0 + i * S, tx = ix + pad - sx;
+                    const int ox = S == 1 ? tx : tx / S;  // stride 1 skips the divisions
+                    const bool ok = ix < s.w && tx >= 0 && (S == 1 || tx % S == 0) && ox < ow;
+                    a[i] = ok ? g_row + size_t(ox) * g_pixel : zeros.data();
+                    any = any || ok;
+                  }
                 }
+                if (any) tiles.block(a, wb + (size_t(r) * k + sx) * c_out * nr, c_out, acc);
               }
-              if (any) tiles.block(a, wb + (size_t(r) * k + sx) * c_out * nr, c_out, acc);
             }
           }
           for (int i = 0; i < mr && x0 + i * S < s.w; ++i) {

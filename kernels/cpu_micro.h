@@ -39,6 +39,14 @@ struct Tiles {
   // acc[i * nr + j] += sum over t < depth, in order, of a[i][t] * b[t * nr + j] (i < mr; b: nr-wide
   // packed rows).
   void (*block)(const float* const* a, const float* b, int depth, float* acc);
+  // block over a grid of taps in one call: for tap q = r * cols + s (r < rows, s < cols, in that
+  // order), block(a + r * row_step + s * col_step, b + q * depth * nr, depth, acc), the sums kept
+  // in registers from one tap to the next. A convolution's block reads its k rows (forward) or
+  // k x k taps (backward data) so: one call instead of k or k * k, each loading and storing acc
+  // (with depths of 27 to 48, that and the calls' setup were a fifth of a pass). The steps are
+  // block's, in the same order, so the sums are bit for bit those of the separate calls.
+  void (*taps)(const float* const* a, ptrdiff_t row_step, int rows, ptrdiff_t col_step, int cols, const float* b,
+               int depth, float* acc);
   // acc[i * nr + j] += sum over p < count, in order, of g[p * g_step + i] * x[p * x_step + j] (a
   // full mr x nr block: the weight gradients' outer products).
   void (*outer)(const float* g, size_t g_step, const float* x, size_t x_step, int count, float* acc);

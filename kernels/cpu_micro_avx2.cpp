@@ -12,10 +12,7 @@ constexpr int kMr = 6, kNr = 16;
 
 // The accumulators are one flat array: with sum[kMr][2], GCC 12 keeps them in registers but
 // still stores every one to the stack on each step.
-void block(const float* const* a, const float* b, int depth, float* acc) {
-  __m256 sum[2 * kMr];
-#pragma GCC unroll 16
-  for (int i = 0; i < 2 * kMr; ++i) sum[i] = _mm256_loadu_ps(acc + i * 8);
+inline __attribute__((always_inline)) void steps(const float* const* a, const float* b, int depth, __m256* sum) {
   for (int t = 0; t < depth; ++t) {
     const __m256 b0 = _mm256_loadu_ps(b + size_t(t) * kNr), b1 = _mm256_loadu_ps(b + size_t(t) * kNr + 8);
 #pragma GCC unroll 16
@@ -25,6 +22,29 @@ void block(const float* const* a, const float* b, int depth, float* acc) {
       sum[2 * i + 1] = _mm256_fmadd_ps(av, b1, sum[2 * i + 1]);
     }
   }
+}
+
+void block(const float* const* a, const float* b, int depth, float* acc) {
+  __m256 sum[2 * kMr];
+#pragma GCC unroll 16
+  for (int i = 0; i < 2 * kMr; ++i) sum[i] = _mm256_loadu_ps(acc + i * 8);
+  steps(a, b, depth, sum);
+#pragma GCC unroll 16
+  for (int i = 0; i < 2 * kMr; ++i) _mm256_storeu_ps(acc + i * 8, sum[i]);
+}
+
+void taps(const float* const* a, ptrdiff_t row_step, int rows, ptrdiff_t col_step, int cols, const float* b, int depth,
+          float* acc) {
+  __m256 sum[2 * kMr];
+#pragma GCC unroll 16
+  for (int i = 0; i < 2 * kMr; ++i) sum[i] = _mm256_loadu_ps(acc + i * 8);
+  for (int r = 0; r < rows; ++r)
+    for (int s = 0; s < cols; ++s, b += size_t(depth) * kNr) {
+      const float* at[kMr];
+#pragma GCC unroll 16
+      for (int i = 0; i < kMr; ++i) at[i] = a[i] + r * row_step + s * col_step;
+      steps(at, b, depth, sum);
+    }
 #pragma GCC unroll 16
   for (int i = 0; i < 2 * kMr; ++i) _mm256_storeu_ps(acc + i * 8, sum[i]);
 }
@@ -48,9 +68,10 @@ void outer(const float* g, size_t g_step, const float* x, size_t x_step, int cou
 
 constexpr int kLanes = 8;  // the channel loops' vector width, in floats
 #include "kernels/cpu_micro_channels.inc"
+HalfD widen(HalfF v) { return HalfD(_mm256_cvtps_pd(__m128(v))); }
 
 }  // namespace
 
-Tiles avx2_tiles() { return Tiles{1, kMr, kNr, block, outer, kChannelLoops}; }
+Tiles avx2_tiles() { return Tiles{1, kMr, kNr, block, taps, outer, kChannelLoops}; }
 
 }  // namespace yolo::cpu_micro

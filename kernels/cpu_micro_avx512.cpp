@@ -10,14 +10,32 @@ namespace {
 
 constexpr int kMr = 12, kNr = 16;
 
-void block(const float* const* a, const float* b, int depth, float* acc) {
-  __m512 sum[kMr];
-  for (int i = 0; i < kMr; ++i) sum[i] = _mm512_loadu_ps(acc + i * kNr);
+inline __attribute__((always_inline)) void steps(const float* const* a, const float* b, int depth, __m512* sum) {
   for (int t = 0; t < depth; ++t) {
     const __m512 bv = _mm512_loadu_ps(b + size_t(t) * kNr);
 #pragma GCC unroll 16
     for (int i = 0; i < kMr; ++i) sum[i] = _mm512_fmadd_ps(_mm512_set1_ps(a[i][t]), bv, sum[i]);
   }
+}
+
+void block(const float* const* a, const float* b, int depth, float* acc) {
+  __m512 sum[kMr];
+  for (int i = 0; i < kMr; ++i) sum[i] = _mm512_loadu_ps(acc + i * kNr);
+  steps(a, b, depth, sum);
+  for (int i = 0; i < kMr; ++i) _mm512_storeu_ps(acc + i * kNr, sum[i]);
+}
+
+void taps(const float* const* a, ptrdiff_t row_step, int rows, ptrdiff_t col_step, int cols, const float* b, int depth,
+          float* acc) {
+  __m512 sum[kMr];
+  for (int i = 0; i < kMr; ++i) sum[i] = _mm512_loadu_ps(acc + i * kNr);
+  for (int r = 0; r < rows; ++r)
+    for (int s = 0; s < cols; ++s, b += size_t(depth) * kNr) {
+      const float* at[kMr];
+#pragma GCC unroll 16
+      for (int i = 0; i < kMr; ++i) at[i] = a[i] + r * row_step + s * col_step;
+      steps(at, b, depth, sum);
+    }
   for (int i = 0; i < kMr; ++i) _mm512_storeu_ps(acc + i * kNr, sum[i]);
 }
 
@@ -34,9 +52,11 @@ void outer(const float* g, size_t g_step, const float* x, size_t x_step, int cou
 
 constexpr int kLanes = 16;  // the channel loops' vector width, in floats
 #include "kernels/cpu_micro_channels.inc"
+// (The masked form: the plain one trips GCC 12's uninitialized warning inside its own header.)
+HalfD widen(HalfF v) { return HalfD(_mm512_maskz_cvtps_pd(__mmask8(0xff), __m256(v))); }
 
 }  // namespace
 
-Tiles avx512_tiles() { return Tiles{2, kMr, kNr, block, outer, kChannelLoops}; }
+Tiles avx512_tiles() { return Tiles{2, kMr, kNr, block, taps, outer, kChannelLoops}; }
 
 }  // namespace yolo::cpu_micro

@@ -1,5 +1,7 @@
 // The baseline (SSE2) micro-kernels: 4 x 8 blocks in GCC's 4-wide vector extension (with plain
 // arrays GCC keeps the accumulators in memory at -O2). See cpu_micro.h.
+#include <emmintrin.h>  // SSE2: the baseline
+
 #include <cstring>
 
 #include "kernels/cpu_micro.h"
@@ -16,9 +18,8 @@ Float4 load4(const float* p) {
   return v;
 }
 
-void block(const float* const* a, const float* b, int depth, float* acc) {
-  Float4 sum[kMr][2];
-  std::memcpy(sum, acc, sizeof sum);
+inline __attribute__((always_inline)) void steps(const float* const* a, const float* b, int depth,
+                                                 Float4 (&sum)[kMr][2]) {
   for (int t = 0; t < depth; ++t) {
     const Float4 b0 = load4(b + size_t(t) * kNr), b1 = load4(b + size_t(t) * kNr + 4);
     for (int i = 0; i < kMr; ++i) {
@@ -27,6 +28,25 @@ void block(const float* const* a, const float* b, int depth, float* acc) {
       sum[i][1] += av * b1;
     }
   }
+}
+
+void block(const float* const* a, const float* b, int depth, float* acc) {
+  Float4 sum[kMr][2];
+  std::memcpy(sum, acc, sizeof sum);
+  steps(a, b, depth, sum);
+  std::memcpy(acc, sum, sizeof sum);
+}
+
+void taps(const float* const* a, ptrdiff_t row_step, int rows, ptrdiff_t col_step, int cols, const float* b, int depth,
+          float* acc) {
+  Float4 sum[kMr][2];
+  std::memcpy(sum, acc, sizeof sum);
+  for (int r = 0; r < rows; ++r)
+    for (int s = 0; s < cols; ++s, b += size_t(depth) * kNr) {
+      const float* at[kMr];
+      for (int i = 0; i < kMr; ++i) at[i] = a[i] + r * row_step + s * col_step;
+      steps(at, b, depth, sum);
+    }
   std::memcpy(acc, sum, sizeof sum);
 }
 
@@ -46,9 +66,14 @@ void outer(const float* g, size_t g_step, const float* x, size_t x_step, int cou
 
 constexpr int kLanes = 4;  // the channel loops' vector width, in floats
 #include "kernels/cpu_micro_channels.inc"
+HalfD widen(HalfF v) {  // the two floats into the low half of an SSE register
+  __m128 wide = _mm_setzero_ps();
+  std::memcpy(&wide, &v, sizeof v);
+  return HalfD(_mm_cvtps_pd(wide));
+}
 
 }  // namespace
 
-Tiles baseline_tiles() { return Tiles{0, kMr, kNr, block, outer, kChannelLoops}; }
+Tiles baseline_tiles() { return Tiles{0, kMr, kNr, block, taps, outer, kChannelLoops}; }
 
 }  // namespace yolo::cpu_micro

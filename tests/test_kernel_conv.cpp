@@ -108,6 +108,9 @@ const std::vector<ConvCase>& conv_cases() {
       // here in 2 chunks of rows, the boundary inside image 1) and row by row (37 pixels).
       {{3, 23, 17, 5, 11, 3, 1}, 0, 0, 0, 0, true, false},
       {{1, 4, 37, 6, 10, 3, 1}, 0, 0, 0, 0, false, true},
+      // k = 5 at stride 1, wide enough for blocks of every mr whose 25 taps are all inside the row
+      // (the CPU backward data's one-call path), and narrow blocks at both edges.
+      {{1, 6, 29, 7, 9, 5, 1}, 0, 0, 0, 0, true, true},
   };
   return cases;
 }
