@@ -171,8 +171,8 @@ void backward_data_cpu(const Conv2dShape& s, ConstAct grad_out, const float* wei
           float acc[kMaxMr * kMaxNr] = {};
           // Stride 1, every pixel's every tap inside the row (most blocks): the rows that reach this
           // one, all k x k taps in one call: tap (r, sx) reads output (iy + pad - r, x0 + i + pad - sx).
-          const int r_first = std::max(0, iy + pad - (oh - 1)), r_end = std::min(k, iy + pad + 1);
           if (S == 1 && x0 + mr <= s.w && x0 + pad - (k - 1) >= 0 && x0 + pad + mr <= ow) {
+            const int r_first = std::max(0, iy + pad - (oh - 1)), r_end = std::min(k, iy + pad + 1);
             if (r_first < r_end) {
               const float* a[kMaxMr];
               const float* g_row = grad_out.data + grad_out.at(b, iy + pad - r_first, 0, 0);

@@ -28,7 +28,6 @@ class Pool {
     {
       std::lock_guard lock(mutex_);
       stopping_ = true;
-      stopping_flag_ = true;
     }
     wake_.notify_all();
     for (std::thread& t : workers_) t.join();
@@ -43,13 +42,12 @@ class Pool {
       count_ = count;
       next_ = 0;
       active_ = int(workers_.size());
-      pending_.store(active_, std::memory_order_relaxed);
       error_ = nullptr;
-      generation_.store(generation_.load(std::memory_order_relaxed) + 1, std::memory_order_release);
+      ++generation_;
     }
     wake_.notify_all();
     drain();
-    spin_until([&] { return pending_.load(std::memory_order_acquire) == 0; });
+    spin_until([&] { return active_.load() == 0; });
     std::unique_lock lock(mutex_);
     done_.wait(lock, [&] { return active_ == 0; });
     work_ = nullptr;
@@ -87,7 +85,7 @@ class Pool {
   void worker() {
     uint64_t seen = 0;
     for (;;) {
-      spin_until([&] { return generation_.load(std::memory_order_acquire) != seen || stopping_flag_.load(); });
+      spin_until([&] { return generation_.load() != seen || stopping_.load(); });
       {
         std::unique_lock lock(mutex_);
         wake_.wait(lock, [&] { return stopping_ || generation_.load() != seen; });
@@ -95,7 +93,6 @@ class Pool {
         seen = generation_.load();
       }
       drain();
-      pending_.fetch_sub(1, std::memory_order_release);
       std::lock_guard lock(mutex_);
       if (--active_ == 0) done_.notify_all();
     }
@@ -108,11 +105,10 @@ class Pool {
   const std::function<void(size_t)>* work_ = nullptr;
   size_t count_ = 0;
   std::atomic<size_t> next_{0};
-  int active_ = 0;
-  std::atomic<int> pending_{0};          // workers still draining this call (read while spinning)
-  std::atomic<uint64_t> generation_{0};  // written under mutex_, read while spinning
-  bool stopping_ = false;
-  std::atomic<bool> stopping_flag_{false};
+  // Written under mutex_; atomic because the spins read them without it.
+  std::atomic<int> active_{0};  // workers still draining this call
+  std::atomic<uint64_t> generation_{0};
+  std::atomic<bool> stopping_{false};
   std::exception_ptr error_;
 };
 
