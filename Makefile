@@ -25,8 +25,8 @@ endif
 # -isystem for overridden header folders only: naming /usr/include would break #include_next.
 sysinc = $(addprefix -isystem ,$(filter-out /usr/include,$(1)))
 WARN      := -Wall -Wextra -Wshadow $(if $(filter 1,$(WERROR)),-Werror)
-BASEFLAGS := -std=c++20 -O2 -g -I. -MMD -MP -pthread
-CXXFLAGS_NATIVE := $(BASEFLAGS) $(WARN) -DYOLO_CUDA=$(CUDA) -DYOLO_EMU=0 $(call sysinc,$(STB_INC) $(DOCTEST_INC))
+BASEFLAGS := -std=c++20 -I. -MMD -MP -pthread
+CXXFLAGS_NATIVE := $(BASEFLAGS) -O2 -g $(WARN) -DYOLO_CUDA=$(CUDA) -DYOLO_EMU=0 $(call sysinc,$(STB_INC) $(DOCTEST_INC))
 ifeq ($(CUDA),1)
   CXXFLAGS_NATIVE += $(call sysinc,$(CUDA_HOME)/include $(filter-out $(CUDA_HOME)/include,$(NCCL_HOME:%=%/include)))
   ifneq ($(NCCL_HOME),)
@@ -35,7 +35,11 @@ ifeq ($(CUDA),1)
 endif
 # The emulated build: every .cu compiled as C++ against runtime/emu, under ASan and UBSan.
 SANITIZE  ?= -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
-CXXFLAGS_EMU := $(BASEFLAGS) $(WARN) $(SANITIZE) -DYOLO_CUDA=0 -DYOLO_EMU=1 $(call sysinc,$(STB_INC) $(DOCTEST_INC))
+# Optimisation and debug info of the emulated build. Under the sanitizers, -O2 -g is half of CI's
+# build time; line tables (-g1) are all a sanitizer report needs to name file:line
+# (`make EMU_OPT="-O2 -g"` for gdb sessions with variables).
+EMU_OPT   ?= -O1 -g1
+CXXFLAGS_EMU := $(BASEFLAGS) $(EMU_OPT) $(WARN) $(SANITIZE) -DYOLO_CUDA=0 -DYOLO_EMU=1 $(call sysinc,$(STB_INC) $(DOCTEST_INC))
 
 # .cu files as C++: g++ does not know `#pragma unroll` (nvcc's), which is only a hint.
 EMU_CU_FLAGS := -Wno-unknown-pragmas
