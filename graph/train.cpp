@@ -232,8 +232,10 @@ std::vector<std::pair<size_t, size_t>> bucket_plan(const Graph& graph, double bu
 TrainResult run_replica(const Graph& graph, Executor& executor, Source& source, const TrainOptions& options,
                         const Setup& setup, const Start& start, Communicator* comm, ReplicaGroup* group) {
   if (!comm) return run_loop(graph, executor, source, options, setup.batch, setup.subdivisions, start);
-  Stream comm_stream(executor.device(), StreamPriority::High, "comm");
+  // dp before the stream: the stream is destroyed first, which runs what is still queued on it
+  // (after an error: the stop-request copies, the collectives) while dp's buffers still exist.
   DataParallel dp;
+  Stream comm_stream(executor.device(), StreamPriority::High, "comm");
   dp.comm = comm;
   dp.stream = &comm_stream;
   dp.gradients_done = std::make_unique<Event>(executor.device());

@@ -283,6 +283,32 @@ TEST_CASE("emu:0,1: a replica whose kernel fails mid-step stops the other within
 }
 
 #if YOLO_EMU
+// The adversarial schedule keeps the comm stream's work queued as long as it can, so a replica
+// that fails in backward unwinds with the stop-request copies and the all-reduces still queued:
+// they must run (against an aborted communicator) before the buffers they use are freed.
+TEST_CASE("emu:0,1, adversarial schedule: a replica failing with collectives queued unwinds cleanly") {
+  TempDir dir;
+  data::Dataset dataset = yolo::testing::small_shapes_dataset(dir / "shapes");
+  TrainOptions probe = yolo::testing::tiny_dp_options(dir / "probe", 1);
+  int64_t before = emu::kernel_launches(1);
+  train_detector(yolo::testing::tiny_detector_spec(), dataset, std::vector<Device>{Device::emu(0), Device::emu(1)}, probe);
+  int64_t per_step = emu::kernel_launches(1) - before;
+  REQUIRE(per_step > 10);
+  AdversarialSchedule schedule(11);
+  // Failure points across step 2: in forward (rank 0's stop-request all-reduce then waits for
+  // rank 1, which never joins it) and in backward (rank 1's own collectives queued).
+  for (int tenth : {2, 4, 6, 8}) {
+    CAPTURE(tenth);
+    TrainOptions o = yolo::testing::tiny_dp_options(dir / ("run" + std::to_string(tenth)), 3);
+    o.comm_timeout = 20;
+    emu::fail_kernel_launch(1, per_step + per_step * tenth / 10);
+    Outcome failed = run(dataset, {Device::emu(0), Device::emu(1)}, o);
+    emu::fail_kernel_launch(1, 0);
+    CHECK(failed.error.rfind("rank 1: ", 0) == 0);
+    CHECK(failed.error.find("an illegal memory access in") != std::string::npos);
+  }
+}
+
 TEST_CASE("planted faults: the adversarial schedule catches each, the same runs without them reproduce their bits") {
   TempDir dir;
   data::Dataset dataset = yolo::testing::small_shapes_dataset(dir / "shapes");
