@@ -232,6 +232,16 @@ Outcome run(const data::Dataset& dataset, const std::vector<Device>& devices, co
   return out;
 }
 
+// Kernels rank 1 launches in one data-parallel step on emu:0,1 (to place an injected failure).
+int64_t kernels_per_step(const data::Dataset& dataset, const std::filesystem::path& out_dir) {
+  TrainOptions probe = yolo::testing::tiny_dp_options(out_dir, 1);
+  int64_t before = emu::kernel_launches(1);
+  train_detector(yolo::testing::tiny_detector_spec(), dataset, std::vector<Device>{Device::emu(0), Device::emu(1)}, probe);
+  int64_t per_step = emu::kernel_launches(1) - before;
+  REQUIRE(per_step > 10);
+  return per_step;
+}
+
 #if YOLO_EMU
 // Switches a planted fault on for the scope.
 struct PlantedFault {
@@ -257,12 +267,7 @@ TEST_CASE("emulated GPU memory: the executor's plan must fit the device, with th
 TEST_CASE("emu:0,1: a replica whose kernel fails mid-step stops the other within --comm-timeout, naming it") {
   TempDir dir;
   data::Dataset dataset = yolo::testing::small_shapes_dataset(dir / "shapes");
-  // Kernels per step on one replica, to fail rank 1 in the middle of step 3.
-  TrainOptions probe = yolo::testing::tiny_dp_options(dir / "probe", 1);
-  int64_t before = emu::kernel_launches(1);
-  train_detector(yolo::testing::tiny_detector_spec(), dataset, std::vector<Device>{Device::emu(0), Device::emu(1)}, probe);
-  int64_t per_step = emu::kernel_launches(1) - before;
-  REQUIRE(per_step > 10);
+  const int64_t per_step = kernels_per_step(dataset, dir / "probe");  // to fail rank 1 mid-step 3
   TrainOptions o = yolo::testing::tiny_dp_options(dir / "run", 5);
   o.checkpoint_every = 1;
   o.comm_timeout = 20;
@@ -283,17 +288,14 @@ TEST_CASE("emu:0,1: a replica whose kernel fails mid-step stops the other within
 }
 
 #if YOLO_EMU
-// The adversarial schedule keeps the comm stream's work queued as long as it can, so a replica
-// that fails in backward unwinds with the stop-request copies and the all-reduces still queued:
-// they must run (against an aborted communicator) before the buffers they use are freed.
+// A replica failing anywhere in a step unwinds cleanly under the adversarial schedule too, the
+// other stopped with it. (The adversarial pass once caught a replica's buffers freed while its
+// comm stream still had the stop-request copy queued, in the planted-faults case below; this
+// sweep did not reproduce that timing, so it guards the unwinding paths, not that race.)
 TEST_CASE("emu:0,1, adversarial schedule: a replica failing with collectives queued unwinds cleanly") {
   TempDir dir;
   data::Dataset dataset = yolo::testing::small_shapes_dataset(dir / "shapes");
-  TrainOptions probe = yolo::testing::tiny_dp_options(dir / "probe", 1);
-  int64_t before = emu::kernel_launches(1);
-  train_detector(yolo::testing::tiny_detector_spec(), dataset, std::vector<Device>{Device::emu(0), Device::emu(1)}, probe);
-  int64_t per_step = emu::kernel_launches(1) - before;
-  REQUIRE(per_step > 10);
+  const int64_t per_step = kernels_per_step(dataset, dir / "probe");
   AdversarialSchedule schedule(11);
   // Failure points across step 2: in forward (rank 0's stop-request all-reduce then waits for
   // rank 1, which never joins it) and in backward (rank 1's own collectives queued).
