@@ -22,10 +22,24 @@ CpuIsa detect() {
   return CpuIsa::Baseline;
 }
 
+// Each variant's table is built on its first use, by its own file's function: that function is
+// compiled for its ISA too (avx512_tiles copies the table with zmm stores), so it may only run
+// where the CPU has it. (One table of all three, built at once, died of SIGILL on AVX2 CPUs.)
 const cpu_micro::Tiles& tiles_of(CpuIsa isa) {
-  static const cpu_micro::Tiles tiles[kCpuIsaCount] = {cpu_micro::baseline_tiles(), cpu_micro::avx2_tiles(),
-                                                       cpu_micro::avx512_tiles()};
-  return tiles[static_cast<int>(isa)];
+  switch (isa) {
+    case CpuIsa::Avx512: {
+      static const cpu_micro::Tiles tiles = cpu_micro::avx512_tiles();
+      return tiles;
+    }
+    case CpuIsa::Avx2: {
+      static const cpu_micro::Tiles tiles = cpu_micro::avx2_tiles();
+      return tiles;
+    }
+    case CpuIsa::Baseline:
+      break;
+  }
+  static const cpu_micro::Tiles tiles = cpu_micro::baseline_tiles();
+  return tiles;
 }
 
 CpuIsa parse_isa(const std::string& text, const char* where) {
