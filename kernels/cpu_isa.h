@@ -38,9 +38,11 @@ enum class CpuKernel : int {
   ConvBackwardWeights,
   Gemm,
   BatchnormForward,
-  BatchnormBackward
+  BatchnormBackward,
+  MaxpoolForward,
+  MaxpoolBackward
 };
-constexpr int kCpuKernelCount = 6;
+constexpr int kCpuKernelCount = 8;
 void count_cpu_kernel(CpuKernel kernel, CpuIsa isa);
 uint64_t cpu_kernel_runs(CpuKernel kernel, CpuIsa isa);
 

@@ -33,6 +33,16 @@ struct ChannelLoops {
                      const float* a, const float* g_mean, const float* kx, bool leaky);
 };
 
+// Max pooling's loops over one pixel's c channels (cpu_micro_pool.inc has the definitions,
+// kernels/maxpool_cpu.cpp the callers).
+struct PoolLoops {
+  // best[ch] = max over q < count of cells[q][ch] (the first on ties), index[ch] = its cell_index[q].
+  void (*window_max)(const float* const* cells, const int* cell_index, int count, int c, float* best, int* index);
+  // target[ch] (= or +=) the sum over q < count, in order, of grads[q][ch] where chosen[q][ch] == self.
+  void (*chosen_gradient)(const float* const* grads, const int* const* chosen, int count, int self, int c,
+                          bool accumulate, float* target);
+};
+
 struct Tiles {
   int variant;  // which one this is: CpuIsa's value (kernels/cpu_isa.h), set by the variant itself
   int mr, nr;   // a block of mr rows x nr columns of the output in registers (nr: a multiple of 4)
@@ -51,6 +61,7 @@ struct Tiles {
   // full mr x nr block: the weight gradients' outer products).
   void (*outer)(const float* g, size_t g_step, const float* x, size_t x_step, int count, float* acc);
   ChannelLoops channels;
+  PoolLoops pool;
 };
 
 // The variants (cpu_micro_baseline.cpp, cpu_micro_avx2.cpp, cpu_micro_avx512.cpp). The AVX ones

@@ -68,10 +68,11 @@ void outer(const float* g, size_t g_step, const float* x, size_t x_step, int cou
 
 constexpr int kLanes = 8;  // the channel loops' vector width, in floats
 #include "kernels/cpu_micro_channels.inc"
+#include "kernels/cpu_micro_pool.inc"
 HalfD widen(HalfF v) { return HalfD(_mm256_cvtps_pd(__m128(v))); }
 
 }  // namespace
 
-Tiles avx2_tiles() { return Tiles{1, kMr, kNr, block, taps, outer, kChannelLoops}; }
+Tiles avx2_tiles() { return Tiles{1, kMr, kNr, block, taps, outer, kChannelLoops, kPoolLoops}; }
 
 }  // namespace yolo::cpu_micro

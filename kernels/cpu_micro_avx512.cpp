@@ -52,11 +52,12 @@ void outer(const float* g, size_t g_step, const float* x, size_t x_step, int cou
 
 constexpr int kLanes = 16;  // the channel loops' vector width, in floats
 #include "kernels/cpu_micro_channels.inc"
+#include "kernels/cpu_micro_pool.inc"
 // (The masked form: the plain one trips GCC 12's uninitialized warning inside its own header.)
 HalfD widen(HalfF v) { return HalfD(_mm512_maskz_cvtps_pd(__mmask8(0xff), __m256(v))); }
 
 }  // namespace
 
-Tiles avx512_tiles() { return Tiles{2, kMr, kNr, block, taps, outer, kChannelLoops}; }
+Tiles avx512_tiles() { return Tiles{2, kMr, kNr, block, taps, outer, kChannelLoops, kPoolLoops}; }
 
 }  // namespace yolo::cpu_micro

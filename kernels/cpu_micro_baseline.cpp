@@ -66,6 +66,7 @@ void outer(const float* g, size_t g_step, const float* x, size_t x_step, int cou
 
 constexpr int kLanes = 4;  // the channel loops' vector width, in floats
 #include "kernels/cpu_micro_channels.inc"
+#include "kernels/cpu_micro_pool.inc"
 HalfD widen(HalfF v) {  // the two floats into the low half of an SSE register
   __m128 wide = _mm_setzero_ps();
   std::memcpy(&wide, &v, sizeof v);
@@ -74,6 +75,6 @@ HalfD widen(HalfF v) {  // the two floats into the low half of an SSE register
 
 }  // namespace
 
-Tiles baseline_tiles() { return Tiles{0, kMr, kNr, block, taps, outer, kChannelLoops}; }
+Tiles baseline_tiles() { return Tiles{0, kMr, kNr, block, taps, outer, kChannelLoops, kPoolLoops}; }
 
 }  // namespace yolo::cpu_micro

@@ -12,6 +12,7 @@
 
 #include "kernels/maxpool.h"
 #include "runtime/check.h"
+#include "tests/cpu_isa_fixtures.h"
 #include "tests/kernel_harness.h"
 #include "tests/op_check.h"
 #include "tests/storage_check.h"
@@ -29,7 +30,7 @@ struct Case {
 const Case kCases[] = {
     {3, 7, 5, 3, 2, 2, 0, 0, 0, 0},  {3, 7, 5, 13, 2, 2, 4, 1, 3, 2}, {2, 7, 5, 13, 2, 1, 0, 0, 5, 5},
     {2, 6, 7, 3, 3, 2, 2, 2, 0, 0},  {1, 5, 4, 5, 3, 1, 1, 0, 2, 1},  {2, 1, 1, 2, 2, 2, 0, 0, 0, 0},
-    {1, 9, 8, 2, 4, 3, 0, 0, 0, 0},
+    {1, 9, 8, 2, 4, 3, 0, 0, 0, 0},  {2, 5, 6, 37, 2, 2, 3, 1, 0, 0}, {1, 6, 5, 21, 3, 1, 0, 0, 2, 1},
 };
 
 Slice in_slice(const Case& k) { return {k.n, k.h, k.w, k.c, k.c + k.in_pad, k.in_offset}; }
@@ -156,26 +157,47 @@ void compare_with_reference(Rng& rng, const Forward& forward, const Backward& ba
 
 }  // namespace
 
-TEST_CASE("maxpool: cpu matches the reference") {
-  Rng rng;
-  CAPTURE(rng.seed());
-  compare_with_reference(
-      rng,
-      [](const std::vector<float>& in, std::vector<float> out, const Case& k) {
-        Slice os = out_slice(k);
-        std::vector<int> argmax(os.elements(), -1);
-        maxpool_forward_cpu(in_slice(k).on(in.data()), os.on(out.data()), argmax.data(), k.size, k.stride);
-        std::vector<float> again = out;  // without argmax: the same values
-        maxpool_forward_cpu(in_slice(k).on(in.data()), os.on(again.data()), nullptr, k.size, k.stride);
-        CHECK(same_bits(again, out));
-        return ForwardRun{out, argmax};
-      },
-      [](const std::vector<float>& grad_out, const std::vector<int>& argmax, std::vector<float> grad_in, const Case& k,
-         bool accumulate) {
-        maxpool_backward_cpu(out_slice(k).on(grad_out.data()), argmax.data(), in_slice(k).on(grad_in.data()), k.size,
-                             k.stride, accumulate);
-        return grad_in;
-      });
+// Once per micro-kernel variant this CPU runs (the channel loops: kernels/cpu_micro_pool.inc),
+// from the same random inputs: each matches the reference, and all give baseline's bits.
+TEST_CASE("maxpool: cpu matches the reference, in each micro-kernel variant, with the same bits") {
+  std::vector<std::vector<float>> baseline;  // every output and gradient of the baseline run, in order
+  const Rng start;
+  CAPTURE(start.seed());
+  for (CpuIsa isa : cpu_isas_here()) {
+    const std::string isa_name = cpu_isa_name(isa);
+    CAPTURE(isa_name);
+    UseCpuIsa forward_runs(isa, CpuKernel::MaxpoolForward);
+    const uint64_t backward_before = cpu_kernel_runs(CpuKernel::MaxpoolBackward, isa);
+    Rng rng = start;  // the same inputs for every variant
+    std::vector<std::vector<float>> results;
+    compare_with_reference(
+        rng,
+        [&](const std::vector<float>& in, std::vector<float> out, const Case& k) {
+          Slice os = out_slice(k);
+          std::vector<int> argmax(os.elements(), -1);
+          maxpool_forward_cpu(in_slice(k).on(in.data()), os.on(out.data()), argmax.data(), k.size, k.stride);
+          std::vector<float> again = out;  // without argmax: the same values
+          maxpool_forward_cpu(in_slice(k).on(in.data()), os.on(again.data()), nullptr, k.size, k.stride);
+          CHECK(same_bits(again, out));
+          results.push_back(out);
+          return ForwardRun{out, argmax};
+        },
+        [&](const std::vector<float>& grad_out, const std::vector<int>& argmax, std::vector<float> grad_in,
+            const Case& k, bool accumulate) {
+          maxpool_backward_cpu(out_slice(k).on(grad_out.data()), argmax.data(), in_slice(k).on(grad_in.data()), k.size,
+                               k.stride, accumulate);
+          results.push_back(grad_in);
+          return grad_in;
+        });
+    CHECK(forward_runs.runs() > 0);  // the variant asked for is the one that ran
+    CHECK(cpu_kernel_runs(CpuKernel::MaxpoolBackward, isa) > backward_before);
+    if (isa == CpuIsa::Baseline) {
+      baseline = results;
+      continue;
+    }
+    REQUIRE(results.size() == baseline.size());
+    for (size_t i = 0; i < results.size(); ++i) CHECK(same_bits(results[i], baseline[i]));
+  }
 }
 
 TEST_CASE("maxpool: cuda matches the reference and repeats bit for bit") {
