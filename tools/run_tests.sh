@@ -1,17 +1,23 @@
 #!/usr/bin/env bash
 # Runs each test binary given, adds up their "tests: N passed, M failed, K skipped" lines and
 # prints the total last, as CI reads it. A binary that dies without its line counts as a failure.
+# Each section's wall time is printed after it, and all of them together before the total, so a
+# slow CI run says where its time went.
 set -uo pipefail
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1}
 passed=0 failed=0 skipped=0
+timings=""
 for binary in "$@"; do
   echo "=== $binary"
+  section_start=$SECONDS
   log=$(mktemp)
   "$binary" 2>&1 | tee "$log"
   status=${PIPESTATUS[0]}
   line=$(grep -E '^tests: [0-9]+ passed, [0-9]+ failed, [0-9]+ skipped$' "$log" | tail -n 1)
   rm -f "$log"
+  timings+=$(printf '%6d s  %s' $((SECONDS - section_start)) "$binary")$'\n'
+  echo "=== $binary: $((SECONDS - section_start)) s"
   if [[ -z "$line" ]]; then
     echo "!!! $binary exited with status $status before reporting its results"
     failed=$((failed + 1))
@@ -24,5 +30,6 @@ for binary in "$@"; do
     failed=$((failed + 1))
   fi
 done
+printf 'section times:\n%s' "$timings"
 echo "$passed passed, $failed failed, $skipped skipped"
 [[ $failed -eq 0 ]]
