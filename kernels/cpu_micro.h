@@ -12,6 +12,7 @@
 namespace yolo::cpu_micro {
 
 constexpr int kMaxMr = 12, kMaxNr = 16;  // the largest block of any variant (scratch sizes)
+constexpr int kPeakChains = 12;          // Tiles::peak's independent multiply-add chains
 
 // Batchnorm's (+ activation's) loops over `pixels` pixels of c channels each (pixel pitch
 // `*_stride`), per channel and in pixel order; `leaky`: darknet's leaky, else linear
@@ -62,6 +63,11 @@ struct Tiles {
   void (*outer)(const float* g, size_t g_step, const float* x, size_t x_step, int count, float* acc);
   ChannelLoops channels;
   PoolLoops pool;
+  // The variant's multiply-add ceiling loop, for benchmarks (cpu_micro_peak.inc): `steps` steps of
+  // kPeakChains chains, each `peak_lanes` floats wide; returns the sum of their lanes. A step is
+  // 2 * kPeakChains * peak_lanes flops.
+  float (*peak)(long steps, float seed);
+  int peak_lanes;
 };
 
 // The variants (cpu_micro_baseline.cpp, cpu_micro_avx2.cpp, cpu_micro_avx512.cpp). The AVX ones

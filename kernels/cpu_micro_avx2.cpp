@@ -69,10 +69,13 @@ void outer(const float* g, size_t g_step, const float* x, size_t x_step, int cou
 constexpr int kLanes = 8;  // the channel loops' vector width, in floats
 #include "kernels/cpu_micro_channels.inc"
 #include "kernels/cpu_micro_pool.inc"
+#include "kernels/cpu_micro_peak.inc"
 HalfD widen(HalfF v) { return HalfD(_mm256_cvtps_pd(__m128(v))); }
+
+LanesF multiply_add(LanesF a, LanesF b, LanesF c) { return LanesF(_mm256_fmadd_ps(__m256(a), __m256(b), __m256(c))); }
 
 }  // namespace
 
-Tiles avx2_tiles() { return Tiles{1, kMr, kNr, block, taps, outer, kChannelLoops, kPoolLoops}; }
+Tiles avx2_tiles() { return Tiles{1, kMr, kNr, block, taps, outer, kChannelLoops, kPoolLoops, peak, kLanes}; }
 
 }  // namespace yolo::cpu_micro

@@ -1,6 +1,6 @@
 // AVX-512 micro-kernels (compiled with -mavx512f; see cpu_micro.h for why this file includes
-// nothing else): 8 x 16 blocks, one 16-wide accumulator per row, each step one load of the packed
-// row, eight broadcasts and eight FMAs.
+// nothing else): 12 x 16 blocks, one 16-wide accumulator per row, each step one load of the packed
+// row, twelve broadcasts and twelve FMAs.
 #include <immintrin.h>
 
 #include "kernels/cpu_micro.h"
@@ -53,11 +53,14 @@ void outer(const float* g, size_t g_step, const float* x, size_t x_step, int cou
 constexpr int kLanes = 16;  // the channel loops' vector width, in floats
 #include "kernels/cpu_micro_channels.inc"
 #include "kernels/cpu_micro_pool.inc"
+#include "kernels/cpu_micro_peak.inc"
 // (The masked form: the plain one trips GCC 12's uninitialized warning inside its own header.)
 HalfD widen(HalfF v) { return HalfD(_mm512_maskz_cvtps_pd(__mmask8(0xff), __m256(v))); }
 
+LanesF multiply_add(LanesF a, LanesF b, LanesF c) { return LanesF(_mm512_fmadd_ps(__m512(a), __m512(b), __m512(c))); }
+
 }  // namespace
 
-Tiles avx512_tiles() { return Tiles{2, kMr, kNr, block, taps, outer, kChannelLoops, kPoolLoops}; }
+Tiles avx512_tiles() { return Tiles{2, kMr, kNr, block, taps, outer, kChannelLoops, kPoolLoops, peak, kLanes}; }
 
 }  // namespace yolo::cpu_micro

@@ -67,14 +67,17 @@ void outer(const float* g, size_t g_step, const float* x, size_t x_step, int cou
 constexpr int kLanes = 4;  // the channel loops' vector width, in floats
 #include "kernels/cpu_micro_channels.inc"
 #include "kernels/cpu_micro_pool.inc"
+#include "kernels/cpu_micro_peak.inc"
 HalfD widen(HalfF v) {  // the two floats into the low half of an SSE register
   __m128 wide = _mm_setzero_ps();
   std::memcpy(&wide, &v, sizeof v);
   return HalfD(_mm_cvtps_pd(wide));
 }
 
+LanesF multiply_add(LanesF a, LanesF b, LanesF c) { return a * b + c; }  // no FMA in SSE2
+
 }  // namespace
 
-Tiles baseline_tiles() { return Tiles{0, kMr, kNr, block, taps, outer, kChannelLoops, kPoolLoops}; }
+Tiles baseline_tiles() { return Tiles{0, kMr, kNr, block, taps, outer, kChannelLoops, kPoolLoops, peak, kLanes}; }
 
 }  // namespace yolo::cpu_micro

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "kernels/cpu_isa.h"
+#include "tests/cpu_isa_fixtures.h"
 #include "runtime/check.h"
 #include "tests/child_process.h"
 #include "tests/test_support.h"
@@ -61,4 +62,27 @@ TEST_CASE("cpu micro-kernels: the best variant the CPU has; YOLO_CPU_ISA forces 
     CHECK(log.find("is not available on this CPU") != std::string::npos);
     CHECK_THROWS_WITH_AS(set_cpu_isa(above), doctest::Contains("not available on this CPU"), Error);
   }
+}
+
+// bench_kernels' %peak on the CPU divides by what this loop reaches (tools/ceilings.cu), so it must
+// run the flops it claims: kPeakChains chains, each as wide as the variant's vectors.
+TEST_CASE("cpu micro-kernels: each variant's multiply-add ceiling loop computes all its chains and lanes") {
+  const CpuIsa saved = cpu_isa();
+  for (const CpuIsa isa : yolo::testing::cpu_isas_here()) {
+    const std::string isa_name = cpu_isa_name(isa);
+    CAPTURE(isa_name);
+    set_cpu_isa(isa);
+    const cpu_micro::Tiles& tiles = cpu_micro_tiles();
+    CHECK(tiles.peak_lanes == 4 << static_cast<int>(isa));  // SSE2, AVX2, AVX-512: 4, 8, 16 floats
+    const long steps = 777;
+    const float seed = 0.37f;
+    double expected = 0;
+    for (int k = 0; k < cpu_micro::kPeakChains; ++k) {
+      double v = double(seed) * (k + 1);
+      for (long i = 0; i < steps; ++i) v = v * double(0.999f) + double(0.001f);
+      expected += v * tiles.peak_lanes;
+    }
+    CHECK(tiles.peak(steps, seed) == doctest::Approx(expected).epsilon(1e-4));
+  }
+  set_cpu_isa(saved);
 }

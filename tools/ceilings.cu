@@ -1,6 +1,6 @@
 // Measured ceilings (see bench.h): on a GPU a device-to-device copy, an FMA-bound kernel and
 // mma.sync-bound kernels (one per tensor-core precision the device has); on the CPU a large
-// memcpy and FMA chains on every pool thread. Also the benchmark timer and
+// memcpy and the micro-kernel variant's multiply-add chains on every pool thread. Also the benchmark timer and
 // registry, which must live in one translation unit compiled the same way as the entries.
 #include <algorithm>
 #include <chrono>
@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "kernels/common.cuh"
+#include "kernels/cpu_isa.h"
 #include "kernels/cpu_parallel.h"
 #if defined(__CUDACC__)
 #include "kernels/mma.cuh"
@@ -124,26 +125,17 @@ Ceilings cpu_ceilings(const Context& context) {
     parallel_for(threads, [&](size_t t) { std::memcpy(b.get() + t * chunk, a.get() + t * chunk, chunk); });
   });
   c.copy_gbs = 2.0 * double(bytes) / copy_ms / 1e6;
-  // 12 independent 4-wide chains per thread (they and the constants fit the 16 SSE registers): the SIMD multiply-add rate this build can reach
-  // (g++ -O2 does not auto-vectorise, so the vector type is spelled out, as the CPU conv does).
-  typedef float Float4 __attribute__((vector_size(16)));
-  const int chains = 12, lanes = chains * 4, iterations = 1 << 16;
+  // The multiply-add ceiling of the micro-kernel variant in use (kernels/cpu_isa.h), each thread
+  // running its kPeakChains independent register chains: what the conv and gemm blocks can reach.
+  const cpu_micro::Tiles& tiles = cpu_micro_tiles();
+  const long steps = 1 << 20;
   std::vector<float> sink(threads);
   double fma_ms = time_ms(context, [&] {
-    parallel_for(threads, [&](size_t t) {
-      Float4 acc[chains];
-      for (int k = 0; k < chains; ++k) acc[k] = Float4{1, 2, 3, 4} * float(k + t);
-      const Float4 scale = {0.999f, 0.999f, 0.999f, 0.999f}, offset = {1e-3f, 1e-3f, 1e-3f, 1e-3f};
-      for (int i = 0; i < iterations; ++i)
-        for (int k = 0; k < chains; ++k) acc[k] = acc[k] * scale + offset;
-      float s = 0;
-      for (int k = 0; k < chains; ++k) s += acc[k][0] + acc[k][1] + acc[k][2] + acc[k][3];
-      sink[t] = s;
-    });
+    parallel_for(threads, [&](size_t t) { sink[t] = tiles.peak(steps, 1.0f + float(t)); });
   });
-  c.fp32_tflops = 2.0 * lanes * double(iterations) * double(threads) / fma_ms / 1e9;
+  c.fp32_tflops = 2.0 * cpu_micro::kPeakChains * tiles.peak_lanes * double(steps) * double(threads) / fma_ms / 1e9;
   c.mma_note = "tensor cores need a GPU";
-  c.where = "cpu (" + std::to_string(threads) + " threads)";
+  c.where = "cpu (" + std::to_string(threads) + " threads, " + cpu_isa_name(static_cast<CpuIsa>(tiles.variant)) + ")";
   return c;
 }
 
