@@ -154,13 +154,16 @@ void gemm_cpu(const GemmShape& s, const float* a, const float* b, const float* b
                       sums.data() + (p * row_blocks + rb) * mr * nr);
         }
     }
-    for (size_t p = 0; p < panels; ++p)
-      for (size_t rb = 0; rb < row_blocks; ++rb) {
-        const float* acc = sums.data() + (p * row_blocks + rb) * mr * nr;
-        const size_t c0 = j0 + p * nr, cols = std::min(nr, size_t(s.n) - c0);
-        for (size_t i = 0; i < mr && i0 + rb * mr + i < size_t(s.m); ++i)
-          write_row(acc + i * nr, bias ? bias + c0 : nullptr, accumulate, cols, c + (i0 + rb * mr + i) * ldc + c0);
-      }
+    // Row by row, each row's panels in turn: C's rows are far apart (16 KB in a 4096-wide C), and
+    // writing one 64-byte span of every row before the next span of the first (panel by panel) took
+    // a third of a 2048 x 4096 x 128 product.
+    for (size_t rb = 0; rb < row_blocks; ++rb)
+      for (size_t i = 0; i < mr && i0 + rb * mr + i < size_t(s.m); ++i)
+        for (size_t p = 0; p < panels; ++p) {
+          const float* acc = sums.data() + ((p * row_blocks + rb) * mr + i) * nr;
+          const size_t c0 = j0 + p * nr, cols = std::min(nr, size_t(s.n) - c0);
+          write_row(acc, bias ? bias + c0 : nullptr, accumulate, cols, c + (i0 + rb * mr + i) * ldc + c0);
+        }
   });
 }
 
