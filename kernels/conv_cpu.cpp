@@ -78,6 +78,41 @@ class RowFields {
   std::vector<bool> inside_;
 };
 
+// One image's input, padded: (h + 2 pad) rows of (w + 2 pad) pixels, zeros around, and kMaxMr zero
+// floats of slack after (as RowFields). At stride 1, output pixel (oy, ox)'s span in kernel row r
+// starts at at(oy + r, ox), and the next pixel's c_in floats later, also across the end of a row
+// into the next (the padding columns in between read as pixels): so the weight gradient of a small
+// layer runs its outer products over whole runs of rows, the padding columns given zero gradient.
+// At 5x5, calls over one row of 5 pixels spent more on loading and storing their sums than on
+// their products.
+class ImageFields {
+ public:
+  ImageFields(const Conv2dShape& s, ConstAct in) : s_(s), in_(in), data_(buffer()) {
+    padded_w_ = s.w + 2 * s.pad();
+    data_.assign(size_t(s.h + 2 * s.pad()) * padded_w_ * s.c_in + kMaxMr, 0.0f);  // the padding stays zero
+  }
+  void load(int b) {
+    const int pad = s_.pad();
+    for (int y = 0; y < s_.h; ++y)
+      for (int x = 0; x < s_.w; ++x)
+        std::copy_n(in_.data + in_.at(b, y, x, 0), s_.c_in,
+                    data_.data() + (size_t(y + pad) * padded_w_ + x + pad) * s_.c_in);
+  }
+  int padded_w() const { return padded_w_; }
+  // Padded row py, pixel px.
+  const float* at(int py, int px) const { return data_.data() + (size_t(py) * padded_w_ + px) * s_.c_in; }
+
+ private:
+  static std::vector<float>& buffer() {
+    thread_local std::vector<float> data;
+    return data;
+  }
+  const Conv2dShape& s_;
+  ConstAct in_;
+  int padded_w_;
+  std::vector<float>& data_;
+};
+
 // n floats; the micro-kernels' widths (8, 16) as fixed-size copies the compiler inlines: as
 // calls to memmove (std::copy_n), the forward's bias rows and outputs took 2% of a demo step.
 inline void copy_floats(const float* src, int n, float* dst) {
@@ -95,6 +130,49 @@ inline void copy_floats(const float* src, int n, float* dst) {
 // calls, one per kernel row over its k*c_in weights, the sums carried from one to the next: the
 // depth reduced in order (taps, then input channels) with nothing gathered. A kernel row outside
 // the image adds nothing and is skipped.
+// The forward of a small stride-1 layer (output rows under 32 pixels), over whole images. Row by
+// row, a 13-pixel row ran one block of mr pixels and one of a single pixel, and every row read all
+// the packed weights again (18.9 MB at 13x13 512->1024, from memory). Here a work item is one image
+// x a group of output channel blocks whose weights stay in L2, and the image's output pixels run
+// in blocks of mr consecutive pixels of the padded image (ImageFields), across the ends of rows:
+// pixel q = oy * wp + ox reads kernel row r's span at padded pixel q + r * wp, so each block is one
+// taps call over the k rows. The pixels in the padding columns (ox >= ow) are computed and
+// dropped. Kernel rows in the padding add products with zeros where the row path skips them: the
+// same sums, except that a -0 may come out +0.
+void forward_images(const Conv2dShape& s, ConstAct in, const float* packed, const float* bias_rows, Act out,
+                    const cpu_micro::Tiles& tiles) {
+  const int mr = tiles.mr, nr = tiles.nr, oh = s.out_h(), ow = s.out_w();
+  const size_t span = size_t(s.k) * s.c_in, depth = span * s.k;
+  const int blocks = (s.c_out + nr - 1) / nr;
+  const int by_cache = int(std::max<size_t>(1, (size_t(1) << 20) / (depth * nr * sizeof(float))));  // blocks in 1 MB
+  const int images = std::max(s.n, 1);
+  const int for_threads = (2 * std::max(cpu_pool_threads(), 1) + images - 1) / images;  // two items per thread
+  const int groups = std::min(blocks, std::max((blocks + by_cache - 1) / by_cache, for_threads));
+  parallel_for(size_t(s.n) * groups, [&](size_t item) {
+    const int b = int(item / size_t(groups)), group = int(item % size_t(groups));
+    ImageFields fields(s, in);
+    fields.load(b);
+    const int wp = fields.padded_w(), count = (oh - 1) * wp + ow;  // row 0's pixel 0 to the last row's pixel ow - 1
+    const float* pixel0 = fields.at(0, 0);
+    for (int cb = blocks * group / groups; cb < blocks * (group + 1) / groups; ++cb) {
+      const int co0 = cb * nr, couts = std::min(nr, s.c_out - co0);
+      for (int q0 = 0; q0 < count; q0 += mr) {
+        float acc[kMaxMr * kMaxNr];  // starts at the bias: the sums add onto it
+        const float* a[kMaxMr];
+        for (int i = 0; i < mr; ++i) {
+          copy_floats(bias_rows + size_t(cb) * nr, nr, acc + i * nr);
+          a[i] = pixel0 + size_t(std::min(q0 + i, count - 1)) * s.c_in;  // past the last pixel: it again
+        }
+        tiles.taps(a, ptrdiff_t(wp) * s.c_in, s.k, 0, 1, packed + size_t(cb) * depth * nr, int(span), acc);
+        for (int i = 0; i < mr && q0 + i < count; ++i) {
+          const int oy = (q0 + i) / wp, ox = (q0 + i) % wp;
+          if (ox < ow) copy_floats(acc + i * nr, couts, out.data + out.at(b, oy, ox, co0));
+        }
+      }
+    }
+  });
+}
+
 void forward_cpu(const Conv2dShape& s, ConstAct in, const float* weights, const float* bias, Act out) {
   const cpu_micro::Tiles& tiles = cpu_micro_tiles();
   count_cpu_kernel(CpuKernel::ConvForward, static_cast<CpuIsa>(tiles.variant));
@@ -113,6 +191,7 @@ void forward_cpu(const Conv2dShape& s, ConstAct in, const float* weights, const 
   });
   std::vector<float> bias_rows(blocks * nr, 0.0f);
   if (bias) std::copy_n(bias, s.c_out, bias_rows.begin());
+  if (s.stride == 1 && ow < 32) return forward_images(s, in, packed.data(), bias_rows.data(), out, tiles);
   parallel_for(size_t(s.n) * oh, [&](size_t item) {
     const int b = int(item / oh), oy = int(item % oh);
     RowFields fields(s, in);
@@ -215,41 +294,6 @@ void backward_data_cpu(const Conv2dShape& s, ConstAct grad_out, const float* wei
     }
   });
 }
-
-// One image's input, padded: (h + 2 pad) rows of (w + 2 pad) pixels, zeros around, and kMaxMr zero
-// floats of slack after (as RowFields). At stride 1, output pixel (oy, ox)'s span in kernel row r
-// starts at at(oy + r, ox), and the next pixel's c_in floats later, also across the end of a row
-// into the next (the padding columns in between read as pixels): so the weight gradient of a small
-// layer runs its outer products over whole runs of rows, the padding columns given zero gradient.
-// At 5x5, calls over one row of 5 pixels spent more on loading and storing their sums than on
-// their products.
-class ImageFields {
- public:
-  ImageFields(const Conv2dShape& s, ConstAct in) : s_(s), in_(in), data_(buffer()) {
-    padded_w_ = s.w + 2 * s.pad();
-    data_.assign(size_t(s.h + 2 * s.pad()) * padded_w_ * s.c_in + kMaxMr, 0.0f);  // the padding stays zero
-  }
-  void load(int b) {
-    const int pad = s_.pad();
-    for (int y = 0; y < s_.h; ++y)
-      for (int x = 0; x < s_.w; ++x)
-        std::copy_n(in_.data + in_.at(b, y, x, 0), s_.c_in,
-                    data_.data() + (size_t(y + pad) * padded_w_ + x + pad) * s_.c_in);
-  }
-  int padded_w() const { return padded_w_; }
-  // Padded row py, pixel px.
-  const float* at(int py, int px) const { return data_.data() + (size_t(py) * padded_w_ + px) * s_.c_in; }
-
- private:
-  static std::vector<float>& buffer() {
-    thread_local std::vector<float> data;
-    return data;
-  }
-  const Conv2dShape& s_;
-  ConstAct in_;
-  int padded_w_;
-  std::vector<float>& data_;
-};
 
 // Copies `count` pixels' first `n` values (pixel pitch `step`) into rows of `width`, zero-padded:
 // a partial block made whole for the micro-kernels' outer products.
