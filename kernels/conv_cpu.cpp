@@ -78,38 +78,36 @@ class RowFields {
   std::vector<bool> inside_;
 };
 
-// One image's input, padded: (h + 2 pad) rows of (w + 2 pad) pixels, zeros around, and kMaxMr zero
-// floats of slack after (as RowFields). At stride 1, output pixel (oy, ox)'s span in kernel row r
-// starts at at(oy + r, ox), and the next pixel's c_in floats later, also across the end of a row
-// into the next (the padding columns in between read as pixels): so the weight gradient of a small
-// layer runs its outer products over whole runs of rows, the padding columns given zero gradient.
-// At 5x5, calls over one row of 5 pixels spent more on loading and storing their sums than on
-// their products.
+// One image of a view, padded: (h + 2 pad) rows of (w + 2 pad) pixels of its c channels, zeros
+// around, and kMaxMr zero floats of slack after (as RowFields). At stride 1, output pixel (oy, ox)'s
+// span in kernel row r starts at at(oy + r, ox), and the next pixel's c floats later, also across
+// the end of a row into the next (the padding columns in between read as pixels): so small layers
+// run their blocks over whole runs of rows, the padding columns' results dropped (forward, backward
+// data) or given zero gradient (weight gradient). At 5x5, calls over one row of 5 pixels spent
+// more on loading and storing their sums than on their products.
 class ImageFields {
  public:
-  ImageFields(const Conv2dShape& s, ConstAct in) : s_(s), in_(in), data_(buffer()) {
-    padded_w_ = s.w + 2 * s.pad();
-    data_.assign(size_t(s.h + 2 * s.pad()) * padded_w_ * s.c_in + kMaxMr, 0.0f);  // the padding stays zero
+  ImageFields(ConstAct view, int pad) : view_(view), pad_(pad), data_(buffer()) {
+    padded_w_ = view.w + 2 * pad;
+    data_.assign(size_t(view.h + 2 * pad) * padded_w_ * view.c + kMaxMr, 0.0f);  // the padding stays zero
   }
   void load(int b) {
-    const int pad = s_.pad();
-    for (int y = 0; y < s_.h; ++y)
-      for (int x = 0; x < s_.w; ++x)
-        std::copy_n(in_.data + in_.at(b, y, x, 0), s_.c_in,
-                    data_.data() + (size_t(y + pad) * padded_w_ + x + pad) * s_.c_in);
+    for (int y = 0; y < view_.h; ++y)
+      for (int x = 0; x < view_.w; ++x)
+        std::copy_n(view_.data + view_.at(b, y, x, 0), view_.c,
+                    data_.data() + (size_t(y + pad_) * padded_w_ + x + pad_) * view_.c);
   }
   int padded_w() const { return padded_w_; }
   // Padded row py, pixel px.
-  const float* at(int py, int px) const { return data_.data() + (size_t(py) * padded_w_ + px) * s_.c_in; }
+  const float* at(int py, int px) const { return data_.data() + (size_t(py) * padded_w_ + px) * view_.c; }
 
  private:
   static std::vector<float>& buffer() {
     thread_local std::vector<float> data;
     return data;
   }
-  const Conv2dShape& s_;
-  ConstAct in_;
-  int padded_w_;
+  ConstAct view_;
+  int pad_, padded_w_;
   std::vector<float>& data_;
 };
 
@@ -130,6 +128,14 @@ inline void copy_floats(const float* src, int n, float* dst) {
 // calls, one per kernel row over its k*c_in weights, the sums carried from one to the next: the
 // depth reduced in order (taps, then input channels) with nothing gathered. A kernel row outside
 // the image adds nothing and is skipped.
+// The whole-image passes' work items are one image x a group of channel blocks: as many groups as
+// keep each group's packed weights within 1 MB (L2), and at least two items per thread.
+int channel_groups(int blocks, size_t block_bytes, int images) {
+  const int by_cache = int(std::max<size_t>(1, (size_t(1) << 20) / block_bytes));  // blocks in 1 MB
+  const int for_threads = (2 * std::max(cpu_pool_threads(), 1) + std::max(images, 1) - 1) / std::max(images, 1);
+  return std::min(blocks, std::max((blocks + by_cache - 1) / by_cache, for_threads));
+}
+
 // The forward of a small stride-1 layer (output rows under 32 pixels), over whole images. Row by
 // row, a 13-pixel row ran one block of mr pixels and one of a single pixel, and every row read all
 // the packed weights again (18.9 MB at 13x13 512->1024, from memory). Here a work item is one image
@@ -143,14 +149,10 @@ void forward_images(const Conv2dShape& s, ConstAct in, const float* packed, cons
                     const cpu_micro::Tiles& tiles) {
   const int mr = tiles.mr, nr = tiles.nr, oh = s.out_h(), ow = s.out_w();
   const size_t span = size_t(s.k) * s.c_in, depth = span * s.k;
-  const int blocks = (s.c_out + nr - 1) / nr;
-  const int by_cache = int(std::max<size_t>(1, (size_t(1) << 20) / (depth * nr * sizeof(float))));  // blocks in 1 MB
-  const int images = std::max(s.n, 1);
-  const int for_threads = (2 * std::max(cpu_pool_threads(), 1) + images - 1) / images;  // two items per thread
-  const int groups = std::min(blocks, std::max((blocks + by_cache - 1) / by_cache, for_threads));
+  const int blocks = (s.c_out + nr - 1) / nr, groups = channel_groups(blocks, depth * nr * sizeof(float), s.n);
   parallel_for(size_t(s.n) * groups, [&](size_t item) {
     const int b = int(item / size_t(groups)), group = int(item % size_t(groups));
-    ImageFields fields(s, in);
+    ImageFields fields(in, s.pad());
     fields.load(b);
     const int wp = fields.padded_w(), count = (oh - 1) * wp + ow;  // row 0's pixel 0 to the last row's pixel ow - 1
     const float* pixel0 = fields.at(0, 0);
@@ -220,6 +222,41 @@ void forward_cpu(const Conv2dShape& s, ConstAct in, const float* weights, const 
   });
 }
 
+// The backward data of a small stride-1 layer (rows under 32 pixels), over whole images as the
+// forward's (forward_images): at stride 1 it is a convolution of grad_out with the flipped kernel.
+// In grad_out padded by pad (ImageFields), input pixel (iy, ix) reads tap (r, sx) at padded pixel
+// (iy + 2 pad - r, ix + 2 pad - sx); so with q = iy * wp + ix, a block of mr consecutive q is one
+// taps call whose rows and columns step backwards. Work items: one image x a group of input
+// channel blocks. Taps in the padding add products with zeros where the row path skips them.
+void backward_data_images(const Conv2dShape& s, ConstAct grad_out, const float* packed, Act grad_in, bool accumulate,
+                          const cpu_micro::Tiles& tiles) {
+  const int mr = tiles.mr, nr = tiles.nr, pad = s.pad(), c_out = s.c_out;
+  const size_t per_block = size_t(s.k) * s.k * c_out * nr;
+  const int blocks = (s.c_in + nr - 1) / nr, groups = channel_groups(blocks, per_block * sizeof(float), s.n);
+  parallel_for(size_t(s.n) * groups, [&](size_t item) {
+    const int b = int(item / size_t(groups)), group = int(item % size_t(groups));
+    ImageFields fields(grad_out, pad);
+    fields.load(b);
+    const int wp = fields.padded_w(), count = (s.h - 1) * wp + s.w;  // row 0's pixel 0 to the last row's pixel w - 1
+    const float* tap0 = fields.at(2 * pad, 2 * pad);                  // pixel q's tap (0, 0) is q pixels on
+    for (int cb = blocks * group / groups; cb < blocks * (group + 1) / groups; ++cb) {
+      const int ci0 = cb * nr, cins = std::min(nr, s.c_in - ci0);
+      for (int q0 = 0; q0 < count; q0 += mr) {
+        float acc[kMaxMr * kMaxNr] = {};
+        const float* a[kMaxMr];
+        for (int i = 0; i < mr; ++i) a[i] = tap0 + size_t(std::min(q0 + i, count - 1)) * c_out;
+        tiles.taps(a, -ptrdiff_t(wp) * c_out, s.k, -ptrdiff_t(c_out), s.k, packed + size_t(cb) * per_block, c_out, acc);
+        for (int i = 0; i < mr && q0 + i < count; ++i) {
+          const int iy = (q0 + i) / wp, ix = (q0 + i) % wp;
+          if (ix >= s.w) continue;
+          float* dst = grad_in.data + grad_in.at(b, iy, ix, ci0);
+          for (int j = 0; j < cins; ++j) dst[j] = accumulate ? dst[j] + acc[i * nr + j] : acc[i * nr + j];
+        }
+      }
+    }
+  });
+}
+
 // Backward data: weights packed as [c_in / nr][tap][co][nr]; input pixels in blocks of mr
 // of one parity (x % stride), which the same taps reach, reduced over taps then output channels.
 void backward_data_cpu(const Conv2dShape& s, ConstAct grad_out, const float* weights, Act grad_in, bool accumulate) {
@@ -238,6 +275,7 @@ void backward_data_cpu(const Conv2dShape& s, ConstAct grad_out, const float* wei
         for (int j = 0; j < nr; ++j) d[j] = cb * nr + j < size_t(c_in) ? src[cb * nr + j] : 0.0f;
       }
   });
+  if (S == 1 && s.w < 32) return backward_data_images(s, grad_out, packed.data(), grad_in, accumulate, tiles);
   const std::vector<float> zeros(size_t(c_out), 0.0f);
   const size_t g_pixel = size_t(grad_out.stride);
   parallel_for(size_t(s.n) * s.h, [&](size_t item) {
@@ -359,7 +397,7 @@ void backward_weights_cpu(const Conv2dShape& s, ConstAct in, ConstAct grad_out, 
     float* totals = partial.data() + chunk * p.per_chunk;
     const size_t row_begin = p.rows * chunk / p.chunks, row_end = p.rows * (chunk + 1) / p.chunks;
     if (whole_images) {
-      ImageFields fields(s, in);
+      ImageFields fields(in, s.pad());
       const int wp = fields.padded_w();
       thread_local std::vector<float> g_img;          // [co block][pixel of the run, padding columns included][nr]
       for (size_t row = row_begin; row < row_end;) {  // runs of rows within one image
