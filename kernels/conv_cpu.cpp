@@ -1,12 +1,12 @@
 // 2-D convolution's fast CPU passes (the three GEMMs of conv.cu's header comment, blocked and
-// threaded over fixed work items, the channel loop innermost and contiguous). The reference
-// loops and the CUDA implicit GEMMs are in conv.cu.
+// threaded over fixed work items, the channel loop innermost and contiguous); their views of the
+// input are in conv_cpu_fields.h. The reference loops and the CUDA implicit GEMMs are in conv.cu.
 #include <algorithm>
-#include <cstring>
 #include <vector>
 
 #include "kernels/conv.h"
 #include "kernels/conv_checks.h"
+#include "kernels/conv_cpu_fields.h"
 #include "kernels/cpu_isa.h"
 #include "kernels/cpu_parallel.h"
 
@@ -20,114 +20,13 @@ using conv_detail::check_conv;
 // instruction set in use (kernels/cpu_micro.h, cpu_isa.h; nr is the packed panels' width). Work
 // items own their outputs and sum in a fixed order: results do not depend on the thread count.
 
+using conv_cpu_fields::copy_floats;
+using conv_cpu_fields::ImageFields;
+using conv_cpu_fields::padded_rows;
+using conv_cpu_fields::RowFields;
 using cpu_micro::kMaxMr;
 using cpu_micro::kMaxNr;
 
-// One output row's receptive fields: the k input rows it reads, each copied once with `pad` zero
-// pixels either side (a row outside the image: none, it reads as zeros), so that any pixel's field
-// is k contiguous spans of k*c_in floats (taps, then input channels), one per row, and pixel ox's
-// span starts ox * stride * c_in floats after pixel 0's. The rows live in a per-thread buffer
-// reused across work items: only the edges are zeroed. kMaxMr zero floats follow the last row:
-// the weight gradient's blocks of mr taps may read up to mr - 1 past a span's end.
-class RowFields {
- public:
-  RowFields(const Conv2dShape& s, ConstAct in) : s_(s), in_(in), rows_(buffer()) {
-    padded_w_ = size_t(s.w + 2 * s.pad());
-    const size_t floats = size_t(s.k) * padded_w_ * s.c_in;
-    rows_.resize(floats + kMaxMr);
-    std::fill_n(rows_.data() + floats, kMaxMr, 0.0f);
-    inside_.assign(size_t(s.k), false);
-  }
-  // Reads output row oy of image b.
-  void load(int b, int oy) {
-    const int c_in = s_.c_in;
-    const size_t edge = size_t(s_.pad()) * c_in;
-    for (int r = 0; r < s_.k; ++r) {
-      const int iy = oy * s_.stride - s_.pad() + r;
-      inside_[size_t(r)] = iy >= 0 && iy < s_.h;
-      if (!inside_[size_t(r)]) continue;
-      float* row = rows_.data() + size_t(r) * padded_w_ * c_in;
-      std::fill_n(row, edge, 0.0f);
-      std::fill_n(row + edge + size_t(s_.w) * c_in, edge, 0.0f);
-      float* dst = row + edge;
-      const float* src = in_.data + in_.at(b, iy, 0, 0);
-      if (in_.stride == c_in)
-        std::copy_n(src, size_t(s_.w) * c_in, dst);
-      else
-        for (int x = 0; x < s_.w; ++x) std::copy_n(src + size_t(x) * in_.stride, c_in, dst + size_t(x) * c_in);
-    }
-  }
-  // Whether kernel row r reads a row inside the image (else it reads zeros), and output pixel
-  // ox's span of that row: k*c_in floats (valid while the rows stay loaded).
-  bool inside(int r) const { return inside_[size_t(r)]; }
-  const float* span(int r, int ox) const {
-    return rows_.data() + size_t(r) * padded_w_ * s_.c_in + size_t(ox) * s_.stride * s_.c_in;
-  }
-  // From a span to the same pixel's span in the next row, in floats.
-  ptrdiff_t row_step() const { return ptrdiff_t(padded_w_) * s_.c_in; }
-
- private:
-  static std::vector<float>& buffer() {
-    thread_local std::vector<float> rows;
-    return rows;
-  }
-  const Conv2dShape& s_;
-  ConstAct in_;
-  size_t padded_w_;
-  std::vector<float>& rows_;
-  std::vector<bool> inside_;
-};
-
-// One image of a view, padded: (h + 2 pad) rows of (w + 2 pad) pixels of its c channels, zeros
-// around, and kMaxMr zero floats of slack after (as RowFields). At stride 1, output pixel (oy, ox)'s
-// span in kernel row r starts at at(oy + r, ox), and the next pixel's c floats later, also across
-// the end of a row into the next (the padding columns in between read as pixels): so small layers
-// run their blocks over whole runs of rows, the padding columns' results dropped (forward, backward
-// data) or given zero gradient (weight gradient). At 5x5, calls over one row of 5 pixels spent
-// more on loading and storing their sums than on their products.
-class ImageFields {
- public:
-  ImageFields(ConstAct view, int pad) : view_(view), pad_(pad), data_(buffer()) {
-    padded_w_ = view.w + 2 * pad;
-    data_.assign(size_t(view.h + 2 * pad) * padded_w_ * view.c + kMaxMr, 0.0f);  // the padding stays zero
-  }
-  void load(int b) {
-    for (int y = 0; y < view_.h; ++y)
-      for (int x = 0; x < view_.w; ++x)
-        std::copy_n(view_.data + view_.at(b, y, x, 0), view_.c,
-                    data_.data() + (size_t(y + pad_) * padded_w_ + x + pad_) * view_.c);
-  }
-  int padded_w() const { return padded_w_; }
-  // Padded row py, pixel px.
-  const float* at(int py, int px) const { return data_.data() + (size_t(py) * padded_w_ + px) * view_.c; }
-
- private:
-  static std::vector<float>& buffer() {
-    thread_local std::vector<float> data;
-    return data;
-  }
-  ConstAct view_;
-  int pad_, padded_w_;
-  std::vector<float>& data_;
-};
-
-// n floats; the micro-kernels' widths (8, 16) as fixed-size copies the compiler inlines: as
-// calls to memmove (std::copy_n), the forward's bias rows and outputs took 2% of a demo step.
-inline void copy_floats(const float* src, int n, float* dst) {
-  if (n == 16)
-    std::memcpy(dst, src, 16 * sizeof(float));
-  else if (n == 8)
-    std::memcpy(dst, src, 8 * sizeof(float));
-  else
-    std::copy_n(src, n, dst);
-}
-
-// Forward: weights packed as [c_out / nr][tap][ci][nr] (zero-padded channels); outputs in
-// blocks of mr pixels of a row x nr channels. A pixel's receptive field is k spans of k*c_in
-// floats, one in each of the k input rows RowFields holds padded; so each block is k micro-kernel
-// calls, one per kernel row over its k*c_in weights, the sums carried from one to the next: the
-// depth reduced in order (taps, then input channels) with nothing gathered. A kernel row outside
-// the image adds nothing and is skipped.
 // The whole-image passes' work items are one image x a group of channel blocks: as many groups as
 // keep each group's packed weights within 1 MB (L2), and at least two items per thread.
 int channel_groups(int blocks, size_t block_bytes, int images) {
@@ -331,14 +230,6 @@ void backward_data_cpu(const Conv2dShape& s, ConstAct grad_out, const float* wei
         }
     }
   });
-}
-
-// Copies `count` pixels' first `n` values (pixel pitch `step`) into rows of `width`, zero-padded:
-// a partial block made whole for the micro-kernels' outer products.
-inline const float* padded_rows(const float* src, size_t step, int count, int n, int width, std::vector<float>& buf) {
-  buf.assign(size_t(count) * width, 0.0f);
-  for (int p = 0; p < count; ++p) std::copy_n(src + p * step, n, buf.data() + size_t(p) * width);
-  return buf.data();
 }
 
 // Backward weights, dW^T[depth x c_out] = fields^T[depth x P] * grad_out[P x c_out] (depth = k*k*c_in,
