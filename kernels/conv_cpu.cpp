@@ -331,22 +331,27 @@ void backward_weights_cpu(const Conv2dShape& s, ConstAct in, ConstAct grad_out, 
     }
   });
   // Per block, the chunks' sums added in chunk order (every element as before: 0 + chunk 0 + chunk 1
-  // ...), then its taps inside the span and its channels below c_out written out. (Element by
-  // element through the layout's index arithmetic this took 4% of a demo step.)
+  // ...; one chunk is read as it is), then its taps inside the span and its channels below c_out
+  // written out, channel by channel: a channel's taps are contiguous in KRSC. (Element by element
+  // through the layout's index arithmetic this took 4% of a demo step; tap by tap, 16 channels
+  // apart, 15% of 13x13 512->1024's pass.)
   parallel_for(size_t(p.units), [&](size_t u) {
     const size_t block = size_t(mr) * nr;
-    float total[kMaxMr * kMaxNr] = {};
-    for (size_t chunk = 0; chunk < p.chunks; ++chunk) {
-      const float* part = partial.data() + chunk * p.per_chunk + u * block;
-      for (size_t e = 0; e < block; ++e) total[e] += part[e];
+    float summed[kMaxMr * kMaxNr] = {};
+    const float* total = partial.data() + u * block;
+    if (p.chunks > 1) {
+      for (size_t chunk = 0; chunk < p.chunks; ++chunk) {
+        const float* part = partial.data() + chunk * p.per_chunk + u * block;
+        for (size_t e = 0; e < block; ++e) summed[e] += part[e];
+      }
+      total = summed;
     }
     const int cb = int(u) % p.co_blocks, tb = int(u) / p.co_blocks % p.span_blocks;
     const int r = int(u) / p.co_blocks / p.span_blocks;
-    for (int i = 0; i < mr && tb * mr + i < span; ++i) {
-      const size_t t = size_t(r) * span + size_t(tb) * mr + i;
-      for (int j = 0; j < nr && cb * nr + j < s.c_out; ++j)
-        grad_weights[size_t(cb * nr + j) * depth + t] = total[i * nr + j];
-    }
+    const int taps = std::min(mr, span - tb * mr), couts = std::min(nr, s.c_out - cb * nr);
+    float* w = grad_weights + size_t(cb) * nr * depth + size_t(r) * span + size_t(tb) * mr;
+    for (int j = 0; j < couts; ++j, w += depth)
+      for (int i = 0; i < taps; ++i) w[i] = total[i * nr + j];
   });
   if (!grad_bias) return;
   parallel_for(size_t(s.c_out + mr - 1) / mr, [&](size_t block) {
