@@ -10,11 +10,30 @@ namespace {
 
 constexpr int kMr = 12, kNr = 16;
 
-inline __attribute__((always_inline)) void steps(const float* const* a, const float* b, int depth, __m512* sum) {
-  for (int t = 0; t < depth; ++t) {
-    const __m512 bv = _mm512_loadu_ps(b + size_t(t) * kNr);
+// The twelve row pointers advance every 4 steps and each step addresses them plainly (pointer +
+// constant): indexed as a[i][t], with 12 pointers, the step counter and b more than the 15 usable
+// registers, GCC kept some of them in xmm registers and moved them back every step; one 12 x 16
+// block in L1 ran at 62% of the peak loop (Tiles::peak), and at 72-75% so (2026-12-04, Xeon).
+// The sums are the same, in the same order.
+inline __attribute__((always_inline)) void steps(const float* const* a_rows, const float* b, int depth, __m512* sum) {
+  const float* a[kMr];
 #pragma GCC unroll 16
-    for (int i = 0; i < kMr; ++i) sum[i] = _mm512_fmadd_ps(_mm512_set1_ps(a[i][t]), bv, sum[i]);
+  for (int i = 0; i < kMr; ++i) a[i] = a_rows[i];
+  int t = 0;
+  for (; t + 4 <= depth; t += 4, b += 4 * kNr) {
+#pragma GCC unroll 4
+    for (int u = 0; u < 4; ++u) {
+      const __m512 bv = _mm512_loadu_ps(b + u * kNr);
+#pragma GCC unroll 16
+      for (int i = 0; i < kMr; ++i) sum[i] = _mm512_fmadd_ps(_mm512_set1_ps(a[i][u]), bv, sum[i]);
+    }
+#pragma GCC unroll 16
+    for (int i = 0; i < kMr; ++i) a[i] += 4;
+  }
+  for (; t < depth; ++t, b += kNr) {
+    const __m512 bv = _mm512_loadu_ps(b);
+#pragma GCC unroll 16
+    for (int i = 0; i < kMr; ++i) sum[i] = _mm512_fmadd_ps(_mm512_set1_ps(*a[i]++), bv, sum[i]);
   }
 }
 
