@@ -148,8 +148,10 @@ $(BUILD)/emu/%.cpp.o: %.cpp $(FLAGS_STAMP) | deps
 # The CPU micro-kernels' AVX variants (kernels/cpu_micro.h): only these files get the instruction
 # sets; kernels/cpu_isa.cpp runs them where the CPU has them.
 # -O3: their channel loops (cpu_micro_channels.inc) are written for the vectoriser.
-AVX2_FLAGS   := -O3 -mavx2 -mfma
-AVX512_FLAGS := -O3 -mavx512f -mfma -mprefer-vector-width=512
+# -fno-exceptions: nothing there throws or calls out, and under AddressSanitizer the stack arrays'
+# cleanups otherwise made GCC define the weak DW.ref.__gxx_personality_v0 (tools/isa_objects_check.sh).
+AVX2_FLAGS   := -O3 -mavx2 -mfma -fno-exceptions
+AVX512_FLAGS := -O3 -mavx512f -mfma -mprefer-vector-width=512 -fno-exceptions
 $(BUILD)/native/kernels/cpu_micro_baseline.cpp.o $(BUILD)/emu/kernels/cpu_micro_baseline.cpp.o: EXTRA_FLAGS := -O3
 # The fast gemm's copy and write-out loops, for the vectoriser (baseline x86-64 code).
 $(BUILD)/native/kernels/gemm_cpu.cpp.o $(BUILD)/emu/kernels/gemm_cpu.cpp.o: EXTRA_FLAGS := -O3
