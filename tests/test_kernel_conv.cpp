@@ -108,6 +108,9 @@ const std::vector<ConvCase>& conv_cases() {
       // here in 2 chunks of rows, the boundary inside image 1) and row by row (37 pixels).
       {{3, 23, 17, 5, 11, 3, 1}, 0, 0, 0, 0, true, false},
       {{1, 4, 37, 6, 10, 3, 1}, 0, 0, 0, 0, false, true},
+      // Whole images with 4 or more output channel blocks for every nr (8, 16): the weight gradient
+      // packs each tap block's fields once for them; 50 channels end in a partial block.
+      {{2, 5, 6, 9, 50, 3, 1}, 0, 0, 0, 0, true, false},
       // k = 5 at stride 1, rows of 32 pixels or more (the CPU forward and backward data go row by
       // row; narrower layers go over whole images), wide enough for blocks of every mr whose 25
       // taps are all inside the row (the backward data's one-call path), and narrow blocks at both
