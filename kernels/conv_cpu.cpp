@@ -27,6 +27,14 @@ using conv_cpu_fields::RowFields;
 using cpu_micro::kMaxMr;
 using cpu_micro::kMaxNr;
 
+// Small stride-1 layers run over whole images (forward_images, backward_data_images, the weight
+// gradient's ImageFields path): output rows under 32 pixels, and one padded image of either side
+// within 16 MB per thread (a tall, narrow input would otherwise hold a huge buffer per thread).
+bool over_whole_images(const Conv2dShape& s) {
+  const size_t padded = size_t(s.h + 2 * s.pad()) * size_t(s.w + 2 * s.pad()) * size_t(std::max(s.c_in, s.c_out));
+  return s.stride == 1 && s.out_w() < 32 && padded * sizeof(float) <= (size_t(16) << 20);
+}
+
 // The whole-image passes' work items are one image x a group of channel blocks: as many groups as
 // keep each group's packed weights within 1 MB (L2), and at least two items per thread.
 int channel_groups(int blocks, size_t block_bytes, int images) {
@@ -92,7 +100,7 @@ void forward_cpu(const Conv2dShape& s, ConstAct in, const float* weights, const 
   });
   std::vector<float> bias_rows(blocks * nr, 0.0f);
   if (bias) std::copy_n(bias, s.c_out, bias_rows.begin());
-  if (s.stride == 1 && ow < 32) return forward_images(s, in, packed.data(), bias_rows.data(), out, tiles);
+  if (over_whole_images(s)) return forward_images(s, in, packed.data(), bias_rows.data(), out, tiles);
   parallel_for(size_t(s.n) * oh, [&](size_t item) {
     const int b = int(item / oh), oy = int(item % oh);
     RowFields fields(s, in);
@@ -174,7 +182,7 @@ void backward_data_cpu(const Conv2dShape& s, ConstAct grad_out, const float* wei
         for (int j = 0; j < nr; ++j) d[j] = cb * nr + j < size_t(c_in) ? src[cb * nr + j] : 0.0f;
       }
   });
-  if (S == 1 && s.w < 32) return backward_data_images(s, grad_out, packed.data(), grad_in, accumulate, tiles);
+  if (over_whole_images(s)) return backward_data_images(s, grad_out, packed.data(), grad_in, accumulate, tiles);
   const std::vector<float> zeros(size_t(c_out), 0.0f);
   const size_t g_pixel = size_t(grad_out.stride);
   parallel_for(size_t(s.n) * s.h, [&](size_t item) {
@@ -279,8 +287,8 @@ void backward_weights_cpu(const Conv2dShape& s, ConstAct in, ConstAct grad_out, 
   const int last_couts = s.c_out - (p.co_blocks - 1) * nr;  // channels in the last output channel block
   const size_t field_step = size_t(s.stride) * s.c_in;
   std::vector<float> partial(p.chunks * p.per_chunk, 0.0f);
-  // Small stride-1 layers (output rows under 32 pixels): whole images at once (ImageFields).
-  const bool whole_images = s.stride == 1 && ow < 32;
+  // Small stride-1 layers: whole images at once (ImageFields).
+  const bool whole_images = over_whole_images(s);
   parallel_for(p.chunks * size_t(p.groups), [&](size_t item) {
     const size_t chunk = item / size_t(p.groups);
     const int group = int(item % size_t(p.groups));
