@@ -82,6 +82,12 @@ void forward_images(const Conv2dShape& s, ConstAct in, const float* packed, cons
   });
 }
 
+// Forward: weights packed as [c_out / nr][tap][ci][nr] (zero-padded channels); outputs in
+// blocks of mr pixels of a row x nr channels. A pixel's receptive field is k spans of k*c_in
+// floats, one in each of the k input rows RowFields holds padded; so each block is k micro-kernel
+// calls, one per kernel row over its k*c_in weights, the sums carried from one to the next: the
+// depth reduced in order (taps, then input channels) with nothing gathered. A kernel row outside
+// the image adds nothing and is skipped. Small stride-1 layers go over whole images (forward_images).
 void forward_cpu(const Conv2dShape& s, ConstAct in, const float* weights, const float* bias, Act out) {
   const cpu_micro::Tiles& tiles = cpu_micro_tiles();
   count_cpu_kernel(CpuKernel::ConvForward, static_cast<CpuIsa>(tiles.variant));
@@ -320,12 +326,8 @@ void backward_weights_cpu(const Conv2dShape& s, ConstAct in, ConstAct grad_out, 
           const float* taps = fields.at(oy0 + r, 0) + size_t(tb) * mr;
           size_t taps_step = size_t(s.c_in);
           if (p.co_blocks >= 4) {
-            if (u / p.co_blocks != packed_for) {
-              packed_for = u / p.co_blocks;
-              taps_packed.resize(size_t(count) * mr);
-              for (int q = 0; q < count; ++q)
-                for (int i = 0; i < mr; ++i) taps_packed[size_t(q) * mr + i] = taps[size_t(q) * s.c_in + i];
-            }
+            if (u / p.co_blocks != packed_for)
+              packed_for = u / p.co_blocks, padded_rows(taps, taps_step, count, mr, mr, taps_packed);
             taps = taps_packed.data(), taps_step = size_t(mr);
           }
           tiles.outer(taps, taps_step, g_img.data() + size_t(cb) * rows * wp * nr, size_t(nr), count,
@@ -361,9 +363,10 @@ void backward_weights_cpu(const Conv2dShape& s, ConstAct in, ConstAct grad_out, 
   // apart, 15% of 13x13 512->1024's pass.)
   parallel_for(size_t(p.units), [&](size_t u) {
     const size_t block = size_t(mr) * nr;
-    float summed[kMaxMr * kMaxNr] = {};
+    float summed[kMaxMr * kMaxNr];
     const float* total = partial.data() + u * block;
     if (p.chunks > 1) {
+      std::fill_n(summed, block, 0.0f);
       for (size_t chunk = 0; chunk < p.chunks; ++chunk) {
         const float* part = partial.data() + chunk * p.per_chunk + u * block;
         for (size_t e = 0; e < block; ++e) summed[e] += part[e];
