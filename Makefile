@@ -1,5 +1,10 @@
-# Build for the YOLOv3 trainer. `make` builds ./train_yolo, the tools and build/tests;
-# `make test` builds and runs every test binary. See README.md for the knobs.
+# Build for the YOLOv3 trainer. `make` builds ./train_yolo and the tools a user runs next
+# (build/bench_kernels, build/bench_loader, build/scaling_model) on every core; `make test` builds
+# the test binaries (build/tests, build/tests_emu, build/train_yolo_emu, the fuzz targets) and
+# runs them. See README.md for the knobs.
+
+# `make` with no target means `all`, whatever the included makefiles define first.
+.DEFAULT_GOAL := all
 
 # ---- knobs -----------------------------------------------------------------------------
 CUDA_HOME   ?= /usr/local/cuda
@@ -14,6 +19,12 @@ NCCL_HOME   ?= $(firstword $(foreach d,$(CUDA_HOME) /usr/local /usr,$(if $(wildc
 WERROR      ?= 1
 CXX         ?= g++
 BUILD       ?= build
+# Parallel jobs: every core unless the command line says. GNU make 4.3 does not show a command
+# line -j to the makefile (4.4 does), and the -j set here wins over it: `make JOBS=1` is serial.
+JOBS        ?= $(shell nproc 2>/dev/null || echo 2)
+ifeq ($(filter -j%,$(MAKEFLAGS)),)
+  MAKEFLAGS += -j$(JOBS)
+endif
 
 ifeq ($(CUDA),1)
   ifeq ($(NVCC),)
@@ -102,15 +113,18 @@ NATIVE_TEST := $(call obj,native,$(TEST_CPP) $(TEST_KERNEL) $(TEST_CU))
 EMU_LIB     := $(call obj,emu,$(RUNTIME_SRC) $(EMU_SRC) $(DATA_SRC) $(GRAPH_SRC) $(KERNEL_CPP) $(KERNEL_CU))
 EMU_TEST    := $(call obj,emu,$(TEST_CPP) $(TEST_KERNEL) $(TEST_CU))
 
+# What `make` builds: the trainer and the tools a user runs next.
 TOOLS       := $(BUILD)/bench_kernels $(BUILD)/bench_loader $(BUILD)/scaling_model
-# train_yolo_emu: the real CLI over emulated GPUs (--devices emu:0,1), for debugging the GPU path.
-BINARIES    := train_yolo $(BUILD)/tests $(BUILD)/tests_emu $(BUILD)/train_yolo_emu $(TOOLS)
+# What `make test` builds and runs; train_yolo_emu is the real CLI over emulated GPUs
+# (--devices emu:0,1), for tools/emu_cli_check.sh and for debugging the GPU path.
+TEST_BINARIES := $(BUILD)/tests $(BUILD)/tests_emu $(BUILD)/train_yolo_emu
 # The libFuzzer targets (clang): FUZZ_BINARIES, `make fuzz FUZZ_SECONDS=N` (tests/fuzz/fuzz.mk).
 include tests/fuzz/fuzz.mk
-BINARIES    += $(FUZZ_BINARIES)
+TEST_BINARIES += $(FUZZ_BINARIES)
 
-.PHONY: all test deps clean FORCE
-all: $(BINARIES)
+.PHONY: all test test-binaries deps clean FORCE
+all: train_yolo $(TOOLS)
+test-binaries: $(TEST_BINARIES)
 
 # Objects depend on the flags they were built with: `make ARCH=90` after `make` rebuilds.
 FLAGS_STAMP := $(BUILD)/flags
@@ -119,9 +133,11 @@ $(FLAGS_STAMP): FORCE
 	@echo '$(CXXFLAGS_NATIVE) | $(NVCCFLAGS) | $(CXXFLAGS_EMU)' | cmp -s - $@ || \
 	  echo '$(CXXFLAGS_NATIVE) | $(NVCCFLAGS) | $(CXXFLAGS_EMU)' > $@
 
-# Installs missing Debian packages (or prints the command) before anything compiles.
+# Installs missing Debian packages (or prints the command) before anything compiles; clang and
+# libFuzzer only when a goal builds the fuzz targets (`make` alone does not need them).
+DEPS_FUZZ = $(if $(filter test test-binaries fuzz fuzz-seeds $(FUZZ_DIR)/%,$(MAKECMDGOALS)),1,0)
 deps:
-	@STB_INC='$(STB_INC)' DOCTEST_INC='$(DOCTEST_INC)' tools/ensure_deps.sh
+	@STB_INC='$(STB_INC)' DOCTEST_INC='$(DOCTEST_INC)' FUZZ=$(DEPS_FUZZ) tools/ensure_deps.sh
 
 $(BUILD)/native/%.cpp.o: %.cpp $(FLAGS_STAMP) | deps
 	@mkdir -p $(dir $@)
@@ -197,8 +213,8 @@ $(BUILD)/bench_loader: $(call obj,native,tools/bench_loader.cpp) $(NATIVE_LIB)
 $(BUILD)/scaling_model: $(call obj,native,tools/scaling_model.cpp) $(NATIVE_LIB)
 	$(CXX) $^ -o $@ $(LDLIBS_NATIVE)
 
-test: $(BUILD)/tests $(BUILD)/tests_emu $(BUILD)/train_yolo_emu $(FUZZ_BINARIES)
-	@BUILD=$(BUILD) tools/run_tests.sh tools/sharded_tests.sh $(BUILD)/tests tools/adversarial_tests.sh tools/emu_cli_check.sh tools/sass_test.sh tools/fuzz_tests.sh tools/isa_objects_check.sh
+test: $(TEST_BINARIES)
+	@BUILD=$(BUILD) tools/run_tests.sh tools/sharded_tests.sh $(BUILD)/tests tools/adversarial_tests.sh tools/emu_cli_check.sh tools/sass_test.sh tools/fuzz_tests.sh tools/isa_objects_check.sh tools/readme_commands_check.sh
 
 clean:
 	rm -rf $(BUILD) train_yolo

@@ -3,9 +3,11 @@
 # root (or with passwordless sudo), otherwise stops with the one command that installs them.
 # Header locations can be overridden (STB_INC=, DOCTEST_INC=) on machines where nothing can
 # be installed; then a missing header is an error naming the override.
+# FUZZ=0 (what `make` alone passes): clang and libFuzzer are not wanted, so not looked for.
 set -euo pipefail
 STB_INC=${STB_INC:-/usr/include/stb}
 DOCTEST_INC=${DOCTEST_INC:-/usr/include}
+FUZZ=${FUZZ:-1}
 
 missing=()
 declare -A origin
@@ -25,14 +27,14 @@ check "$DOCTEST_INC/doctest/doctest.h" doctest-dev DOCTEST_INC "$DOCTEST_INC" /u
 # nothing can be installed they are skipped, and the rest of the build goes on.
 can_install() { command -v apt-get >/dev/null && { [[ $(id -u) -eq 0 ]] || { command -v sudo >/dev/null && sudo -n true 2>/dev/null; }; }; }
 clangxx=$(command -v clang++-14 || command -v clang++ || true)
-if [[ -z $clangxx ]]; then
+if [[ $FUZZ != 0 && -z $clangxx ]]; then
   if can_install; then
     missing+=(clang libclang-rt-14-dev)
     origin[clang]=clang++
   else
     echo "note: clang++ not found: the fuzz targets are skipped (apt-get install clang libclang-rt-14-dev)" >&2
   fi
-elif [[ ! -f $("$clangxx" -print-file-name=libclang_rt.fuzzer-x86_64.a) &&
+elif [[ $FUZZ != 0 && ! -f $("$clangxx" -print-file-name=libclang_rt.fuzzer-x86_64.a) &&
         ! -f $("$clangxx" -print-resource-dir)/lib/linux/libclang_rt.fuzzer-x86_64.a ]]; then
   version=$("$clangxx" -dumpversion | cut -d. -f1)
   if can_install; then

@@ -22,7 +22,7 @@
 #              (PEER_BUDGET seconds, 240: every step's timeout is what is left of it)
 # Writes full logs to OUTDIR and prints a summary table last. A tool that is missing is
 # reported as unavailable, not as a failure. Needs the binaries built beforehand (here or
-# elsewhere: make ARCH=90).
+# elsewhere: `make ARCH=90 all build/tests`).
 set -u
 usage="usage: tools/gpu_check.sh OUTDIR [tests|sanitizer|bench|loader|train|yolov3|nccl|nccl2|tc|peer ...]"
 OUT=${1:?$usage}
