@@ -1,8 +1,7 @@
-// Nothing lost, nothing crashes (runtime/stop_signal.h, graph/checkpoint_files.h,
-// graph/divergence.h): a stop request finishes the step under way and saves, and resuming gives
-// the uninterrupted run's bits (1 and 2 replicas; one rank asked is enough); the signal handler's
-// first and second signal; --resume falls back to prev.ckpt when last.ckpt is damaged or missing;
-// a save that hits the file size limit leaves the previous checkpoints intact; the output folder
+// Nothing lost, nothing crashes (graph/checkpoint_files.h, graph/divergence.h): a stop request
+// finishes the step under way and saves, and resuming gives the uninterrupted run's bits (1 and 2
+// replicas; one rank asked is enough); --resume falls back to prev.ckpt when last.ckpt is damaged
+// or missing; a save that hits the file size limit leaves the previous checkpoints intact; the output folder
 // is checked before training; K non-finite steps in a row stop the run naming the layer.
 #include <doctest/doctest.h>
 #include <signal.h>
@@ -23,7 +22,6 @@
 #include "graph/executor.h"
 #include "graph/train.h"
 #include "graph/weights.h"
-#include "runtime/stop_signal.h"
 #include "tests/child_process.h"
 #include "tests/graph_fixtures.h"
 #include "tests/test_support.h"
@@ -106,40 +104,6 @@ TEST_CASE("a stop request finishes the step and saves; resumed, the uninterrupte
 TEST_CASE("a stop request on emu:0 (graphs replayed) and emu:0,1 (carried in the all-reduce); resumed bit for bit") {
   if (!YOLO_EMULATED_KERNELS) return;  // emulated GPUs exist only in build/tests_emu
   check_stop_and_resume(DeviceKind::Emu);
-}
-
-TEST_CASE("SIGTERM and SIGINT: the first sets the stop request, a second stops the process at once") {
-  for (int signal : {SIGTERM, SIGINT}) {
-    CAPTURE(signal);
-    int status = 0;
-    std::string output = yolo::testing::output_of_forked(
-        [signal] {
-          install_stop_handlers();
-          raise(signal);
-          if (stop_signal() != signal) _exit(10);  // the first: only the flag
-          raise(signal);
-          _exit(11);  // not reached: the second one's default action ends the process
-        },
-        &status);
-    INFO(output);
-    REQUIRE(WIFSIGNALED(status));
-    CHECK(WTERMSIG(status) == signal);
-    CHECK(output.find(std::string(signal_name(signal)) + " received: stopping after the step under way") !=
-          std::string::npos);
-    CHECK(output.find("a second signal: stopping at once") != std::string::npos);
-  }
-  // After training the handlers go: the first signal then stops the process.
-  int status = 0;
-  std::string output = yolo::testing::output_of_forked(
-      [] {
-        install_stop_handlers();
-        remove_stop_handlers();
-        raise(SIGINT);
-        _exit(12);
-      },
-      &status);
-  CHECK(WIFSIGNALED(status));
-  CHECK(output.find("received") == std::string::npos);
 }
 
 TEST_CASE("--resume falls back to prev.ckpt when last.ckpt is damaged or missing, saying what it costs") {

@@ -6,11 +6,13 @@
 # it refused on an sm_75), let --precision auto pick bf16 (sm_90) and fp16 (sm_75), refuse bf16
 # on an sm_75, train 2 steps replayed as graphs (the second launched) and 2 with --no-graph (the same weights), and
 # refuse a bad --devices with the flag named; report every problem of a hostile VOC set at once;
-# stop a run with SIGTERM and continue it with the printed command, ending on the uninterrupted bits. Prints "tests: N passed, M failed, 0 skipped" for tools/run_tests.sh.
+# stop a run with SIGTERM through timeout (one request as two signals) and continue it with the
+# printed command, ending on the uninterrupted bits; stop two ranks through launch_local.sh. Prints "tests: N passed, M failed, 0 skipped" for tools/run_tests.sh.
 # BUILD (env): the build folder (build).
 set -u
 cd "$(dirname "$0")/.."
 bin="$(pwd)/${BUILD:-build}/train_yolo_emu"
+launcher="$(pwd)/tools/launch_local.sh"
 models="$(pwd)/models"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -111,29 +113,49 @@ else
   echo "FAILED: the problem list $list does not name all four; it holds:"
   sed 's/^/    /' "$list" 2>/dev/null | tail -n 20
 fi
-# SIGTERM mid-run (issue 17), from the console as a cluster sends it: the step under way finishes
-# and is saved, exit status 75, the --resume command printed; that command then ends on the
-# weights of an uninterrupted run. (CPU backend: the stop logic is not device-specific.)
+# SIGTERM mid-run (issues 17, 34), as GNU timeout sends it: to the process, then to its process
+# group, microseconds apart (a TERM to timeout itself makes it do the same as its deadline does).
+# One request: the step under way finishes and is saved, exit status 75, the --resume command
+# printed; that command then ends on the weights of an uninterrupted run. (CPU backend: the stop
+# logic is not device-specific.)
 sig_args=(--devices cpu --cfg "$models/demo.cfg" --data set/shapes.data --max-batches 24 --size 96 --batch 4
   --checkpoint-every 1)
-(cd "$work" && exec "$bin" "${sig_args[@]}" --out out_sig >"$work/sig.log" 2>&1) &
+(cd "$work" && exec timeout 600 "$bin" "${sig_args[@]}" --out out_sig >"$work/sig.log" 2>&1) &
 sig_pid=$!
-for _ in $(seq 1 600); do [[ -f "$work/out_sig/last.ckpt" ]] && break; sleep 0.1; done
+for _ in $(seq 1 600); do grep -q '^iter 1/' "$work/sig.log" 2>/dev/null && break; sleep 0.1; done
 kill -TERM "$sig_pid"
 wait "$sig_pid"
 sig_status=$?
 resume_line=$(grep -o 'to continue: .*' "$work/sig.log" | sed 's/^to continue: //')
 if [[ $sig_status -eq 75 ]] && grep -q "SIGTERM received: stopping after the step under way" "$work/sig.log" &&
-  grep -q "stopped by SIGTERM after step" "$work/sig.log" && [[ "$resume_line" == *" --out out_sig --resume" ]]; then
+  grep -q "stopped by SIGTERM after step" "$work/sig.log" && ! grep -q "stopping at once" "$work/sig.log" &&
+  [[ "$resume_line" == *" --out out_sig --resume" ]]; then
   passed=$((passed + 1))
-  echo "ok: SIGTERM stops after the step under way, saves, exit 75: $(grep -o 'stopped by SIGTERM after step [0-9]*' "$work/sig.log")"
+  echo "ok: timeout's SIGTERM pair is one request: the step finishes, saves, exit 75: $(grep -o 'stopped by SIGTERM after step [0-9]*' "$work/sig.log")"
 else
   failed=$((failed + 1))
-  echo "FAILED: SIGTERM (exit $sig_status, wanted 75 and the --resume command); its output:"
+  echo "FAILED: SIGTERM through timeout (exit $sig_status, wanted 75, one request and the --resume command); its output:"
   sed 's/^/    /' "$work/sig.log" | tail -n 20
 fi
 check "the printed --resume command continues" 0 "resuming out_sig/last.ckpt at step" bash -c "$resume_line"
 check "the same run uninterrupted" 0 "24 steps" "$bin" "${sig_args[@]}" --out out_nosig
 same_weights out_sig out_nosig "stopped by SIGTERM and resumed = uninterrupted, bit for bit"
+# tools/launch_local.sh passes a SIGTERM on to its ranks (2 CPU ranks as processes): every rank
+# stops after the same step and saves, and the launcher exits 75.
+(cd "$work" && exec "$launcher" -n 2 -p ll -- "$bin" "${sig_args[@]}" --out out_ll >"$work/ll.log" 2>&1) &
+ll_pid=$!
+for _ in $(seq 1 600); do grep -q '^iter 1/' "$work/ll.rank0.log" 2>/dev/null && break; sleep 0.1; done
+kill -TERM "$ll_pid"
+wait "$ll_pid"
+ll_status=$?
+if [[ $ll_status -eq 75 ]] && [[ $(grep -c '^rank [01]: exit 75' "$work/ll.log") -eq 2 ]] &&
+  grep -q "stopped by SIGTERM after step" "$work/ll.rank0.log" && [[ -f "$work/out_ll/last.ckpt" ]]; then
+  passed=$((passed + 1))
+  echo "ok: launch_local.sh passes SIGTERM on: both ranks stop and save, exit 75"
+else
+  failed=$((failed + 1))
+  echo "FAILED: launch_local.sh and SIGTERM (exit $ll_status, wanted 75 from it and both ranks); its output:"
+  sed 's/^/    /' "$work/ll.log" "$work"/ll.rank*.log | tail -n 20
+fi
 echo "tests: $passed passed, $failed failed, 0 skipped"
 [[ $failed -eq 0 ]]
