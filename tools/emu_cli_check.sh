@@ -90,6 +90,9 @@ check "the demo on a 4-class set: heads resized" 0 "the [yolo] heads resized fro
 check "detect with the run's model.cfg" 0 " -> drawn_four/000000.png" "$bin" detect --devices cpu \
   --weights out_four/last.weights --names set/four.names --size 64 --out drawn_four set/validation/images/000000.png
 
+# What a new user tripped on (issue 34).
+check "usage: data's description beside it" 0 "[data options]   read a dataset, say what it is" "$bin" --help
+
 # A hostile VOC set (issue 16): a truncated XML, swapped corners, a box beyond <size>, a truncated
 # JPEG; every problem in one run, all of them in the list, and 4 of 12 unusable stops the run.
 mkdir -p "$work/hvoc" && cp -r "$work/set/train" "$work/set/validation" "$work/hvoc/"
