@@ -11,6 +11,7 @@
 #include "data/draw.h"
 #include "data/feeder.h"
 #include "data/image.h"
+#include "data/json.h"
 #include "data/loader.h"
 #include "kernels/ops.h"
 #include "runtime/check.h"
@@ -181,6 +182,13 @@ void write_coco_detections(const std::string& path, const std::vector<ImageDetec
     if (!out) throw Error("cannot write the detections file " + tmp);
   }
   std::filesystem::rename(tmp, path);
+}
+
+std::string detection_json(const std::string& image, const std::string& class_name, const PixelDetection& d) {
+  char numbers[160];
+  std::snprintf(numbers, sizeof numbers, ", \"score\": %.4f, \"box\": [%.1f, %.1f, %.1f, %.1f]}", d.score, d.x0, d.y0,
+                d.x1, d.y1);
+  return "{\"image\": " + data::json_string(image) + ", \"class\": " + data::json_string(class_name) + numbers;
 }
 
 void write_detections_image(const ImageDetections& detections, const std::vector<std::string>& names,

@@ -50,6 +50,10 @@ data::MapResult evaluate_split(Executor& executor, const data::Split& split, int
 void write_coco_detections(const std::string& path, const std::vector<ImageDetections>& found, const data::Split& split,
                            const std::vector<int64_t>& category_ids);
 
+// One detection as `train_yolo detect --json` prints it: a JSON object on one line,
+// {"image", "class", "score", "box": [x0, y0, x1, y1] (pixels)}, its strings escaped.
+std::string detection_json(const std::string& image, const std::string& class_name, const PixelDetection& d);
+
 // Writes `image` with its detections drawn to `path` (PNG or JPEG by extension).
 void write_detections_image(const ImageDetections& detections, const std::vector<std::string>& names,
                             const std::string& path);

@@ -1,7 +1,8 @@
 // map --save-json (graph/evaluate.h write_coco_detections): COCO's results format with the
 // dataset's own ids (COCO's image ids and non-contiguous category ids), [x, y, w, h] from the
 // pixel corners; unreadable images give nothing; the other formats use the sample and class
-// indices. Read back with the project's JSON reader.
+// indices. detect --json (detection_json): one object per line, names escaped. Read back with
+// the project's JSON reader.
 #include <doctest/doctest.h>
 
 #include <string>
@@ -49,4 +50,21 @@ TEST_CASE("COCO results: the dataset's ids, [x, y, width, height], unreadable im
   json = data::read_json_file(path);
   CHECK(json.items[0].find("image_id")->number == 0);
   CHECK(json.items[0].find("category_id")->number == 1);
+}
+
+TEST_CASE("detect --json: one JSON object per line, file and class names escaped") {
+  const std::string image = "photos/a \"quoted\" \\ name\t1.jpg";
+  const std::string name = "class \"x\"";
+  const std::string line = detection_json(image, name, PixelDetection{2, 0.875f, 1.5f, 2, 30.5f, 40});
+  CHECK(line.find('\n') == std::string::npos);
+  const data::JsonValue json = data::parse_json(line, "the line");
+  REQUIRE(json.kind == data::JsonKind::Object);
+  CHECK(json.find("image")->string == image);
+  CHECK(json.find("class")->string == name);
+  CHECK(json.find("score")->number == doctest::Approx(0.875));
+  const data::JsonValue& box = *json.find("box");
+  REQUIRE(box.items.size() == 4);
+  CHECK(box.items[0].number == doctest::Approx(1.5));
+  CHECK(box.items[2].number == doctest::Approx(30.5));
+  CHECK(box.items[3].number == doctest::Approx(40));
 }

@@ -93,6 +93,23 @@ check "detect with the run's model.cfg" 0 " -> drawn_four/000000.png" "$bin" det
 # What a new user tripped on (issue 34).
 check "usage: data's description beside it" 0 "[data options]   read a dataset, say what it is" "$bin" --help
 
+# detect's stdout is its results only (every line a JSON object, or TSV of 7 fields); what it
+# says about devices and files goes to stderr. (out/ is the run trained above.)
+detect_args=(detect --devices cpu --cfg "$models/demo.cfg" --weights out/last.weights --names set/shapes.names
+  --size 64 --threshold 0.001 --out drawn_json set/validation/images/000000.png)
+(cd "$work" && "$bin" "${detect_args[@]}" --json >"$work/detect.json" 2>"$work/detect.err" &&
+  "$bin" "${detect_args[@]}" >"$work/detect.tsv" 2>>"$work/detect.err")
+if [[ -s "$work/detect.json" ]] && ! grep -qv '^{"image": ".*", "class": ".*", "score": [0-9.]*, "box": \[.*\]}$' \
+  "$work/detect.json" && ! awk -F'\t' 'NF != 7 { bad = 1 } END { exit !bad }' "$work/detect.tsv" &&
+  grep -q "train_yolo: using the CPU backend" "$work/detect.err"; then
+  passed=$((passed + 1))
+  echo "ok: detect's stdout holds only its results ($(wc -l <"$work/detect.json") JSON lines)"
+else
+  failed=$((failed + 1))
+  echo "FAILED: detect's stdout holds more than its results; stdout (--json, then TSV), stderr:"
+  cat "$work/detect.json" "$work/detect.tsv" "$work/detect.err" | sed 's/^/    /' | tail -n 20
+fi
+
 # A hostile VOC set (issue 16): a truncated XML, swapped corners, a box beyond <size>, a truncated
 # JPEG; every problem in one run, all of them in the list, and 4 of 12 unusable stops the run.
 mkdir -p "$work/hvoc" && cp -r "$work/set/train" "$work/set/validation" "$work/hvoc/"

@@ -397,9 +397,11 @@ std::unique_ptr<yolo::graph::Executor> load_for_inference(const yolo::graph::Mod
   return executor;
 }
 
+// The device of map and detect, said on stderr: their stdout is the results (detect's: only the
+// TSV or JSON lines).
 yolo::Device first_device(const Options& options, const yolo::GpuDiscovery& found) {
   yolo::DeviceChoice choice = yolo::choose_devices(options.devices, found);
-  std::printf("train_yolo: %s\n", choice.reason.c_str());
+  std::fprintf(stderr, "train_yolo: %s\n", choice.reason.c_str());
   return choice.devices.front();
 }
 
@@ -494,8 +496,7 @@ int run_detect(const Options& options, const yolo::GpuDiscovery& found) {
     if (!r.ok) continue;  // the loader warned, naming the file
     for (const yolo::graph::PixelDetection& d : r.detections) {
       if (options.json)
-        std::printf("{\"image\": \"%s\", \"class\": \"%s\", \"score\": %.4f, \"box\": [%.1f, %.1f, %.1f, %.1f]}\n",
-                    r.image.c_str(), name_of(d.class_id).c_str(), d.score, d.x0, d.y0, d.x1, d.y1);
+        std::printf("%s\n", yolo::graph::detection_json(r.image, name_of(d.class_id), d).c_str());
       else
         std::printf("%s\t%s\t%.4f\t%.1f\t%.1f\t%.1f\t%.1f\n", r.image.c_str(), name_of(d.class_id).c_str(), d.score,
                     d.x0, d.y0, d.x1, d.y1);
