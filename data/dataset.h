@@ -26,7 +26,10 @@ struct Box {
 struct Sample {
   std::string image;        // path as the loader opens it
   std::vector<Box> boxes;   // at most kMaxBoxes
-  int64_t image_id = -1;    // COCO: the file's image id (-1 for the other formats)
+  // COCO: the file's image id. The other formats: the 1-based position of the image in its split
+  // as listed (the list file's lines, the sorted images or annotation files), items left out
+  // included: the id data/synthetic.h's COCO files give the same image.
+  int64_t image_id = -1;
 };
 
 // What was repaired or dropped while reading labels; reported, never silent.

@@ -31,6 +31,7 @@ struct VocObject {
 // from every file first).
 struct VocFile {
   std::string xml_path;
+  int64_t position = 0;  // 1-based, among the split's annotation files sorted by name
   std::string image;
   double width = 0, height = 0;  // 0: unknown (no <size> and no image to read it from)
   int size_line = 0;             // of <size>, 0 when the size came from the image
@@ -164,9 +165,10 @@ VocSplit read_split(const fs::path& dir) {
   if (xml_files.empty()) throw Error("Pascal VOC: no .xml annotation files in " + annotations.string());
   std::sort(xml_files.begin(), xml_files.end());
   // One file's problem leaves that item out; the others are read (every problem reported at once).
-  for (const fs::path& xml : xml_files) {
+  for (size_t i = 0; i < xml_files.size(); ++i) {
     try {
-      split.files.push_back(read_annotation(xml, images));
+      split.files.push_back(read_annotation(xml_files[i], images));
+      split.files.back().position = static_cast<int64_t>(i) + 1;
     } catch (const ItemError& e) {
       split.problems.push_back({e.kind(), e.what()});
     } catch (const Error& e) {
@@ -216,6 +218,7 @@ void build_split(const VocSplit& voc, const std::map<std::string, int>& class_id
   for (const VocFile& f : voc.files) {
     Sample sample;
     sample.image = f.image;
+    sample.image_id = f.position;
     LabelCounts counts;
     try {
       add_objects(f, class_ids, names_source, sample, counts);

@@ -163,11 +163,11 @@ void write_coco_detections(const std::string& path, const std::vector<ImageDetec
     const char* sep = "\n";
     for (size_t i = 0; i < found.size() && i < split.samples.size(); ++i) {
       if (!found[i].ok) continue;
-      const int64_t image_id = split.samples[i].image_id >= 0 ? split.samples[i].image_id : static_cast<int64_t>(i);
+      const int64_t image_id = split.samples[i].image_id;
+      if (image_id < 0) throw Error(split.samples[i].image + ": no image id (the dataset readers give every image one)");
       for (const PixelDetection& d : found[i].detections) {
-        const int64_t category = static_cast<size_t>(d.class_id) < category_ids.size()
-                                     ? category_ids[static_cast<size_t>(d.class_id)]
-                                     : d.class_id;
+        const int64_t category =
+            category_ids.empty() ? d.class_id + 1 : category_ids.at(static_cast<size_t>(d.class_id));
         char line[256];
         std::snprintf(
             line, sizeof line,

@@ -458,9 +458,11 @@ int run_map(const Options& options, const yolo::GpuDiscovery& found) {
     yolo::graph::write_coco_detections(options.save_json, detections, split, dataset.category_ids);
     size_t n = 0;
     for (const auto& image : detections) n += image.detections.size();
-    std::printf("train_yolo: %zu detection%s in COCO's results format -> %s (%s ids)\n", n, n == 1 ? "" : "s",
+    std::printf("train_yolo: %zu detection%s in COCO's results format -> %s (%s)\n", n, n == 1 ? "" : "s",
                 options.save_json.c_str(),
-                dataset.category_ids.empty() ? "sample index and class index as" : "the dataset's image and category");
+                dataset.category_ids.empty()
+                    ? "image ids: the 1-based position as listed; category ids: the class index + 1"
+                    : "the dataset's image and category ids");
   }
   return 0;
 }
