@@ -115,6 +115,16 @@ Dataset open_dataset(const std::string& path, const OpenOptions& options = {});
 constexpr float kFarOutside = 0.01f;
 void add_normalized_box(Sample& sample, Box box, int classes, const std::string& where, LabelCounts& counts);
 
+// For the pixel-box formats (VOC, COCO): what is wrong with the continuous box [x0, x1] x [y0, y1]
+// that goes more than kFarOutside past an edge of a width x height image, "" when it does not:
+// "extends past the image's right edge (xmax 900 > width 160)", or "lies entirely outside the
+// image, past its ...", each edge crossed told by the format's own comparison in `words`.
+struct EdgeWords {
+  std::string left, top, right, bottom;  // e.g. VOC's "xmin -3 < 1", COCO's "x + width 40 > 17"
+};
+std::string beyond_image(double x0, double y0, double x1, double y1, double width, double height,
+                         const EdgeWords& words);
+
 // Reads a names file (one class name per line; blank lines and surrounding spaces ignored;
 // duplicates are an error naming both lines).
 std::vector<std::string> read_names_file(const std::string& path);

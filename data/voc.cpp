@@ -178,10 +178,21 @@ VocSplit read_split(const fs::path& dir) {
   return split;
 }
 
+// VOC's numbers for beyond_image's message: "xmax 900 > width 160" and the like.
+EdgeWords voc_edge_words(const VocObject& o, double width, double height) {
+  auto number = [](double v) {
+    std::ostringstream text;
+    text << v;
+    return text.str();
+  };
+  return {"xmin " + number(o.xmin) + " < 1", "ymin " + number(o.ymin) + " < 1",
+          "xmax " + number(o.xmax) + " > width " + number(width), "ymax " + number(o.ymax) + " > height " + number(height)};
+}
+
 // The sample's boxes. VOC boxes are pixels of the image's <size>, corners 1-based and inclusive
 // (xmin = 1, xmax = W covers the whole width: the continuous box is [xmin - 1, xmax] x
 // [ymin - 1, ymax]); one well beyond the size (more than 1%: a little over is clipped) leaves the
-// item out with a message naming that size.
+// item out with a message naming the edge it crosses and the size.
 void add_objects(const VocFile& f, const std::map<std::string, int>& class_ids, const std::string& names_source,
                  Sample& sample, LabelCounts& counts) {
   for (const VocObject& o : f.objects) {
@@ -191,11 +202,12 @@ void add_objects(const VocFile& f, const std::map<std::string, int>& class_ids, 
                                            "' is not in the names file " + names_source);
     // Without a size (no <size>, no image on disk) the sample is left out as a missing image.
     if (f.width == 0 || f.height == 0) continue;
-    const double slack_x = f.width * kFarOutside, slack_y = f.height * kFarOutside;
-    if (o.xmin - 1 < -slack_x || o.ymin - 1 < -slack_y || o.xmax > f.width + slack_x || o.ymax > f.height + slack_y) {
+    if (const std::string beyond = beyond_image(o.xmin - 1, o.ymin - 1, o.xmax, o.ymax, f.width, f.height,
+                                                voc_edge_words(o, f.width, f.height));
+        !beyond.empty()) {
       std::ostringstream msg;
       msg << at(f.xml_path, o.line) << ": the box (" << o.xmin << ", " << o.ymin << ") - (" << o.xmax << ", " << o.ymax
-          << ") lies outside the image, which is " << f.width << "x" << f.height << " pixels"
+          << ") " << beyond << "; the image is " << f.width << "x" << f.height << " pixels"
           << (f.size_line ? " by its <size> (line " + std::to_string(f.size_line) + ")"
                           : std::string(" (read from the image)"));
       throw ItemError("box outside the image", msg.str());

@@ -222,10 +222,15 @@ TEST_CASE("voc: malformed annotations are errors naming the XML file and line") 
          "<difficult> is '2', expected 0 or 1");
   expect("<annotation>\n<size><width>-5</width><height>4</height></size>\n</annotation>", 2, "negative image size");
   expect("<annotation>\n<size><width>wide</width></size>\n</annotation>", 2, "<width> is 'wide'");
-  // Pixel coordinates beyond the image: add_normalized_box's check, with the object's line.
-  // Pixels beyond <size>: named as such (VOC boxes are pixels; not darknet's normalisation message).
+  // Pixels beyond <size>, with the object's line: the edges crossed and the size (VOC boxes are
+  // pixels; not darknet's normalisation message). A box mostly inside is not "outside".
   expect(voc_file("a.jpg", 10, 10, "\n" + object("x", "1", "1", "30", "2")), 6,
-         "the box (1, 1) - (30, 2) lies outside the image, which is 10x10 pixels by its <size> (line 4)");
+         "the box (1, 1) - (30, 2) extends past the image's right edge (xmax 30 > width 10); the image is 10x10 "
+         "pixels by its <size> (line 4)");
+  expect(voc_file("a.jpg", 10, 10, object("x", "-5", "2", "4", "20")), 5,
+         "extends past the image's left edge (xmin -5 < 1) and its bottom edge (ymax 20 > height 10)");
+  expect(voc_file("a.jpg", 10, 10, object("x", "3", "-8", "4", "-2")), 5,
+         "lies entirely outside the image, past its top edge (ymin -8 < 1)");
 }
 
 TEST_CASE("voc: layout errors say what was expected") {
