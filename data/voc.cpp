@@ -6,6 +6,7 @@
 #include <cmath>
 #include <filesystem>
 #include <map>
+#include <set>
 #include <sstream>
 
 #include "data/dataset.h"
@@ -143,10 +144,40 @@ VocFile read_annotation(const fs::path& xml_path, const fs::path& images_dir) {
   return f;
 }
 
-bool is_xml_file(const fs::path& path) {
+std::string lower_extension(const fs::path& path) {
   std::string ext = path.extension().string();
   std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return std::tolower(c); });
-  return ext == ".xml";
+  return ext;
+}
+
+bool is_xml_file(const fs::path& path) { return lower_extension(path) == ".xml"; }
+
+bool is_image_file(const fs::path& path) {
+  const std::string ext = lower_extension(path);
+  return ext == ".jpg" || ext == ".jpeg" || ext == ".png" || ext == ".bmp";
+}
+
+// imageai's convention: an image without an annotation file is not part of the set. Each one is
+// reported (nothing is left out: it was never in), so that a lost XML file does not go unnoticed.
+// An image counts as annotated when an XML file has its name (stem) or an annotation names it.
+void report_unannotated(const fs::path& images, const std::vector<fs::path>& xml_files, VocSplit& split) {
+  std::set<std::string> stems, named;
+  for (const fs::path& xml : xml_files) stems.insert(xml.stem().string());
+  for (const VocFile& f : split.files) named.insert(f.image);
+  std::vector<fs::path> unannotated;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(images, ec))
+    if (entry.is_regular_file(ec) && is_image_file(entry.path()) && !stems.count(entry.path().stem().string()) &&
+        !named.count(entry.path().string()))
+      unannotated.push_back(entry.path());
+  if (ec) throw Error("Pascal VOC: cannot list " + images.string() + ": " + ec.message());
+  std::sort(unannotated.begin(), unannotated.end());
+  for (const fs::path& image : unannotated)
+    split.problems.push_back({"image without annotation",
+                              image.string() + ": no annotation file (" +
+                                  (images.parent_path() / "annotations" / (image.stem().string() + ".xml")).string() +
+                                  ", or one whose <filename> names it): not part of the set, as in imageai",
+                              false});
 }
 
 VocSplit read_split(const fs::path& dir) {
@@ -175,6 +206,7 @@ VocSplit read_split(const fs::path& dir) {
       split.problems.push_back({"malformed label file", e.what()});
     }
   }
+  report_unannotated(images, xml_files, split);
   return split;
 }
 

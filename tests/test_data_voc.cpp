@@ -157,6 +157,29 @@ TEST_CASE("voc: image paths from <filename>, or the XML's own name with an image
   CHECK(d.class_names == std::vector<std::string>{"x"});
 }
 
+TEST_CASE("voc: an image without annotation file is not part of the set, and is reported") {
+  TempDir dir;
+  make_split(dir, "train");
+  for (const char* image : {"a.jpg", "b.png", "c.JPG", "d.jpg", "notes.txt"})
+    write_text_file(dir / ("train/images/" + std::string(image)), "");
+  write_text_file(dir / "train/annotations/a.xml", voc_file("a.jpg", 4, 4, object("x", "1", "1", "2", "2")));
+  write_text_file(dir / "train/annotations/other.xml", voc_file("d.jpg", 4, 4, ""));  // names d.jpg
+  Dataset d = read_voc(dir.path(), {});
+  REQUIRE(d.train.samples.size() == 2);
+  CHECK(d.train.samples[0].image == dir / "train/images/a.jpg");
+  CHECK(d.train.samples[1].image == dir / "train/images/d.jpg");
+  REQUIRE(d.train.problems.size() == 2);  // b.png and c.JPG, sorted; not notes.txt
+  for (const Problem& p : d.train.problems) {
+    CHECK(p.kind == "image without annotation");
+    CHECK_FALSE(p.item);  // nothing left out: it was never in
+  }
+  CHECK(d.train.problems[0].message ==
+        (dir / "train/images/b.png") + ": no annotation file (" + (dir / "train/annotations/b.xml") +
+            ", or one whose <filename> names it): not part of the set, as in imageai");
+  CHECK(d.train.problems[1].message.rfind(dir / "train/images/c.JPG", 0) == 0);
+  CHECK(d.train.left_out() == 0);
+}
+
 TEST_CASE("voc: without <size> the image header gives the size") {
   TempDir dir;
   make_split(dir, "train");
