@@ -13,6 +13,7 @@
 #include "data/image.h"
 #include "data/xml.h"
 #include "runtime/check.h"
+#include "runtime/plural.h"
 
 namespace fs = std::filesystem;
 
@@ -277,6 +278,44 @@ void build_split(const VocSplit& voc, const std::map<std::string, int>& class_id
   split.counts.images = static_cast<int64_t>(split.samples.size());
 }
 
+// A class in validation annotations but in no training one gets no training boxes: the net cannot
+// learn it and its AP is 0 (a misspelt name, or a split made by hand, most often). Reported once
+// per class, at its first box in the validation split; nothing is left out. (A class the names
+// file lacks is an unknown class instead, reported by build_split.)
+void report_validation_only(const VocSplit& train, const VocSplit& valid, const std::map<std::string, int>& class_ids,
+                            Split& split) {
+  std::set<std::string> trained;
+  for (const VocFile& f : train.files)
+    for (const VocObject& o : f.objects) trained.insert(o.name);
+  struct Use {
+    std::string first;  // file:line of its first <name>
+    int64_t boxes = 0;
+    std::set<std::string> files;
+  };
+  std::vector<std::string> order;
+  std::map<std::string, Use> uses;
+  for (const VocFile& f : valid.files)
+    for (const VocObject& o : f.objects) {
+      if (trained.count(o.name) || !class_ids.count(o.name)) continue;
+      auto [use, fresh] = uses.try_emplace(o.name);
+      if (fresh) {
+        order.push_back(o.name);
+        use->second.first = at(f.xml_path, o.name_line);
+      }
+      ++use->second.boxes;
+      use->second.files.insert(f.xml_path);
+    }
+  for (const std::string& name : order) {
+    const Use& use = uses[name];
+    split.problems.push_back(
+        {"class with no training boxes",
+         use.first + ": class '" + name + "' appears only in the validation split (" + counted(use.boxes, "box", "boxes") +
+             " in " + counted(static_cast<int64_t>(use.files.size()), "file") +
+             ", the first here): training has no boxes for it, so the net cannot learn it and its AP will be 0",
+         false});
+  }
+}
+
 }  // namespace
 
 Dataset read_voc(const std::string& root_path, const OpenOptions& options) {
@@ -318,7 +357,10 @@ Dataset read_voc(const std::string& root_path, const OpenOptions& options) {
   dataset.train.name = "train";
   dataset.valid.name = "valid";
   build_split(splits[0], class_ids, options.names_file, dataset.train);
-  if (splits.size() > 1) build_split(splits[1], class_ids, options.names_file, dataset.valid);
+  if (splits.size() > 1) {
+    build_split(splits[1], class_ids, options.names_file, dataset.valid);
+    report_validation_only(splits[0], splits[1], class_ids, dataset.valid);
+  }
 
   dataset.description = "Pascal VOC at " + root_path + ": " + std::to_string(dataset.class_names.size()) + " classes" +
                         classes_from + "; train: " + splits[0].dir;

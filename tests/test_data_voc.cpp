@@ -133,6 +133,38 @@ TEST_CASE("voc: a names file fixes the class order; an unknown name is an error 
   check_voc_error(dir, options, dir / "train/annotations/c.xml:6", "class 'horse' is not in the names file");
 }
 
+TEST_CASE("voc: a class only in the validation split is reported with its file and line") {
+  TempDir dir;
+  make_split(dir, "train");
+  make_split(dir, "validation");
+  write_text_file(dir / "train/annotations/a.xml", voc_file("a.jpg", 10, 10, object("cat", "1", "1", "5", "5")));
+  write_text_file(dir / "validation/annotations/v1.xml",
+                  voc_file("v1.jpg", 10, 10, object("cat", "1", "1", "5", "5") + object("Cat", "2", "2", "6", "6")));
+  write_text_file(dir / "validation/annotations/v2.xml", voc_file("v2.jpg", 10, 10, object("Cat", "1", "1", "4", "4")));
+
+  Dataset d = read_voc(dir.path(), {});
+  CHECK(d.class_names == std::vector<std::string>{"Cat", "cat"});  // still a class, now a reported one
+  CHECK(d.valid.samples.size() == 2);
+  CHECK(d.train.problems.empty());
+  REQUIRE(d.valid.problems.size() == 1);
+  CHECK(d.valid.problems[0].kind == "class with no training boxes");
+  CHECK_FALSE(d.valid.problems[0].item);
+  CHECK(d.valid.problems[0].message ==
+        (dir / "validation/annotations/v1.xml") +
+            ":6: class 'Cat' appears only in the validation split (2 boxes in 2 files, the first here): training "
+            "has no boxes for it, so the net cannot learn it and its AP will be 0");
+
+  // With a names file that lacks it: an unknown class, as anywhere else (and only that).
+  write_text_file(dir / "names.txt", "cat\n");
+  OpenOptions options;
+  options.names_file = dir / "names.txt";
+  d = read_voc(dir.path(), options);
+  REQUIRE(d.valid.problems.size() == 2);
+  for (const Problem& p : d.valid.problems) CHECK(p.kind == "unknown class");
+  CHECK(d.valid.problems[0].message.rfind((dir / "validation/annotations/v1.xml") + ":6: class 'Cat' is not in", 0) ==
+        0);
+}
+
 TEST_CASE("voc: image paths from <filename>, or the XML's own name with an image extension") {
   TempDir dir;
   make_split(dir, "train");
