@@ -110,6 +110,12 @@ else
   cat "$work/detect.json" "$work/detect.tsv" "$work/detect.err" | sed 's/^/    /' | tail -n 20
 fi
 
+# data and training agree on the steps per epoch: 12 images at batch 5 are 2 (the partial batch dropped).
+check "data: steps per epoch as training's" 0 "batch 5 at 64x64 (letterbox, augmented), 2 steps per epoch" "$bin" data \
+  --data set/shapes.data --size 64 --batch 5 --out data_steps
+check "training: the same steps per epoch" 0 "12 training images, 2 steps per epoch" "$bin" --devices cpu \
+  --cfg "$models/demo.cfg" --data set/shapes.data --max-batches 1 --size 64 --batch 5 --out out_steps
+
 # A hostile VOC set (issue 16): a truncated XML, swapped corners, a box beyond <size>, a truncated
 # JPEG; every problem in one run, all of them in the list, and 4 of 12 unusable stops the run.
 mkdir -p "$work/hvoc" && cp -r "$work/set/train" "$work/set/validation" "$work/hvoc/"

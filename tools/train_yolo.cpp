@@ -344,7 +344,8 @@ yolo::data::Dataset open_and_describe(const std::string& path, yolo::data::OpenO
   return dataset;
 }
 
-// Runs the loader over the training split as training would, and reports what it delivered.
+// Runs the loader over the training split as training would (the loader's default remainder, as
+// graph/train.cpp's: the last partial batch of an epoch dropped), and reports what it delivered.
 void run_loader(const yolo::data::Dataset& dataset, const Options& options) {
   yolo::data::LoaderOptions o;
   o.batch = options.batch ? options.batch : 16;
@@ -357,7 +358,6 @@ void run_loader(const yolo::data::Dataset& dataset, const Options& options) {
   o.augment_params.exposure = 1.5f;
   o.threads = options.threads;
   o.strict = options.open.strict;
-  o.remainder = yolo::data::Remainder::Wrap;
   yolo::data::Loader loader(dataset.train, o);
   std::printf("train_yolo: loader: %s, batch %d at %dx%d (%s%s), %lld steps per epoch\n",
               yolo::counted(loader.threads(), "thread").c_str(), o.batch, o.net_w, o.net_h,
