@@ -116,6 +116,20 @@ check "data: steps per epoch as training's" 0 "batch 5 at 64x64 (letterbox, augm
 check "training: the same steps per epoch" 0 "12 training images, 2 steps per epoch" "$bin" --devices cpu \
   --cfg "$models/demo.cfg" --data set/shapes.data --max-batches 1 --size 64 --batch 5 --out out_steps
 
+# One epoch numbering: the console's "epoch N: loss" lines and results.csv's epoch column (12
+# images at batch 4: 3 steps an epoch, 6 steps are epochs 1 and 2).
+check "two epochs" 0 "6 steps" "$bin" --devices cpu --cfg "$models/demo.cfg" --data set/shapes.data --max-batches 6 \
+  --size 64 --batch 4 --out out_epochs
+console_epochs=$(grep -o 'train_yolo: epoch [0-9.]*: loss' "$work/two_epochs.log" | awk '{print $3}' | tr -d : | paste -sd,)
+csv_epochs=$(tail -n +2 "$work/out_epochs/results.csv" 2>/dev/null | cut -d, -f1 | paste -sd,)
+if [[ "$console_epochs" == "1,2" && "$csv_epochs" == "1,2" ]]; then
+  passed=$((passed + 1))
+  echo "ok: the console and results.csv number the epochs alike (1, 2)"
+else
+  failed=$((failed + 1))
+  echo "FAILED: epochs on the console '$console_epochs', in results.csv '$csv_epochs' (wanted 1,2 both)"
+fi
+
 # A hostile VOC set (issue 16): a truncated XML, swapped corners, a box beyond <size>, a truncated
 # JPEG; every problem in one run, all of them in the list, and 4 of 12 unusable stops the run.
 mkdir -p "$work/hvoc" && cp -r "$work/set/train" "$work/set/validation" "$work/hvoc/"

@@ -368,8 +368,8 @@ void run_loader(const yolo::data::Dataset& dataset, const Options& options) {
   int64_t steps = loader.steps_per_epoch() * epochs;
   for (int64_t s = 0; s < steps; ++s) loader.next();
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  for (int e = 0; e < epochs; ++e)
-    std::printf("train_yolo: epoch %d data: %s\n", e, loader.epoch_stats(e).summary().c_str());
+  for (int e = 0; e < epochs; ++e)  // counted as training counts them: the first is epoch 1
+    std::printf("train_yolo: epoch %d data: %s\n", e + 1, loader.epoch_stats(e).summary().c_str());
   std::printf("train_yolo: loader delivered %.1f images/s (%lld batches in %.2f s)\n", steps * o.batch / seconds,
               static_cast<long long>(steps), seconds);
 }
