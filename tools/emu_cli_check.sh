@@ -130,6 +130,22 @@ else
   echo "FAILED: epochs on the console '$console_epochs', in results.csv '$csv_epochs' (wanted 1,2 both)"
 fi
 
+# The default job (no --cfg: models/demo.cfg from the working directory) reports the final mAP on
+# the validation split; it reaches results.csv's last row and the chart.
+ln -s "$models" "$work/models"
+check "the default job reports its final map" 0 "mAP@0.5 recorded as step 2's in out_default/results.csv and chart.png" "$bin" \
+  --devices cpu --data set/shapes.data --max-batches 2 --size 64 --batch 4 --out out_default
+final_map=$(tail -n 1 "$work/out_default/results.csv" 2>/dev/null | awk -F, '{ print $NF }')
+printed_map=$(grep -o 'mAP@0.5 = [0-9.]*' "$work/the_default_job_reports_its_final_map.log" | awk '{ print $3 }')
+if [[ -n "$final_map" && -n "$printed_map" ]] && awk -v a="$final_map" -v b="$printed_map" \
+  'BEGIN { exit !(a - b < 5e-5 && b - a < 5e-5) }'; then
+  passed=$((passed + 1))
+  echo "ok: results.csv's last row holds the final mAP@0.5 ($final_map)"
+else
+  failed=$((failed + 1))
+  echo "FAILED: results.csv's last row has map50 '$final_map', not the mAP@0.5 the run printed"
+fi
+
 # A hostile VOC set (issue 16): a truncated XML, swapped corners, a box beyond <size>, a truncated
 # JPEG; every problem in one run, all of them in the list, and 4 of 12 unusable stops the run.
 mkdir -p "$work/hvoc" && cp -r "$work/set/train" "$work/set/validation" "$work/hvoc/"

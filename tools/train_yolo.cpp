@@ -26,6 +26,7 @@
 #include "graph/evaluate.h"
 #include "graph/executor.h"
 #include "graph/heads.h"
+#include "graph/run_record.h"
 #include "graph/train.h"
 #include "graph/weights.h"
 #include "kernels/cpu_isa.h"
@@ -412,16 +413,20 @@ void print_result(const yolo::graph::TrainResult& result) {
               result.weights_path.c_str(), result.checkpoint_path.c_str());
 }
 
-// Validation mAP of a trained detector and one validation image with its detections drawn.
+// Validation mAP of a trained detector (into the run's results.csv and chart.png as the last
+// step's) and one validation image with its detections drawn.
 void report_detector(const yolo::graph::ModelSpec& spec, const yolo::data::Dataset& dataset, yolo::Device device,
-                     const std::string& weights, const std::string& out_dir) {
+                     const yolo::graph::TrainResult& trained, const std::string& out_dir) {
   const yolo::data::Split& split = dataset.valid.samples.empty() ? dataset.train : dataset.valid;
-  auto executor = load_for_inference(spec, device, weights, 8);
+  auto executor = load_for_inference(spec, device, trained.weights_path, 8);
   yolo::data::MapResult result =
       yolo::graph::evaluate_split(*executor, split, static_cast<int>(dataset.class_names.size()), {});
   std::fputs(result.table(dataset.class_names).c_str(), stdout);
   std::printf("train_yolo: mAP@0.5 = %.4f on the %s split (%zu images)\n", result.map50, split.name.c_str(),
               split.samples.size());
+  if (&split == &dataset.valid && yolo::graph::record_final_map(out_dir, trained.iterations, result.map50))
+    std::printf("train_yolo: mAP@0.5 recorded as step %lld's in %s/results.csv and chart.png\n",
+                static_cast<long long>(trained.iterations), out_dir.c_str());
   std::vector<yolo::data::Sample> one{split.samples.front()};
   std::vector<yolo::graph::ImageDetections> found = yolo::graph::detect_samples(*executor, one, {});
   std::string drawn = out_dir + "/detections.jpg";
@@ -769,7 +774,7 @@ int train(const Options& options, const yolo::GpuDiscovery& found) {
     if (result.stop != yolo::graph::TrainStop::Finished) return early_stop(result, options, leader);
     print_result(result);
     if (leader && (options.cfg.empty() || options.valid_every))
-      report_detector(spec, dataset, device, result.weights_path, to.out_dir);
+      report_detector(spec, dataset, device, result, to.out_dir);
     return 0;
   } else {
     std::string data = options.data.empty() ? "mnist" : options.data;
