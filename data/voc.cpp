@@ -219,7 +219,8 @@ EdgeWords voc_edge_words(const VocObject& o, double width, double height) {
     return text.str();
   };
   return {"xmin " + number(o.xmin) + " < 1", "ymin " + number(o.ymin) + " < 1",
-          "xmax " + number(o.xmax) + " > width " + number(width), "ymax " + number(o.ymax) + " > height " + number(height)};
+          "xmax " + number(o.xmax) + " > width " + number(width),
+          "ymax " + number(o.ymax) + " > height " + number(height)};
 }
 
 // The sample's boxes. VOC boxes are pixels of the image's <size>, corners 1-based and inclusive
@@ -307,12 +308,13 @@ void report_validation_only(const VocSplit& train, const VocSplit& valid, const 
     }
   for (const std::string& name : order) {
     const Use& use = uses[name];
-    split.problems.push_back(
-        {"class with no training boxes",
-         use.first + ": class '" + name + "' appears only in the validation split (" + counted(use.boxes, "box", "boxes") +
-             " in " + counted(static_cast<int64_t>(use.files.size()), "file") +
-             ", the first here): training has no boxes for it, so the net cannot learn it and its AP will be 0",
-         false});
+    split.problems.push_back({"class with no training boxes",
+                              use.first + ": class '" + name + "' appears only in the validation split (" +
+                                  counted(use.boxes, "box", "boxes") + " in " +
+                                  counted(static_cast<int64_t>(use.files.size()), "file") +
+                                  ", the first here): training has no boxes for it, so the net cannot learn it and "
+                                  "its AP will be 0",
+                              false});
   }
 }
 

@@ -164,7 +164,8 @@ void write_coco_detections(const std::string& path, const std::vector<ImageDetec
     for (size_t i = 0; i < found.size() && i < split.samples.size(); ++i) {
       if (!found[i].ok) continue;
       const int64_t image_id = split.samples[i].image_id;
-      if (image_id < 0) throw Error(split.samples[i].image + ": no image id (the dataset readers give every image one)");
+      if (image_id < 0)
+        throw Error(split.samples[i].image + ": no image id (the dataset readers give every image one)");
       for (const PixelDetection& d : found[i].detections) {
         const int64_t category =
             category_ids.empty() ? d.class_id + 1 : category_ids.at(static_cast<size_t>(d.class_id));

@@ -120,7 +120,8 @@ check "training: the same steps per epoch" 0 "12 training images, 2 steps per ep
 # images at batch 4: 3 steps an epoch, 6 steps are epochs 1 and 2).
 check "two epochs" 0 "6 steps" "$bin" --devices cpu --cfg "$models/demo.cfg" --data set/shapes.data --max-batches 6 \
   --size 64 --batch 4 --out out_epochs
-console_epochs=$(grep -o 'train_yolo: epoch [0-9.]*: loss' "$work/two_epochs.log" | awk '{print $3}' | tr -d : | paste -sd,)
+console_epochs=$(grep -o 'train_yolo: epoch [0-9.]*: loss' "$work/two_epochs.log" | awk '{ print $3 }' | tr -d : |
+  paste -sd,)
 csv_epochs=$(tail -n +2 "$work/out_epochs/results.csv" 2>/dev/null | cut -d, -f1 | paste -sd,)
 if [[ "$console_epochs" == "1,2" && "$csv_epochs" == "1,2" ]]; then
   passed=$((passed + 1))
@@ -133,8 +134,8 @@ fi
 # The default job (no --cfg: models/demo.cfg from the working directory) reports the final mAP on
 # the validation split; it reaches results.csv's last row and the chart.
 ln -s "$models" "$work/models"
-check "the default job reports its final map" 0 "mAP@0.5 recorded as step 2's in out_default/results.csv and chart.png" "$bin" \
-  --devices cpu --data set/shapes.data --max-batches 2 --size 64 --batch 4 --out out_default
+check "the default job reports its final map" 0 "mAP@0.5 recorded as step 2's in out_default/results.csv" \
+  "$bin" --devices cpu --data set/shapes.data --max-batches 2 --size 64 --batch 4 --out out_default
 final_map=$(tail -n 1 "$work/out_default/results.csv" 2>/dev/null | awk -F, '{ print $NF }')
 printed_map=$(grep -o 'mAP@0.5 = [0-9.]*' "$work/the_default_job_reports_its_final_map.log" | awk '{ print $3 }')
 if [[ -n "$final_map" && -n "$printed_map" ]] && awk -v a="$final_map" -v b="$printed_map" \
