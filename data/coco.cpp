@@ -172,12 +172,16 @@ void read_split(const JsonValue& root, const std::string& file, const fs::path& 
       if (bw < 0 || bh < 0)
         throw ItemError("box with swapped corners", where + ": \"bbox\" has a negative width or height");
       // COCO boxes are continuous pixel coordinates: top-left corner, then width and height; one
-      // well beyond the image (more than 1%: a little over is clipped) names the image's size.
+      // well beyond the image (more than 1%: a little over is clipped) names the edge it crosses
+      // and the image's size.
       const ImageSize& size = sizes[index];
-      const double slack_x = size.width * kFarOutside, slack_y = size.height * kFarOutside;
-      if (bx < -slack_x || by < -slack_y || bx + bw > size.width + slack_x || by + bh > size.height + slack_y)
+      const EdgeWords words{"x " + show(bx) + " < 0", "y " + show(by) + " < 0",
+                            "x + width " + show(bx + bw) + " > " + show(size.width),
+                            "y + height " + show(by + bh) + " > " + show(size.height)};
+      if (const std::string beyond = beyond_image(bx, by, bx + bw, by + bh, size.width, size.height, words);
+          !beyond.empty())
         throw ItemError("box outside the image", where + ": \"bbox\" [" + show(bx) + ", " + show(by) + ", " + show(bw) +
-                                                     ", " + show(bh) + "] lies outside its image, which is " +
+                                                     ", " + show(bh) + "] " + beyond + "; the image is " +
                                                      show(size.width) + "x" + show(size.height) +
                                                      " pixels by \"images\"");
       Box box;

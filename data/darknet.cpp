@@ -46,10 +46,12 @@ void read_list(const std::string& list_file, const std::string& base_dir, int cl
   if (!in) throw Error("cannot open image list " + list_file + ": " + std::strerror(errno));
   std::string list_dir = fs::path(list_file).parent_path().string();
   std::string line;
+  int64_t position = 0;
   while (std::getline(in, line)) {
     std::string listed = trim(line);
     if (listed.empty() || listed[0] == '#') continue;
     Sample sample;
+    sample.image_id = ++position;
     // Image paths in a list are relative to the working directory (darknet) or else to the
     // list's folder, then the .data file's.
     sample.image = resolve_listed_path(listed, list_dir);

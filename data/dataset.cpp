@@ -100,6 +100,22 @@ void add_normalized_box(Sample& sample, Box box, int classes, const std::string&
   sample.boxes.push_back(box);
 }
 
+std::string beyond_image(double x0, double y0, double x1, double y1, double width, double height,
+                         const EdgeWords& words) {
+  const double slack_x = width * kFarOutside, slack_y = height * kFarOutside;
+  std::vector<std::pair<const char*, const std::string*>> crossed;
+  if (x0 < -slack_x) crossed.push_back({"left", &words.left});
+  if (x1 > width + slack_x) crossed.push_back({"right", &words.right});
+  if (y0 < -slack_y) crossed.push_back({"top", &words.top});
+  if (y1 > height + slack_y) crossed.push_back({"bottom", &words.bottom});
+  if (crossed.empty()) return "";
+  const bool overlaps = x0 < width && x1 > 0 && y0 < height && y1 > 0;
+  std::string text = overlaps ? "extends past the image's " : "lies entirely outside the image, past its ";
+  for (size_t i = 0; i < crossed.size(); ++i)
+    text += std::string(i ? " and its " : "") + crossed[i].first + " edge (" + *crossed[i].second + ")";
+  return text;
+}
+
 static std::string trim(const std::string& s) {
   size_t b = s.find_first_not_of(" \t\r\n"), e = s.find_last_not_of(" \t\r\n");
   return b == std::string::npos ? std::string() : s.substr(b, e - b + 1);

@@ -26,7 +26,10 @@ struct Box {
 struct Sample {
   std::string image;        // path as the loader opens it
   std::vector<Box> boxes;   // at most kMaxBoxes
-  int64_t image_id = -1;    // COCO: the file's image id (-1 for the other formats)
+  // COCO: the file's image id. The other formats: the 1-based position of the image in its split
+  // as listed (the list file's lines, the sorted images or annotation files), items left out
+  // included: the id data/synthetic.h's COCO files give the same image.
+  int64_t image_id = -1;
 };
 
 // What was repaired or dropped while reading labels; reported, never silent.
@@ -111,6 +114,16 @@ Dataset open_dataset(const std::string& path, const OpenOptions& options = {});
 // (then counts boxes_over_limit).
 constexpr float kFarOutside = 0.01f;
 void add_normalized_box(Sample& sample, Box box, int classes, const std::string& where, LabelCounts& counts);
+
+// For the pixel-box formats (VOC, COCO): what is wrong with the continuous box [x0, x1] x [y0, y1]
+// that goes more than kFarOutside past an edge of a width x height image, "" when it does not:
+// "extends past the image's right edge (xmax 900 > width 160)", or "lies entirely outside the
+// image, past its ...", each edge crossed told by the format's own comparison in `words`.
+struct EdgeWords {
+  std::string left, top, right, bottom;  // e.g. VOC's "xmin -3 < 1", COCO's "x + width 40 > 17"
+};
+std::string beyond_image(double x0, double y0, double x1, double y1, double width, double height,
+                         const EdgeWords& words);
 
 // Reads a names file (one class name per line; blank lines and surrounding spaces ignored;
 // duplicates are an error naming both lines).

@@ -158,6 +158,31 @@ Rgb label_ink(Rgb background) {
 // A pixel coordinate (not NaN) as an int, limited to far beyond any image so it is safe to add to.
 int to_pixel(double v) { return int(std::clamp(v, -1e8, 1e8)); }
 
+// A detection's box as inclusive pixels clipped to the image (continuous corners floored and
+// ceiled, so a box reaching past an edge shows its outline along that edge); false when nothing of
+// it is in the image or a corner is NaN.
+bool box_pixels(const DrawnBox& box, int width, int height, int& x0, int& y0, int& x1, int& y1) {
+  if (std::isnan(box.x0) || std::isnan(box.y0) || std::isnan(box.x1) || std::isnan(box.y1)) return false;
+  x0 = to_pixel(std::floor(box.x0));
+  y0 = to_pixel(std::floor(box.y0));
+  x1 = to_pixel(std::ceil(box.x1)) - 1;
+  y1 = to_pixel(std::ceil(box.y1)) - 1;
+  if (x0 > x1) std::swap(x0, x1);
+  if (y0 > y1) std::swap(y0, y1);
+  if (x1 < 0 || y1 < 0 || x0 >= width || y0 >= height) return false;
+  x0 = std::max(x0, 0);
+  y0 = std::max(y0, 0);
+  x1 = std::min(x1, width - 1);
+  y1 = std::min(y1, height - 1);
+  return true;
+}
+
+int detection_scale(int width, int height) { return std::max(1, std::min(width, height) / 400); }
+
+bool overlap(const DetectionLabel& a, const DetectionLabel& b) {
+  return a.x < b.x + b.width && b.x < a.x + a.width && a.y < b.y + b.height && b.y < a.y + a.height;
+}
+
 }  // namespace
 
 const uint8_t* glyph_rows(char c) {
@@ -249,38 +274,58 @@ int draw_text(Image& image, int x, int y, const std::string& text, Rgb foregroun
   return width;
 }
 
+std::vector<DetectionLabel> place_labels(int width, int height, const std::vector<DrawnBox>& boxes,
+                                         const std::vector<std::string>& names) {
+  const int scale = detection_scale(width, height), label_height = kCellHeight * scale;
+  std::vector<size_t> order(boxes.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return boxes[a].score > boxes[b].score; });
+  std::vector<DetectionLabel> placed;
+  for (size_t i : order) {
+    const DrawnBox& box = boxes[i];
+    int x0, y0, x1, y1;
+    if (!box_pixels(box, width, height, x0, y0, x1, y1)) continue;
+    DetectionLabel label;
+    label.box = i;
+    const bool named = box.class_id >= 0 && size_t(box.class_id) < names.size();
+    char score[32];
+    std::snprintf(score, sizeof score, " %.2f", double(box.score));
+    label.text = (named ? names[size_t(box.class_id)] : std::to_string(box.class_id)) + score;
+    label.background = class_colour(box.class_id);
+    label.ink = label_ink(label.background);
+    label.scale = scale;
+    label.width = text_width(label.text, scale);
+    label.height = label_height;
+    label.x = std::max(0, std::min(x0, width - label.width));
+    const int preferred = y0 >= label_height ? y0 - label_height : y0;  // above the box, else just inside it
+    // The first free row: the preferred one, then down a label at a time, then up.
+    std::vector<int> rows;
+    for (int y = preferred; y + label_height <= height; y += label_height) rows.push_back(y);
+    for (int y = preferred - label_height; y >= 0; y -= label_height) rows.push_back(y);
+    if (rows.empty()) rows.push_back(0);  // an image lower than a label: clipped at its bottom
+    for (int y : rows) {
+      label.y = y;
+      if (std::none_of(placed.begin(), placed.end(), [&](const DetectionLabel& p) { return overlap(label, p); })) {
+        placed.push_back(label);
+        break;
+      }
+    }
+  }
+  return placed;
+}
+
 void draw_detections(Image& image, const std::vector<DrawnBox>& boxes, const std::vector<std::string>& names) {
   check_image(image, "draw_detections");
   if (image.width == 0 || image.height == 0) return;
-  int scale = std::max(1, std::min(image.width, image.height) / 400);
-  int thickness = scale + 1;
-  int label_height = kCellHeight * scale;
+  const int thickness = detection_scale(image.width, image.height) + 1;
   for (const DrawnBox& box : boxes) {
-    if (std::isnan(box.x0) || std::isnan(box.y0) || std::isnan(box.x1) || std::isnan(box.y1)) continue;
-    // Continuous corners to inclusive pixels, then clipped so that a box reaching past an edge
-    // shows its outline along that edge.
-    int x0 = to_pixel(std::floor(box.x0)), y0 = to_pixel(std::floor(box.y0));
-    int x1 = to_pixel(std::ceil(box.x1)) - 1, y1 = to_pixel(std::ceil(box.y1)) - 1;
-    if (x0 > x1) std::swap(x0, x1);
-    if (y0 > y1) std::swap(y0, y1);
-    if (x1 < 0 || y1 < 0 || x0 >= image.width || y0 >= image.height) continue;
-    x0 = std::max(x0, 0);
-    y0 = std::max(y0, 0);
-    x1 = std::min(x1, image.width - 1);
-    y1 = std::min(y1, image.height - 1);
-    Rgb colour = class_colour(box.class_id);
-    draw_rectangle(image, x0, y0, x1, y1, colour, thickness);
-
-    std::string name = box.class_id >= 0 && size_t(box.class_id) < names.size() ? names[size_t(box.class_id)]
-                                                                                : std::to_string(box.class_id);
-    char score[32];
-    std::snprintf(score, sizeof score, " %.2f", double(box.score));
-    std::string label = name + score;
-    int label_width = text_width(label, scale);
-    int label_x = std::max(0, std::min(x0, image.width - label_width));
-    int label_y = y0 >= label_height ? y0 - label_height : y0;  // above the box, else just inside it
-    draw_text(image, label_x, label_y, label, label_ink(colour), colour, scale);
+    int x0, y0, x1, y1;
+    if (box_pixels(box, image.width, image.height, x0, y0, x1, y1))
+      draw_rectangle(image, x0, y0, x1, y1, class_colour(box.class_id), thickness);
   }
+  // The labels after every outline, so that no outline crosses a label.
+  for (const DetectionLabel& label : place_labels(image.width, image.height, boxes, names))
+    draw_text(image, label.x, label.y, label.text, label.ink, label.background, label.scale);
 }
 
 }  // namespace yolo::data

@@ -2,6 +2,7 @@
 // (printable ASCII), each class in its own colour.
 #pragma once
 #include <array>
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -37,7 +38,24 @@ struct DrawnBox {
   int class_id = 0;
   float score = 0;
 };
-// Boxes with "name 0.87" labels above them (inside the image when there is no room above).
+// A detection's label as draw_detections places it: "name 0.87" in the class colour.
+struct DetectionLabel {
+  size_t box = 0;  // index into the boxes
+  std::string text;
+  Rgb background{}, ink{};
+  int scale = 1;
+  int x = 0, y = 0, width = 0, height = 0;  // top-left corner and size in pixels
+};
+
+// The labels of `boxes` on a width x height image, no two overlapping: each above its box (just
+// inside it at the image's top edge), or else in the first free row of label height below that
+// place, or else above it; the boxes in order of descending score, so that the best keeps its
+// place beside its box. A label with no free row is left out (its box is still drawn); so is the
+// label of a box that is not drawn (wholly outside the image, or a NaN corner).
+std::vector<DetectionLabel> place_labels(int width, int height, const std::vector<DrawnBox>& boxes,
+                                         const std::vector<std::string>& names);
+
+// Boxes with their labels as place_labels places them, drawn over every outline.
 void draw_detections(Image& image, const std::vector<DrawnBox>& boxes, const std::vector<std::string>& names);
 
 }  // namespace yolo::data

@@ -27,9 +27,11 @@ void read_folder(const fs::path& images, const fs::path& labels, int classes, Sp
     if (entry.is_regular_file(ec) && is_image_file(entry.path())) files.push_back(entry.path());
   if (ec) throw Error("cannot list " + images.string() + ": " + ec.message());
   std::sort(files.begin(), files.end());
-  for (const fs::path& file : files) {
+  for (size_t i = 0; i < files.size(); ++i) {
+    const fs::path& file = files[i];
     Sample sample;
     sample.image = file.string();
+    sample.image_id = static_cast<int64_t>(i) + 1;
     add_labelled_sample(std::move(sample), (labels / file.stem()).string() + ".txt", classes, split);
   }
 }

@@ -346,4 +346,21 @@ JsonValue read_json_file(const std::string& path, const JsonOptions& options) {
   return parse_json(text, path, options);
 }
 
+std::string json_string(std::string_view text) {
+  std::string out = "\"";
+  for (char c : text) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      char escape[8];
+      std::snprintf(escape, sizeof escape, "\\u%04x", static_cast<unsigned>(c));
+      out += escape;
+    } else {
+      out += c;
+    }
+  }
+  return out + '"';
+}
+
 }  // namespace yolo::data

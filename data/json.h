@@ -1,5 +1,6 @@
 // A small JSON reader (RFC 8259) for COCO annotation files, which can be hundreds of MB: one
 // pass over the text held in memory; every value keeps its line so label errors can point at it.
+// And the one thing JSON writers need from it: strings quoted and escaped.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -45,5 +46,9 @@ JsonValue parse_json(std::string_view text, const std::string& file, const JsonO
 
 // Reads the file at `path` into memory once and parses it (errors name it).
 JsonValue read_json_file(const std::string& path, const JsonOptions& options = {});
+
+// `text` as a JSON string: in double quotes, with '"', '\\' and control characters escaped (for
+// writers of JSON whose strings come from users: file paths, class names).
+std::string json_string(std::string_view text);
 
 }  // namespace yolo::data

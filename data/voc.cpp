@@ -6,12 +6,14 @@
 #include <cmath>
 #include <filesystem>
 #include <map>
+#include <set>
 #include <sstream>
 
 #include "data/dataset.h"
 #include "data/image.h"
 #include "data/xml.h"
 #include "runtime/check.h"
+#include "runtime/plural.h"
 
 namespace fs = std::filesystem;
 
@@ -31,6 +33,7 @@ struct VocObject {
 // from every file first).
 struct VocFile {
   std::string xml_path;
+  int64_t position = 0;  // 1-based, among the split's annotation files sorted by name
   std::string image;
   double width = 0, height = 0;  // 0: unknown (no <size> and no image to read it from)
   int size_line = 0;             // of <size>, 0 when the size came from the image
@@ -142,10 +145,40 @@ VocFile read_annotation(const fs::path& xml_path, const fs::path& images_dir) {
   return f;
 }
 
-bool is_xml_file(const fs::path& path) {
+std::string lower_extension(const fs::path& path) {
   std::string ext = path.extension().string();
   std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return std::tolower(c); });
-  return ext == ".xml";
+  return ext;
+}
+
+bool is_xml_file(const fs::path& path) { return lower_extension(path) == ".xml"; }
+
+bool is_image_file(const fs::path& path) {
+  const std::string ext = lower_extension(path);
+  return ext == ".jpg" || ext == ".jpeg" || ext == ".png" || ext == ".bmp";
+}
+
+// imageai's convention: an image without an annotation file is not part of the set. Each one is
+// reported (nothing is left out: it was never in), so that a lost XML file does not go unnoticed.
+// An image counts as annotated when an XML file has its name (stem) or an annotation names it.
+void report_unannotated(const fs::path& images, const std::vector<fs::path>& xml_files, VocSplit& split) {
+  std::set<std::string> stems, named;
+  for (const fs::path& xml : xml_files) stems.insert(xml.stem().string());
+  for (const VocFile& f : split.files) named.insert(f.image);
+  std::vector<fs::path> unannotated;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(images, ec))
+    if (entry.is_regular_file(ec) && is_image_file(entry.path()) && !stems.count(entry.path().stem().string()) &&
+        !named.count(entry.path().string()))
+      unannotated.push_back(entry.path());
+  if (ec) throw Error("Pascal VOC: cannot list " + images.string() + ": " + ec.message());
+  std::sort(unannotated.begin(), unannotated.end());
+  for (const fs::path& image : unannotated)
+    split.problems.push_back({"image without annotation",
+                              image.string() + ": no annotation file (" +
+                                  (images.parent_path() / "annotations" / (image.stem().string() + ".xml")).string() +
+                                  ", or one whose <filename> names it): not part of the set, as in imageai",
+                              false});
 }
 
 VocSplit read_split(const fs::path& dir) {
@@ -164,22 +197,36 @@ VocSplit read_split(const fs::path& dir) {
   if (xml_files.empty()) throw Error("Pascal VOC: no .xml annotation files in " + annotations.string());
   std::sort(xml_files.begin(), xml_files.end());
   // One file's problem leaves that item out; the others are read (every problem reported at once).
-  for (const fs::path& xml : xml_files) {
+  for (size_t i = 0; i < xml_files.size(); ++i) {
     try {
-      split.files.push_back(read_annotation(xml, images));
+      split.files.push_back(read_annotation(xml_files[i], images));
+      split.files.back().position = static_cast<int64_t>(i) + 1;
     } catch (const ItemError& e) {
       split.problems.push_back({e.kind(), e.what()});
     } catch (const Error& e) {
       split.problems.push_back({"malformed label file", e.what()});
     }
   }
+  report_unannotated(images, xml_files, split);
   return split;
+}
+
+// VOC's numbers for beyond_image's message: "xmax 900 > width 160" and the like.
+EdgeWords voc_edge_words(const VocObject& o, double width, double height) {
+  auto number = [](double v) {
+    std::ostringstream text;
+    text << v;
+    return text.str();
+  };
+  return {"xmin " + number(o.xmin) + " < 1", "ymin " + number(o.ymin) + " < 1",
+          "xmax " + number(o.xmax) + " > width " + number(width),
+          "ymax " + number(o.ymax) + " > height " + number(height)};
 }
 
 // The sample's boxes. VOC boxes are pixels of the image's <size>, corners 1-based and inclusive
 // (xmin = 1, xmax = W covers the whole width: the continuous box is [xmin - 1, xmax] x
 // [ymin - 1, ymax]); one well beyond the size (more than 1%: a little over is clipped) leaves the
-// item out with a message naming that size.
+// item out with a message naming the edge it crosses and the size.
 void add_objects(const VocFile& f, const std::map<std::string, int>& class_ids, const std::string& names_source,
                  Sample& sample, LabelCounts& counts) {
   for (const VocObject& o : f.objects) {
@@ -189,11 +236,12 @@ void add_objects(const VocFile& f, const std::map<std::string, int>& class_ids, 
                                            "' is not in the names file " + names_source);
     // Without a size (no <size>, no image on disk) the sample is left out as a missing image.
     if (f.width == 0 || f.height == 0) continue;
-    const double slack_x = f.width * kFarOutside, slack_y = f.height * kFarOutside;
-    if (o.xmin - 1 < -slack_x || o.ymin - 1 < -slack_y || o.xmax > f.width + slack_x || o.ymax > f.height + slack_y) {
+    if (const std::string beyond = beyond_image(o.xmin - 1, o.ymin - 1, o.xmax, o.ymax, f.width, f.height,
+                                                voc_edge_words(o, f.width, f.height));
+        !beyond.empty()) {
       std::ostringstream msg;
       msg << at(f.xml_path, o.line) << ": the box (" << o.xmin << ", " << o.ymin << ") - (" << o.xmax << ", " << o.ymax
-          << ") lies outside the image, which is " << f.width << "x" << f.height << " pixels"
+          << ") " << beyond << "; the image is " << f.width << "x" << f.height << " pixels"
           << (f.size_line ? " by its <size> (line " + std::to_string(f.size_line) + ")"
                           : std::string(" (read from the image)"));
       throw ItemError("box outside the image", msg.str());
@@ -216,6 +264,7 @@ void build_split(const VocSplit& voc, const std::map<std::string, int>& class_id
   for (const VocFile& f : voc.files) {
     Sample sample;
     sample.image = f.image;
+    sample.image_id = f.position;
     LabelCounts counts;
     try {
       add_objects(f, class_ids, names_source, sample, counts);
@@ -228,6 +277,45 @@ void build_split(const VocSplit& voc, const std::map<std::string, int>& class_id
     split.samples.push_back(std::move(sample));
   }
   split.counts.images = static_cast<int64_t>(split.samples.size());
+}
+
+// A class in validation annotations but in no training one gets no training boxes: the net cannot
+// learn it and its AP is 0 (a misspelt name, or a split made by hand, most often). Reported once
+// per class, at its first box in the validation split; nothing is left out. (A class the names
+// file lacks is an unknown class instead, reported by build_split.)
+void report_validation_only(const VocSplit& train, const VocSplit& valid, const std::map<std::string, int>& class_ids,
+                            Split& split) {
+  std::set<std::string> trained;
+  for (const VocFile& f : train.files)
+    for (const VocObject& o : f.objects) trained.insert(o.name);
+  struct Use {
+    std::string first;  // file:line of its first <name>
+    int64_t boxes = 0;
+    std::set<std::string> files;
+  };
+  std::vector<std::string> order;
+  std::map<std::string, Use> uses;
+  for (const VocFile& f : valid.files)
+    for (const VocObject& o : f.objects) {
+      if (trained.count(o.name) || !class_ids.count(o.name)) continue;
+      auto [use, fresh] = uses.try_emplace(o.name);
+      if (fresh) {
+        order.push_back(o.name);
+        use->second.first = at(f.xml_path, o.name_line);
+      }
+      ++use->second.boxes;
+      use->second.files.insert(f.xml_path);
+    }
+  for (const std::string& name : order) {
+    const Use& use = uses[name];
+    split.problems.push_back({"class with no training boxes",
+                              use.first + ": class '" + name + "' appears only in the validation split (" +
+                                  counted(use.boxes, "box", "boxes") + " in " +
+                                  counted(static_cast<int64_t>(use.files.size()), "file") +
+                                  ", the first here): training has no boxes for it, so the net cannot learn it and "
+                                  "its AP will be 0",
+                              false});
+  }
 }
 
 }  // namespace
@@ -271,7 +359,10 @@ Dataset read_voc(const std::string& root_path, const OpenOptions& options) {
   dataset.train.name = "train";
   dataset.valid.name = "valid";
   build_split(splits[0], class_ids, options.names_file, dataset.train);
-  if (splits.size() > 1) build_split(splits[1], class_ids, options.names_file, dataset.valid);
+  if (splits.size() > 1) {
+    build_split(splits[1], class_ids, options.names_file, dataset.valid);
+    report_validation_only(splits[0], splits[1], class_ids, dataset.valid);
+  }
 
   dataset.description = "Pascal VOC at " + root_path + ": " + std::to_string(dataset.class_names.size()) + " classes" +
                         classes_from + "; train: " + splits[0].dir;

@@ -11,6 +11,7 @@
 #include "data/draw.h"
 #include "data/feeder.h"
 #include "data/image.h"
+#include "data/json.h"
 #include "data/loader.h"
 #include "kernels/ops.h"
 #include "runtime/check.h"
@@ -162,11 +163,12 @@ void write_coco_detections(const std::string& path, const std::vector<ImageDetec
     const char* sep = "\n";
     for (size_t i = 0; i < found.size() && i < split.samples.size(); ++i) {
       if (!found[i].ok) continue;
-      const int64_t image_id = split.samples[i].image_id >= 0 ? split.samples[i].image_id : static_cast<int64_t>(i);
+      const int64_t image_id = split.samples[i].image_id;
+      if (image_id < 0)
+        throw Error(split.samples[i].image + ": no image id (the dataset readers give every image one)");
       for (const PixelDetection& d : found[i].detections) {
-        const int64_t category = static_cast<size_t>(d.class_id) < category_ids.size()
-                                     ? category_ids[static_cast<size_t>(d.class_id)]
-                                     : d.class_id;
+        const int64_t category =
+            category_ids.empty() ? d.class_id + 1 : category_ids.at(static_cast<size_t>(d.class_id));
         char line[256];
         std::snprintf(
             line, sizeof line,
@@ -181,6 +183,13 @@ void write_coco_detections(const std::string& path, const std::vector<ImageDetec
     if (!out) throw Error("cannot write the detections file " + tmp);
   }
   std::filesystem::rename(tmp, path);
+}
+
+std::string detection_json(const std::string& image, const std::string& class_name, const PixelDetection& d) {
+  char numbers[160];
+  std::snprintf(numbers, sizeof numbers, ", \"score\": %.4f, \"box\": [%.1f, %.1f, %.1f, %.1f]}", d.score, d.x0, d.y0,
+                d.x1, d.y1);
+  return "{\"image\": " + data::json_string(image) + ", \"class\": " + data::json_string(class_name) + numbers;
 }
 
 void write_detections_image(const ImageDetections& detections, const std::vector<std::string>& names,

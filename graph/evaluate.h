@@ -45,10 +45,16 @@ data::MapResult evaluate_split(Executor& executor, const data::Split& split, int
 // COCO's results format, which pycocotools' loadRes reads: a JSON array of {"image_id",
 // "category_id", "bbox": [x, y, width, height] (pixels, top-left corner), "score"}. Ids are the
 // dataset's own for COCO (its image ids, and `category_ids`, since COCO's are not contiguous);
-// for the other formats, the sample's index in the split and the class index. Unreadable images
-// give nothing. Throws yolo::Error naming the file if it cannot be written.
+// for the other formats (`category_ids` empty) the ids a COCO file written for the same set by
+// data/synthetic.h has: the sample's image_id (its 1-based position as listed) and the class
+// index + 1. Unreadable images give nothing. Throws yolo::Error naming the file if it cannot be
+// written.
 void write_coco_detections(const std::string& path, const std::vector<ImageDetections>& found, const data::Split& split,
                            const std::vector<int64_t>& category_ids);
+
+// One detection as `train_yolo detect --json` prints it: a JSON object on one line,
+// {"image", "class", "score", "box": [x0, y0, x1, y1] (pixels)}, its strings escaped.
+std::string detection_json(const std::string& image, const std::string& class_name, const PixelDetection& d);
 
 // Writes `image` with its detections drawn to `path` (PNG or JPEG by extension).
 void write_detections_image(const ImageDetections& detections, const std::vector<std::string>& names,

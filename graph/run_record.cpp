@@ -94,6 +94,20 @@ std::vector<EpochRecord> read_results(const std::string& path) {
   return rows;
 }
 
+bool record_final_map(const std::string& out_dir, int64_t iteration, double map50) {
+  const std::string csv = out_dir + "/results.csv", tmp = csv + ".tmp";
+  std::error_code ec;
+  if (!std::filesystem::exists(csv, ec)) return false;
+  std::vector<EpochRecord> rows = read_results(csv);
+  if (rows.empty() || rows.back().iteration != iteration) return false;
+  rows.back().map50 = map50;
+  std::filesystem::remove(tmp, ec);
+  for (const EpochRecord& row : rows) append_results(tmp, row);
+  std::filesystem::rename(tmp, csv);
+  data::write_image(out_dir + "/chart.png", draw_chart(rows));
+  return true;
+}
+
 int ChartFrame::x_of(double iteration) const {
   return left + static_cast<int>(std::lround((right - left) * std::clamp(iteration / max_iteration, 0.0, 1.0)));
 }

@@ -34,6 +34,12 @@ void append_results(const std::string& path, const EpochRecord& record);
 // line on a row that does not parse.
 std::vector<EpochRecord> read_results(const std::string& path);
 
+// The mAP@0.5 of the run's final weights, measured after training (train_yolo's report on the
+// validation split), into the record in `out_dir`: results.csv's last row becomes validated with
+// `map50` when it is the row of `iteration` (the run's last step), and chart.png is redrawn.
+// Returns false, changing nothing, when there is no such row (a run that trained no step).
+bool record_final_map(const std::string& out_dir, int64_t iteration, double map50);
+
 // Where the chart draws: the plot area in pixels and the ranges it maps.
 struct ChartFrame {
   int left = 0, top = 0, right = 0, bottom = 0;  // the plot area, inclusive

@@ -469,11 +469,13 @@ TrainResult run_loop(const Graph& graph, Executor& executor, Source& source, con
     int64_t epoch_now = source.state().epoch;
     if (epoch_now != last_epoch_reported) {
       settle_idle(0);
-      // One line per epoch: the mean loss, the step split, what the loader did.
+      // One line per epoch: the mean loss, the step split, what the loader did. Epochs are
+      // counted as completed ones, as the progress line's fraction and results.csv count them:
+      // the first epoch ends as "epoch 1".
       if (leader) {
         std::string summary = source.epoch_summary(last_epoch_reported);
         std::printf("%strain_yolo: epoch %lld: loss %.4g; %s%s%s\n", tty ? "\n" : "",
-                    static_cast<long long>(last_epoch_reported),
+                    static_cast<long long>(epoch_now),
                     epoch_loss.images ? epoch_loss.total / static_cast<double>(epoch_loss.images) : 0.0,
                     epoch_split.text().c_str(), summary.empty() ? "" : "; data: ", summary.c_str());
       }

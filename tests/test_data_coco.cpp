@@ -162,7 +162,12 @@ TEST_CASE("coco: malformed files are errors naming the file, line and element") 
   expect(with_annotation("{\"image_id\": 10, \"category_id\": 1, \"bbox\": [0, 0, 1, 1], \"iscrowd\": 2}"), a,
          "\"iscrowd\" must be 0 or 1");
   expect(with_annotation("{\"image_id\": 10, \"category_id\": 1, \"bbox\": [0, 0, 40, 9]}"), a,
-         "annotations[0]: \"bbox\" [0, 0, 40, 9] lies outside its image, which is 17x9 pixels by \"images\"");
+         "annotations[0]: \"bbox\" [0, 0, 40, 9] extends past the image's right edge (x + width 40 > 17); the image "
+         "is 17x9 pixels by \"images\"");
+  expect(with_annotation("{\"image_id\": 10, \"category_id\": 1, \"bbox\": [-5, -3, 10, 5]}"), a,
+         "extends past the image's left edge (x -5 < 0) and its top edge (y -3 < 0)");
+  expect(with_annotation("{\"image_id\": 10, \"category_id\": 1, \"bbox\": [20, 0, 5, 5]}"), a,
+         "lies entirely outside the image, past its right edge (x + width 25 > 17)");
   expect(with_annotation("7"), a, "annotations[0] is a number, expected an object");
   expect(coco_json("{\"id\": 1, \"file_name\": \"a.jpg\", \"width\": 0, \"height\": 5}\n", "", kCategories), 3,
          "images[0]: image size 0x5 is not positive");

@@ -255,6 +255,42 @@ TEST_CASE("draw: detection labels sit above the box, or inside it at the top edg
   }
 }
 
+TEST_CASE("draw: labels of detections on the same box do not overlap, and each text is whole") {
+  const int w = 120, h = 80;
+  const std::vector<std::string> names = {"ellipse", "rectangle", "triangle"};
+  // The demo's case: two classes on one box, the lower score first (it used to be drawn over).
+  const std::vector<DrawnBox> boxes = {{10.0f, 30.0f, 70.0f, 60.0f, 2, 0.27f}, {10.0f, 30.0f, 70.0f, 60.0f, 0, 0.37f},
+                                       {10.5f, 30.2f, 70.0f, 60.0f, 1, 0.31f}};
+  const std::vector<DetectionLabel> labels = place_labels(w, h, boxes, names);
+  REQUIRE(labels.size() == 3);
+  for (size_t a = 0; a < labels.size(); ++a)
+    for (size_t b = a + 1; b < labels.size(); ++b) {
+      CAPTURE(labels[a].text);
+      CAPTURE(labels[b].text);
+      CHECK((labels[a].x + labels[a].width <= labels[b].x || labels[b].x + labels[b].width <= labels[a].x ||
+             labels[a].y + labels[a].height <= labels[b].y || labels[b].y + labels[b].height <= labels[a].y));
+    }
+  // The best score keeps the place above the box; the others stack below it.
+  CHECK(labels[0].text == "ellipse 0.37");
+  CHECK(labels[0].box == 1);
+  CHECK((labels[0].x == 10 && labels[0].y == 21));
+  CHECK((labels[1].text == "rectangle 0.31" && labels[1].y == 30));
+  CHECK((labels[2].text == "triangle 0.27" && labels[2].y == 39));
+
+  // Drawn: each label's pixels are exactly its text alone on its background.
+  Image image = blank(w, h);
+  draw_detections(image, boxes, names);
+  for (const DetectionLabel& label : labels) {
+    CAPTURE(label.text);
+    Image alone = blank(w, h);
+    draw_text(alone, label.x, label.y, label.text, label.ink, label.background, label.scale);
+    int wrong = 0;
+    for (int y = label.y; y < label.y + label.height; ++y)
+      for (int x = label.x; x < label.x + label.width; ++x) wrong += at(image, x, y) != at(alone, x, y);
+    CHECK(wrong == 0);
+  }
+}
+
 TEST_CASE("draw: boxes partly or wholly outside the image are clipped") {
   const int w = 60, h = 40;
   Rgb colour = class_colour(1);

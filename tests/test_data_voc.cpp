@@ -133,6 +133,38 @@ TEST_CASE("voc: a names file fixes the class order; an unknown name is an error 
   check_voc_error(dir, options, dir / "train/annotations/c.xml:6", "class 'horse' is not in the names file");
 }
 
+TEST_CASE("voc: a class only in the validation split is reported with its file and line") {
+  TempDir dir;
+  make_split(dir, "train");
+  make_split(dir, "validation");
+  write_text_file(dir / "train/annotations/a.xml", voc_file("a.jpg", 10, 10, object("cat", "1", "1", "5", "5")));
+  write_text_file(dir / "validation/annotations/v1.xml",
+                  voc_file("v1.jpg", 10, 10, object("cat", "1", "1", "5", "5") + object("Cat", "2", "2", "6", "6")));
+  write_text_file(dir / "validation/annotations/v2.xml", voc_file("v2.jpg", 10, 10, object("Cat", "1", "1", "4", "4")));
+
+  Dataset d = read_voc(dir.path(), {});
+  CHECK(d.class_names == std::vector<std::string>{"Cat", "cat"});  // still a class, now a reported one
+  CHECK(d.valid.samples.size() == 2);
+  CHECK(d.train.problems.empty());
+  REQUIRE(d.valid.problems.size() == 1);
+  CHECK(d.valid.problems[0].kind == "class with no training boxes");
+  CHECK_FALSE(d.valid.problems[0].item);
+  CHECK(d.valid.problems[0].message ==
+        (dir / "validation/annotations/v1.xml") +
+            ":6: class 'Cat' appears only in the validation split (2 boxes in 2 files, the first here): training "
+            "has no boxes for it, so the net cannot learn it and its AP will be 0");
+
+  // With a names file that lacks it: an unknown class, as anywhere else (and only that).
+  write_text_file(dir / "names.txt", "cat\n");
+  OpenOptions options;
+  options.names_file = dir / "names.txt";
+  d = read_voc(dir.path(), options);
+  REQUIRE(d.valid.problems.size() == 2);
+  for (const Problem& p : d.valid.problems) CHECK(p.kind == "unknown class");
+  CHECK(d.valid.problems[0].message.rfind((dir / "validation/annotations/v1.xml") + ":6: class 'Cat' is not in", 0) ==
+        0);
+}
+
 TEST_CASE("voc: image paths from <filename>, or the XML's own name with an image extension") {
   TempDir dir;
   make_split(dir, "train");
@@ -155,6 +187,29 @@ TEST_CASE("voc: image paths from <filename>, or the XML's own name with an image
   CHECK(d.train.samples[4].boxes.empty());
   CHECK(d.valid.samples.empty());
   CHECK(d.class_names == std::vector<std::string>{"x"});
+}
+
+TEST_CASE("voc: an image without annotation file is not part of the set, and is reported") {
+  TempDir dir;
+  make_split(dir, "train");
+  for (const char* image : {"a.jpg", "b.png", "c.JPG", "d.jpg", "notes.txt"})
+    write_text_file(dir / ("train/images/" + std::string(image)), "");
+  write_text_file(dir / "train/annotations/a.xml", voc_file("a.jpg", 4, 4, object("x", "1", "1", "2", "2")));
+  write_text_file(dir / "train/annotations/other.xml", voc_file("d.jpg", 4, 4, ""));  // names d.jpg
+  Dataset d = read_voc(dir.path(), {});
+  REQUIRE(d.train.samples.size() == 2);
+  CHECK(d.train.samples[0].image == dir / "train/images/a.jpg");
+  CHECK(d.train.samples[1].image == dir / "train/images/d.jpg");
+  REQUIRE(d.train.problems.size() == 2);  // b.png and c.JPG, sorted; not notes.txt
+  for (const Problem& p : d.train.problems) {
+    CHECK(p.kind == "image without annotation");
+    CHECK_FALSE(p.item);  // nothing left out: it was never in
+  }
+  CHECK(d.train.problems[0].message ==
+        (dir / "train/images/b.png") + ": no annotation file (" + (dir / "train/annotations/b.xml") +
+            ", or one whose <filename> names it): not part of the set, as in imageai");
+  CHECK(d.train.problems[1].message.rfind(dir / "train/images/c.JPG", 0) == 0);
+  CHECK(d.train.left_out() == 0);
 }
 
 TEST_CASE("voc: without <size> the image header gives the size") {
@@ -222,10 +277,15 @@ TEST_CASE("voc: malformed annotations are errors naming the XML file and line") 
          "<difficult> is '2', expected 0 or 1");
   expect("<annotation>\n<size><width>-5</width><height>4</height></size>\n</annotation>", 2, "negative image size");
   expect("<annotation>\n<size><width>wide</width></size>\n</annotation>", 2, "<width> is 'wide'");
-  // Pixel coordinates beyond the image: add_normalized_box's check, with the object's line.
-  // Pixels beyond <size>: named as such (VOC boxes are pixels; not darknet's normalisation message).
+  // Pixels beyond <size>, with the object's line: the edges crossed and the size (VOC boxes are
+  // pixels; not darknet's normalisation message). A box mostly inside is not "outside".
   expect(voc_file("a.jpg", 10, 10, "\n" + object("x", "1", "1", "30", "2")), 6,
-         "the box (1, 1) - (30, 2) lies outside the image, which is 10x10 pixels by its <size> (line 4)");
+         "the box (1, 1) - (30, 2) extends past the image's right edge (xmax 30 > width 10); the image is 10x10 "
+         "pixels by its <size> (line 4)");
+  expect(voc_file("a.jpg", 10, 10, object("x", "-5", "2", "4", "20")), 5,
+         "extends past the image's left edge (xmin -5 < 1) and its bottom edge (ymax 20 > height 10)");
+  expect(voc_file("a.jpg", 10, 10, object("x", "3", "-8", "4", "-2")), 5,
+         "lies entirely outside the image, past its top edge (ymin -8 < 1)");
 }
 
 TEST_CASE("voc: layout errors say what was expected") {

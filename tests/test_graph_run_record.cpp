@@ -1,6 +1,7 @@
 // results.csv and chart.png (graph/run_record.h): the columns, appending (one header), reading
 // back; a chart drawn from a planted series has its loss curve and mAP points on the pixels the
-// frame maps them to, and nothing where the curve is not; draw_line's ends and clipping.
+// frame maps them to, and nothing where the curve is not; the final mAP recorded in the last row
+// and drawn; draw_line's ends and clipping.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -9,6 +10,7 @@
 #include <vector>
 
 #include "data/draw.h"
+#include "data/image.h"
 #include "graph/run_record.h"
 #include "runtime/check.h"
 #include "tests/test_support.h"
@@ -91,6 +93,34 @@ TEST_CASE("chart.png: a planted loss line and mAP points land on the frame's pix
   // Above the line, away from grid lines and the mAP point: background.
   CHECK(pixel(chart, f.x_of(30), f.y_of_loss(9.5)) == white);
   CHECK(pixel(chart, f.x_of(80), f.y_of_loss(6.5)) == white);
+}
+
+TEST_CASE("the final weights' mAP goes into results.csv's last row and onto chart.png") {
+  yolo::testing::TempDir dir;
+  EpochRecord r;
+  r.loss = 5;
+  for (int64_t iteration : {12, 24, 30}) {  // two epochs and a partial third, none validated
+    r.iteration = iteration;
+    r.epoch = static_cast<double>(iteration) / 12;
+    append_results(dir / "results.csv", r);
+  }
+  CHECK_FALSE(record_final_map(dir.path(), 24, 0.625));  // not the last row: nothing changes
+  CHECK(read_results(dir / "results.csv").back().map50 == -1);
+  CHECK_FALSE(record_final_map(dir / "elsewhere", 30, 0.625));  // no record at all
+
+  REQUIRE(record_final_map(dir.path(), 30, 0.625));
+  const std::vector<EpochRecord> rows = read_results(dir / "results.csv");
+  REQUIRE(rows.size() == 3);
+  CHECK(rows[0].map50 == -1);
+  CHECK(rows[1].map50 == -1);
+  CHECK(rows[2].map50 == 0.625);
+  CHECK(rows[2].epoch == 2.5);
+  CHECK(rows[2].loss == 5);
+  data::Image chart;
+  std::string error;
+  REQUIRE(data::read_image(dir / "chart.png", chart, error));
+  const ChartFrame f = chart_frame(rows, chart.width, chart.height);
+  CHECK(pixel(chart, f.x_of(30), f.y_of_map(0.625)) == data::Rgb{210, 40, 40});
 }
 
 TEST_CASE("draw_line: both ends drawn, diagonal steps, clipped at the image's edge") {

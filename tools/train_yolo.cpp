@@ -26,6 +26,7 @@
 #include "graph/evaluate.h"
 #include "graph/executor.h"
 #include "graph/heads.h"
+#include "graph/run_record.h"
 #include "graph/train.h"
 #include "graph/weights.h"
 #include "kernels/cpu_isa.h"
@@ -41,13 +42,12 @@ namespace {
 const char* kUsage =
     "usage: train_yolo [options]                   train (default: the demo net on the synthetic shapes)\n"
     "       train_yolo synth DIR [synth options]   write the synthetic shapes dataset\n"
-    "       train_yolo data --data PATH [data options]\n"
+    "       train_yolo data --data PATH [data options]   read a dataset, say what it is, run the loader\n"
     "       train_yolo map --cfg FILE --weights FILE --data PATH   per-class AP, mAP@0.5 and mAP@0.5:0.95\n"
     "       train_yolo anchors --data PATH [--num N] [--size S] [--cfg FILE]   k-means anchors for a dataset\n"
     "       train_yolo detect --cfg FILE --weights FILE --names FILE [--out DIR] [--json] IMAGE...\n"
     "                     (map, detect: without --cfg, the model.cfg beside --weights: the cfg a run trained;\n"
     "                     map --save-json FILE: the detections in COCO's results format, for pycocotools)\n"
-    "                                              read a dataset, say what it is, run the loader\n"
     "options:\n"
     "  --cfg FILE         the network (models/demo.cfg)\n"
     "  --data PATH        the dataset (see data options); for a classifier: mnist or mnist:DIR (IDX files)\n"
@@ -346,7 +346,8 @@ yolo::data::Dataset open_and_describe(const std::string& path, yolo::data::OpenO
   return dataset;
 }
 
-// Runs the loader over the training split as training would, and reports what it delivered.
+// Runs the loader over the training split as training would (the loader's default remainder, as
+// graph/train.cpp's: the last partial batch of an epoch dropped), and reports what it delivered.
 void run_loader(const yolo::data::Dataset& dataset, const Options& options) {
   yolo::data::LoaderOptions o;
   o.batch = options.batch ? options.batch : 16;
@@ -359,7 +360,6 @@ void run_loader(const yolo::data::Dataset& dataset, const Options& options) {
   o.augment_params.exposure = 1.5f;
   o.threads = options.threads;
   o.strict = options.open.strict;
-  o.remainder = yolo::data::Remainder::Wrap;
   yolo::data::Loader loader(dataset.train, o);
   std::printf("train_yolo: loader: %s, batch %d at %dx%d (%s%s), %lld steps per epoch\n",
               yolo::counted(loader.threads(), "thread").c_str(), o.batch, o.net_w, o.net_h,
@@ -370,8 +370,8 @@ void run_loader(const yolo::data::Dataset& dataset, const Options& options) {
   int64_t steps = loader.steps_per_epoch() * epochs;
   for (int64_t s = 0; s < steps; ++s) loader.next();
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  for (int e = 0; e < epochs; ++e)
-    std::printf("train_yolo: epoch %d data: %s\n", e, loader.epoch_stats(e).summary().c_str());
+  for (int e = 0; e < epochs; ++e)  // counted as training counts them: the first is epoch 1
+    std::printf("train_yolo: epoch %d data: %s\n", e + 1, loader.epoch_stats(e).summary().c_str());
   std::printf("train_yolo: loader delivered %.1f images/s (%lld batches in %.2f s)\n", steps * o.batch / seconds,
               static_cast<long long>(steps), seconds);
 }
@@ -399,9 +399,11 @@ std::unique_ptr<yolo::graph::Executor> load_for_inference(const yolo::graph::Mod
   return executor;
 }
 
+// The device of map and detect, said on stderr: their stdout is the results (detect's: only the
+// TSV or JSON lines).
 yolo::Device first_device(const Options& options, const yolo::GpuDiscovery& found) {
   yolo::DeviceChoice choice = yolo::choose_devices(options.devices, found);
-  std::printf("train_yolo: %s\n", choice.reason.c_str());
+  std::fprintf(stderr, "train_yolo: %s\n", choice.reason.c_str());
   return choice.devices.front();
 }
 
@@ -412,16 +414,20 @@ void print_result(const yolo::graph::TrainResult& result) {
               result.weights_path.c_str(), result.checkpoint_path.c_str());
 }
 
-// Validation mAP of a trained detector and one validation image with its detections drawn.
+// Validation mAP of a trained detector (into the run's results.csv and chart.png as the last
+// step's) and one validation image with its detections drawn.
 void report_detector(const yolo::graph::ModelSpec& spec, const yolo::data::Dataset& dataset, yolo::Device device,
-                     const std::string& weights, const std::string& out_dir) {
+                     const yolo::graph::TrainResult& trained, const std::string& out_dir) {
   const yolo::data::Split& split = dataset.valid.samples.empty() ? dataset.train : dataset.valid;
-  auto executor = load_for_inference(spec, device, weights, 8);
+  auto executor = load_for_inference(spec, device, trained.weights_path, 8);
   yolo::data::MapResult result =
       yolo::graph::evaluate_split(*executor, split, static_cast<int>(dataset.class_names.size()), {});
   std::fputs(result.table(dataset.class_names).c_str(), stdout);
   std::printf("train_yolo: mAP@0.5 = %.4f on the %s split (%zu images)\n", result.map50, split.name.c_str(),
               split.samples.size());
+  if (&split == &dataset.valid && yolo::graph::record_final_map(out_dir, trained.iterations, result.map50))
+    std::printf("train_yolo: mAP@0.5 recorded as step %lld's in %s/results.csv and chart.png\n",
+                static_cast<long long>(trained.iterations), out_dir.c_str());
   std::vector<yolo::data::Sample> one{split.samples.front()};
   std::vector<yolo::graph::ImageDetections> found = yolo::graph::detect_samples(*executor, one, {});
   std::string drawn = out_dir + "/detections.jpg";
@@ -458,9 +464,11 @@ int run_map(const Options& options, const yolo::GpuDiscovery& found) {
     yolo::graph::write_coco_detections(options.save_json, detections, split, dataset.category_ids);
     size_t n = 0;
     for (const auto& image : detections) n += image.detections.size();
-    std::printf("train_yolo: %zu detection%s in COCO's results format -> %s (%s ids)\n", n, n == 1 ? "" : "s",
+    std::printf("train_yolo: %zu detection%s in COCO's results format -> %s (%s)\n", n, n == 1 ? "" : "s",
                 options.save_json.c_str(),
-                dataset.category_ids.empty() ? "sample index and class index as" : "the dataset's image and category");
+                dataset.category_ids.empty()
+                    ? "image ids: the 1-based position as listed; category ids: the class index + 1"
+                    : "the dataset's image and category ids");
   }
   return 0;
 }
@@ -496,8 +504,7 @@ int run_detect(const Options& options, const yolo::GpuDiscovery& found) {
     if (!r.ok) continue;  // the loader warned, naming the file
     for (const yolo::graph::PixelDetection& d : r.detections) {
       if (options.json)
-        std::printf("{\"image\": \"%s\", \"class\": \"%s\", \"score\": %.4f, \"box\": [%.1f, %.1f, %.1f, %.1f]}\n",
-                    r.image.c_str(), name_of(d.class_id).c_str(), d.score, d.x0, d.y0, d.x1, d.y1);
+        std::printf("%s\n", yolo::graph::detection_json(r.image, name_of(d.class_id), d).c_str());
       else
         std::printf("%s\t%s\t%.4f\t%.1f\t%.1f\t%.1f\t%.1f\n", r.image.c_str(), name_of(d.class_id).c_str(), d.score,
                     d.x0, d.y0, d.x1, d.y1);
@@ -768,7 +775,7 @@ int train(const Options& options, const yolo::GpuDiscovery& found) {
     if (result.stop != yolo::graph::TrainStop::Finished) return early_stop(result, options, leader);
     print_result(result);
     if (leader && (options.cfg.empty() || options.valid_every))
-      report_detector(spec, dataset, device, result.weights_path, to.out_dir);
+      report_detector(spec, dataset, device, result, to.out_dir);
     return 0;
   } else {
     std::string data = options.data.empty() ? "mnist" : options.data;
