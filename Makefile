@@ -180,6 +180,13 @@ $(BUILD)/native/kernels/cpu_micro_avx512.cpp.o $(BUILD)/emu/kernels/cpu_micro_av
 $(BUILD)/native/kernels/sgd.cu.o $(BUILD)/emu/kernels/sgd.cu.o: EXTRA_FLAGS := -ffp-contract=off
 $(BUILD)/native/kernels/sgd.cu.o: NVCC_EXTRA_FLAGS := -Xcompiler -ffp-contract=off
 
+# Batchnorm's and the activations' 16-bit ops must compute the FP32 op's values, rounded once
+# (kernels/exact_math.cuh): no FMA contraction in their device code or its emulation, so every FMA
+# there is one the source writes (__fmaf_rn) and no instantiation fuses differently.
+BN_ACT_CU := batchnorm.cu activation.cu
+$(foreach f,$(BN_ACT_CU),$(BUILD)/native/kernels/$(f).o $(BUILD)/emu/kernels/$(f).o): EXTRA_FLAGS := -ffp-contract=off
+$(BN_ACT_CU:%=$(BUILD)/native/kernels/%.o): NVCC_EXTRA_FLAGS := --fmad=false
+
 # stb_image is third-party C compiled from the system header: UBSan's findings there (shifts
 # of negative values that its decoders rely on) are not ours to fix; ASan still covers it.
 $(BUILD)/emu/data/stb_impl.cpp.o: CXXFLAGS_EMU += -fno-sanitize=undefined

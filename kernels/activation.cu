@@ -6,6 +6,7 @@
 
 #include "kernels/common.cuh"
 #include "kernels/cpu_parallel.h"
+#include "kernels/exact_math.cuh"
 #include "kernels/storage.cuh"
 
 namespace yolo {
@@ -87,7 +88,8 @@ constexpr int kThreads = 256;
 constexpr unsigned kMaxBlocks = 8192;  // grid-stride beyond this
 
 // Each thread handles V consecutive channels of one pixel per step; `units` = c / V per pixel.
-// T: the storage type (float, Bf16, Fp16); the math is FP32, rounded once on the store.
+// T: the storage type (float, Bf16, Fp16); the math is FP32 in exactly rounded steps, the same
+// in every instantiation (exact_math.cuh), rounded once more on the store.
 template <Activation A, typename T, int V>
 __global__ void forward_kernel(NhwcView<const T> x, NhwcView<T> y, size_t total_units, unsigned units) {
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < total_units; i += size_t(gridDim.x) * blockDim.x) {
@@ -95,7 +97,7 @@ __global__ void forward_kernel(NhwcView<const T> x, NhwcView<T> y, size_t total_
     float v[V];
     load_values<T, V>(x.data + p * x.stride + ch, v);
 #pragma unroll
-    for (int j = 0; j < V; ++j) v[j] = activate<A>(v[j]);
+    for (int j = 0; j < V; ++j) v[j] = activate_rn<A>(v[j]);
     store_values<T, V>(y.data + p * y.stride + ch, v);
   }
 }
@@ -110,7 +112,7 @@ __global__ void backward_kernel(NhwcView<const T> y, NhwcView<const T> grad_y, N
     load_values<T, V>(grad_y.data + p * grad_y.stride + ch, g);
 #pragma unroll
     for (int j = 0; j < V; ++j) {
-      if constexpr (A != Activation::Linear) g[j] *= activation_gradient_from_output<A>(out[j]);
+      if constexpr (A != Activation::Linear) g[j] = __fmul_rn(g[j], activation_gradient_rn<A>(out[j]));
     }
     store_values<T, V>(grad_x.data + p * grad_x.stride + ch, g);
   }

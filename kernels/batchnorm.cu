@@ -21,6 +21,7 @@
 #include "kernels/batchnorm.h"
 #include "kernels/batchnorm_shared.h"
 #include "kernels/common.cuh"
+#include "kernels/exact_math.cuh"
 #include "kernels/storage.cuh"
 
 namespace yolo {
@@ -122,14 +123,14 @@ __global__ void __launch_bounds__(kThreads)
   float n = 0, mean[V], m2[V];
 #pragma unroll
   for (int j = 0; j < V; ++j) mean[j] = 0, m2[j] = 0;
-  auto step = [&](const float (&v)[V]) {
+  auto step = [&](const float (&v)[V]) {  // Welford, its roundings fixed (exact_math.cuh)
     n += 1.0f;
     float inv = 1.0f / n;
 #pragma unroll
     for (int j = 0; j < V; ++j) {
-      float d = v[j] - mean[j];
-      mean[j] += d * inv;
-      m2[j] += d * (v[j] - mean[j]);
+      const float d = __fsub_rn(v[j], mean[j]);
+      mean[j] = __fmaf_rn(d, inv, mean[j]);
+      m2[j] = __fmaf_rn(d, __fsub_rn(v[j], mean[j]), m2[j]);
     }
   };
   if (active) {
@@ -285,7 +286,8 @@ __global__ void __launch_bounds__(kFinalizeChannels* kFinalizeRows)
 }
 
 // y = act((x - mean) * gamma / sqrt(var + eps) + beta), mean/var being the batch's (training)
-// or the running ones (inference). Block b covers pixel range b of apply_pixel_blocks.
+// or the running ones (inference), as one FMA after the subtraction in every instantiation
+// (exact_math.cuh). Block b covers pixel range b of apply_pixel_blocks.
 template <Activation A, typename T, int V>
 __global__ void __launch_bounds__(kThreads)
     apply_kernel(NhwcView<const T> x, NhwcView<T> y, int pixel_blocks, const float* mean, const float* var,
@@ -307,13 +309,14 @@ __global__ void __launch_bounds__(kThreads)
   auto load = [&](size_t p, size_t, float (&v)[V]) { load_values<T, V>(x.data + p * x.stride + ch0, v); };
   auto transform_and_store = [&](size_t p, float (&v)[V]) {
 #pragma unroll
-    for (int j = 0; j < V; ++j) v[j] = activate<A>((v[j] - mu[j]) * scale[j] + shift[j]);
+    for (int j = 0; j < V; ++j) v[j] = activate_rn<A>(__fmaf_rn(__fsub_rn(v[j], mu[j]), scale[j], shift[j]));
     store_values<T, V>(y.data + p * y.stride + ch0, v);
   };
   for_each_thread_pixel<float[V]>(begin, end, ty, rows, load, transform_and_store);
 }
 
-// What the backward reads for V channels of one pixel: g = grad_y * act'(y), and x.
+// What the backward reads for V channels of one pixel: g = grad_y * act'(y) (rounded on its own:
+// exact_math.cuh), and x.
 template <int V>
 struct GradAndInput {
   float g[V], x[V];
@@ -327,7 +330,7 @@ __device__ __forceinline__ void load_grad_and_input(const NhwcView<const T>& y, 
     float out[V];
     load_values<T, V>(y.data + p * y.stride + ch0, out);
 #pragma unroll
-    for (int j = 0; j < V; ++j) item.g[j] *= activation_gradient_from_output<A>(out[j]);
+    for (int j = 0; j < V; ++j) item.g[j] = __fmul_rn(item.g[j], activation_gradient_rn<A>(out[j]));
   }
   load_values<T, V>(x.data + p * x.stride + ch0, item.x);
 }
@@ -353,7 +356,10 @@ __global__ void __launch_bounds__(kThreads)
     };
     auto accumulate = [&](size_t, const GradAndInput<V>& item) {
 #pragma unroll
-      for (int j = 0; j < V; ++j) sum_g[j] += item.g[j], sum_gx[j] += item.g[j] * (item.x[j] - mu[j]);
+      for (int j = 0; j < V; ++j) {
+        sum_g[j] = __fadd_rn(sum_g[j], item.g[j]);
+        sum_gx[j] = __fmaf_rn(item.g[j], __fsub_rn(item.x[j], mu[j]), sum_gx[j]);
+      }
     };
     for_each_thread_pixel<GradAndInput<V>>(begin, end, ty, rows, load, accumulate);
   }
@@ -406,8 +412,9 @@ __global__ void __launch_bounds__(kFinalizeChannels* kFinalizeRows)
 }
 
 // Pass 3 of the backward: grad_x = a (g - grad_beta/m - xhat grad_gamma/m), a = gamma/sqrt(var+eps)
-// (a applied last, so g - grad_beta/m cancels exactly where it should, e.g. m = 1). inv_m = 1/m:
-// m is x's pixel count, or the total over the replicas (sync phase 5, with all-reduced sums).
+// (a applied last, so g - grad_beta/m cancels exactly where it should, e.g. m = 1: g and
+// grad_beta/m each rounded before the subtraction, then one FMA, in every instantiation). inv_m =
+// 1/m: m is x's pixel count, or the total over the replicas (sync phase 5, with all-reduced sums).
 template <Activation A, typename T, int V>
 __global__ void __launch_bounds__(kThreads)
     backward_apply_kernel(NhwcView<const T> y, NhwcView<const T> grad_y, NhwcView<const T> x, NhwcView<T> grad_x,
@@ -434,7 +441,8 @@ __global__ void __launch_bounds__(kThreads)
   };
   auto finish = [&](size_t p, GradAndInput<V>& item) {
 #pragma unroll
-    for (int j = 0; j < V; ++j) item.g[j] = a[j] * (item.g[j] - g_mean[j] - k_x[j] * (item.x[j] - mu[j]));
+    for (int j = 0; j < V; ++j)
+      item.g[j] = __fmul_rn(a[j], __fmaf_rn(-k_x[j], __fsub_rn(item.x[j], mu[j]), __fsub_rn(item.g[j], g_mean[j])));
     store_values<T, V>(grad_x.data + p * grad_x.stride + ch0, item.g);
   };
   for_each_thread_pixel<GradAndInput<V>>(begin, end, ty, rows, load, finish);
@@ -462,8 +470,8 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
       for (int j = 0; j < V; ++j) {
         if constexpr (Centered) {
-          float d = v[j] - mu[j];
-          sum[j] += d * d;
+          const float d = __fsub_rn(v[j], mu[j]);
+          sum[j] = __fmaf_rn(d, d, sum[j]);
         } else {
           sum[j] += v[j];
         }

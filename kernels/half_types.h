@@ -83,12 +83,16 @@ YOLO_HOST_DEVICE inline Fp16 to_fp16(float f) {
 }
 
 // ---- TF32: FP32 with 10 mantissa bits, in an FP32 register ----------------------------------------
-// cvt.rna.tf32.f32: round to nearest, ties away from zero, on the 13 dropped bits; NaN stays NaN,
-// Inf stays Inf; the largest finite values round to Inf.
+// cvt.rna.tf32.f32 as the GPU computes it. It is no hardware instruction on sm_80..sm_120: ptxas
+// (CUDA 13) lowers it to integer steps, FSETP.GEU |x|, +INF; @!P IADD x, 0x1000; LOP3 x & 0xffffe000.
+// So a finite value rounds to nearest, ties away from zero, on the 13 dropped bits (the largest
+// finite values round to Inf), while Inf and NaN are only truncated: a NaN whose payload lies
+// wholly in the 13 dropped bits becomes an Inf of its sign (the H200 turned 0xff801e21 into
+// 0xff800000), any other NaN keeps its sign and top 10 payload bits. The low 13 bits are zero.
 YOLO_HOST_DEVICE inline float round_to_tf32(float f) {
   const uint32_t u = float_bits(f);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return bits_float(u | 0x400000u);
-  return bits_float((u + 0x1000u) & 0xffffe000u);
+  const bool finite = (u & 0x7f800000u) != 0x7f800000u;
+  return bits_float((finite ? u + 0x1000u : u) & 0xffffe000u);
 }
 
 template <typename T>

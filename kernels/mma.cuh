@@ -24,7 +24,8 @@ namespace yolo::mma {
 
 // ---- conversions ---------------------------------------------------------------------------------
 
-// cvt.rna.tf32.f32: FP32 -> TF32 (ties away from zero), as the 32-bit register the MMA reads.
+// cvt.rna.tf32.f32: FP32 -> TF32 (ties away from zero; Inf and NaN truncated, so a NaN with its
+// payload in the low 13 bits becomes Inf: round_to_tf32), as the 32-bit register the MMA reads.
 __device__ __forceinline__ uint32_t to_tf32(float f) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   uint32_t r;

@@ -3,6 +3,7 @@
 // for mma.m16n8k8 / mma.m16n8k16"), independently of the emulated twin's mapping in mma.cuh.
 #include "tests/mma_test_kernels.h"
 
+#include <algorithm>
 #include <string>
 
 #include "kernels/common.cuh"
@@ -179,6 +180,10 @@ __global__ void to_tf32_each(const float* in, uint32_t* out, int n) {
   for (int i = int(blockIdx.x * blockDim.x + threadIdx.x); i < n; i += int(gridDim.x * blockDim.x))
     out[i] = mma::to_tf32(in[i]);
 }
+__global__ void to_tf32_patterns(uint32_t first, uint32_t step, uint32_t* out, int n) {
+  for (int i = int(blockIdx.x * blockDim.x + threadIdx.x); i < n; i += int(gridDim.x * blockDim.x))
+    out[i] = mma::to_tf32(bits_float(first + uint32_t(i) * step));
+}
 __global__ void pack_bf16x2_each(const float* in, uint32_t* out, int pairs) {
   for (int i = int(blockIdx.x * blockDim.x + threadIdx.x); i < pairs; i += int(gridDim.x * blockDim.x))
     out[i] = mma::pack_bf16x2(in[2 * i], in[2 * i + 1]);
@@ -273,6 +278,11 @@ void launch_cp_async_groups(const uint32_t* src, uint32_t* out, int threads, boo
 
 void launch_to_tf32(const float* in, uint32_t* out, int n) {
   LAUNCH(to_tf32_each, dim3(ceil_div(size_t(n), 256)), dim3(256), 0, 0, in, out, n);
+}
+void launch_to_tf32_patterns(uint32_t first, uint32_t step, uint32_t* out, int n) {
+  constexpr unsigned kMaxBlocks = 65536;  // 16M threads: grid-stride beyond (a 2^28 chunk: 16 each)
+  LAUNCH(to_tf32_patterns, dim3(std::min(ceil_div(size_t(n), 256), kMaxBlocks)), dim3(256), 0, 0, first, step, out,
+         n);
 }
 void launch_pack_bf16x2(const float* in, uint32_t* out, int pairs) {
   LAUNCH(pack_bf16x2_each, dim3(ceil_div(size_t(pairs), 256)), dim3(256), 0, 0, in, out, pairs);

@@ -68,6 +68,8 @@ void launch_cp_async_groups(const uint32_t* src, uint32_t* out, int threads, boo
 
 // ---- conversions on the device -------------------------------------------------------------------
 void launch_to_tf32(const float* in, uint32_t* out, int n);            // out[i] = to_tf32(in[i])
+// out[i] = to_tf32 of the float whose bits are first + i*step (modulo 2^32), i < n.
+void launch_to_tf32_patterns(uint32_t first, uint32_t step, uint32_t* out, int n);
 void launch_pack_bf16x2(const float* in, uint32_t* out, int pairs);    // out[i] = pack_bf16x2(in[2i], in[2i+1])
 void launch_pack_f16x2(const float* in, uint32_t* out, int pairs);     // out[i] = pack_f16x2(in[2i], in[2i+1])
 

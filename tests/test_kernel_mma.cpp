@@ -2,19 +2,24 @@
 // (kernels/half_types.h): every mma.sync shape against an FP64 product of its rounded inputs,
 // with deliberately broken fragment mappings shown to fail; ldmatrix against the PTX ISA's
 // element placement; cp.async zero fill and wait_group; hand-computed and exhaustive conversion
-// cases, and the device conversions bit for bit against the host ones. Emulated in tests_emu,
+// cases, and the device conversions bit for bit against the host ones (TF32: every FP32 pattern
+// on a GPU, NaNs included, and a NaN made Inf still caught as non-finite). Emulated in tests_emu,
 // natively on a GPU (TF32, BF16 and cp.async from sm_80, FP16 and ldmatrix from sm_75).
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <string>
 #include <vector>
 
+#include "kernels/cpu_parallel.h"
 #include "kernels/half_types.h"
 #include "kernels/precision.h"
+#include "kernels/sgd.h"
 #include "runtime/check.h"
 #include "tests/kernel_harness.h"
 #include "tests/mma_test_kernels.h"
@@ -576,10 +581,39 @@ TEST_CASE("half_types: tf32 rounds to nearest, ties away from zero (cvt.rna)") {
     CAPTURE(hex(in));
     CHECK(float_bits(round_to_tf32(f(in))) == expected);
   }
-  for (uint32_t nan : {0x7fc00000u, 0x7f800001u, 0x7fffffffu, 0xff800001u}) {
-    CAPTURE(hex(nan));
-    CHECK(std::isnan(round_to_tf32(f(nan))));  // plain rounding would make 0x7f800001 Inf
+}
+
+TEST_CASE("half_types: tf32 truncates Inf and NaN as the GPU does: a payload in the low 13 bits leaves Inf") {
+  // ptxas lowers cvt.rna.tf32.f32 to "add 0x1000 unless |x| >= Inf or NaN, then clear the low 13
+  // bits" (kernels/half_types.h). The first three are what the H200 returned; plain rounding
+  // would keep 0x7f801000 a NaN (0x7f802000) and carry 0x7fffffff (CUDA's NaN) into -0.
+  const std::pair<uint32_t, uint32_t> cases[] = {
+      {0xff801e21u, 0xff800000u}, {0x7f800001u, 0x7f800000u}, {0x7f801c40u, 0x7f800000u},
+      // payload in the low 13 bits only, both signs, the tie and the largest: Inf
+      {0x7f801000u, 0x7f800000u}, {0x7f801fffu, 0x7f800000u}, {0xff800001u, 0xff800000u}, {0xff801fffu, 0xff800000u},
+      // in the high 10 bits only: unchanged (no quiet bit is set: 0x7f802000 stays signalling)
+      {0x7fc00000u, 0x7fc00000u}, {0xffc00000u, 0xffc00000u}, {0x7f802000u, 0x7f802000u}, {0xffffe000u, 0xffffe000u},
+      // in both: the low bits dropped, never rounded up
+      {0x7fffffffu, 0x7fffe000u}, {0xffffffffu, 0xffffe000u}, {0x7fc01000u, 0x7fc00000u}, {0x7f803fffu, 0x7f802000u},
+      // Inf, and the finite values next to it (the top tie and beyond round up to Inf)
+      {0x7f800000u, 0x7f800000u}, {0xff800000u, 0xff800000u}, {0x7f7ff000u, 0x7f800000u}, {0xff7ff000u, 0xff800000u},
+      {0x7f7fefffu, 0x7f7fe000u}, {0xff7fefffu, 0xff7fe000u},
+  };
+  for (auto [in, expected] : cases) {
+    CAPTURE(hex(in));
+    CHECK(hex(float_bits(round_to_tf32(f(in)))) == hex(expected));
   }
+  // Every exponent-255 pattern: a NaN stays a NaN, with its sign and top 10 payload bits, exactly
+  // when those bits are not all zero; otherwise (Inf included) the result is Inf of its sign.
+  int wrong = 0;
+  for (uint32_t payload = 0; payload < 0x800000u; ++payload)
+    for (uint32_t sign : {0u, 0x80000000u}) {
+      const uint32_t in = sign | 0x7f800000u | payload, got = float_bits(round_to_tf32(f(in)));
+      const bool ok = payload >> 13 ? std::isnan(f(got)) && got >> 13 == in >> 13 && (got & 0x1fffu) == 0
+                                    : got == (sign | 0x7f800000u);
+      wrong += !ok;
+    }
+  CHECK(wrong == 0);
 }
 
 TEST_CASE("half_types: bf16, fp16 and tf32 roundings agree with a search-based oracle") {
@@ -631,7 +665,8 @@ TEST_CASE("kernel: to_tf32, pack_bf16x2 and pack_f16x2 on the device equal the h
   const std::vector<float> bf16_inputs = rounding_inputs(rng, nominal_bf16, 0x7f80);
   in.insert(in.end(), bf16_inputs.begin(), bf16_inputs.end());
   for (uint32_t bits : {0x00000000u, 0x80000000u, 0x7f800000u, 0xff800000u, 0x7fc00000u, 0x7f800001u, 0x7f7fffffu,
-                        0x477ff000u, 0x477fefffu, 0x00000001u, 0x3f801000u, 0x3f808000u})
+                        0x477ff000u, 0x477fefffu, 0x00000001u, 0x3f801000u, 0x3f808000u, 0xff801e21u, 0x7f801c40u,
+                        0x7f801000u, 0x7fffffffu, 0xffffffffu, 0x7f802000u})
     in.push_back(f(bits));
   if (in.size() % 2) in.push_back(1.0f);
   const int n = int(in.size()), pairs = n / 2;
@@ -648,10 +683,9 @@ TEST_CASE("kernel: to_tf32, pack_bf16x2 and pack_f16x2 on the device equal the h
   std::string first;
   for (int i = 0; i < n; ++i) {
     // The PTX ISA leaves a TF32 register's low 13 bits implementation-defined: compare the 19 that
-    // hold the value (sign, exponent, 10 mantissa bits).
+    // hold the value (sign, exponent, 10 mantissa bits), NaNs' included.
     const uint32_t expected = float_bits(round_to_tf32(in[size_t(i)])) & 0xffffe000u;
-    const bool ok = std::isnan(in[size_t(i)]) ? std::isnan(bits_float(tf32[size_t(i)]))
-                                              : (tf32[size_t(i)] & 0xffffe000u) == expected;
+    const bool ok = (tf32[size_t(i)] & 0xffffe000u) == expected;
     if (!ok && wrong_tf32++ == 0) first = "tf32 of " + hex(float_bits(in[size_t(i)])) + ": " + hex(tf32[size_t(i)]);
   }
   for (int i = 0; i < pairs; ++i)
@@ -666,4 +700,93 @@ TEST_CASE("kernel: to_tf32, pack_bf16x2 and pack_f16x2 on the device equal the h
   CHECK_MESSAGE(wrong_tf32 == 0, first);
   CHECK_MESSAGE(wrong_bf16 == 0, first);
   CHECK_MESSAGE(wrong_f16 == 0, first);
+}
+
+// FP32 patterns through the device's to_tf32 (cvt.rna.tf32.f32 from sm_80) against round_to_tf32
+// on the host, in the 19 value bits: with YOLO_TF32_SWEEP=all every one of the 2^32, 2^28 per
+// chunk (seconds on a GPU: tools/gpu_check.sh's step); otherwise a sample spread by an odd step
+// (every exponent and payload class is hit), 2^26 natively (cheap under compute-sanitizer too) and
+// 2^18 emulated. The message gives the count of mismatches and the first few.
+TEST_CASE("kernel: to_tf32 on the device equals round_to_tf32 on FP32 patterns (all 2^32: YOLO_TF32_SWEEP=all)") {
+  KERNEL_TEST_DEVICE(device);
+  SKIP_BELOW_SM(80);  // below, to_tf32 is round_to_tf32 itself
+  const char* sweep = std::getenv("YOLO_TF32_SWEEP");
+  const bool all = sweep && std::string(sweep) == "all";
+  const uint64_t total = uint64_t(1) << (all ? 32 : kernels_emulated() ? 18 : 26);
+  const uint32_t step = all ? 1u : 0x9e3779b1u;
+  const size_t chunk = size_t(std::min<uint64_t>(total, uint64_t(1) << 28));
+  constexpr size_t kBlock = size_t(1) << 16;  // host comparison work items
+  constexpr size_t kShown = 4;
+  DeviceArray<uint32_t> d_out(device, chunk);
+  std::vector<uint32_t> got(chunk);
+  uint64_t mismatches = 0, low_bits_set = 0;
+  std::vector<std::string> shown;
+  for (uint64_t start = 0; start < total; start += chunk) {
+    const uint32_t first = uint32_t(start) * step;
+    d_out.poison();
+    launch_to_tf32_patterns(first, step, d_out.data(), int(chunk));
+    copy_bytes(got.data(), d_out.data(), chunk * sizeof(uint32_t));
+    // Per work item: its mismatch count and first few, merged in order (the same report however
+    // the pool schedules them).
+    const size_t blocks = (chunk + kBlock - 1) / kBlock;
+    std::vector<uint64_t> wrong(blocks), low(blocks);
+    std::vector<std::vector<std::string>> examples(blocks);
+    parallel_for(blocks, [&](size_t b) {
+      for (size_t i = b * kBlock; i < std::min(chunk, (b + 1) * kBlock); ++i) {
+        const uint32_t in = first + uint32_t(i) * step, want = float_bits(round_to_tf32(f(in)));
+        low[b] += (got[i] & 0x1fffu) != 0;
+        if ((got[i] & 0xffffe000u) == (want & 0xffffe000u)) continue;
+        if (wrong[b]++ < kShown) examples[b].push_back(hex(in) + " -> " + hex(got[i]) + " (twin " + hex(want) + ")");
+      }
+    });
+    for (size_t b = 0; b < blocks; ++b) {
+      mismatches += wrong[b], low_bits_set += low[b];
+      for (const std::string& e : examples[b])
+        if (shown.size() < kShown) shown.push_back(e);
+    }
+  }
+  std::string text = "to_tf32 sweep: " + std::to_string(total) + " patterns" + (all ? "" : " (a sample)") + ", " +
+                     std::to_string(mismatches) + " mismatches in the value bits";
+  for (const std::string& e : shown) text += "; " + e;
+  text += "; low 13 bits set in " + std::to_string(low_bits_set);
+  MESSAGE(text);
+  CHECK(mismatches == 0);
+}
+
+// A NaN that to_tf32 turns into an infinity (its payload only in the low 13 bits) must still be
+// caught: the MMA's outputs that read it are non-finite (Inf times a nonzero B), which both the
+// optimizer's skip (grad_nonfinite_check) and the divergence report (std::isfinite,
+// graph/divergence.cpp) see. The same MMA without the planted NaNs is finite and not flagged.
+TEST_CASE("kernel: a NaN that to_tf32 turns into Inf still leaves the MMA's outputs non-finite, and flagged") {
+  KERNEL_TEST_DEVICE(device);
+  SKIP_BELOW_SM(80);
+  Rng rng;
+  CAPTURE(rng.seed());
+  constexpr int kK = 8;
+  std::vector<float> a = rng.floats(16 * kK), b(kK * 8), c = rng.floats(128);
+  for (float& x : b) x = (rng.integer(0, 1) ? 1.0f : -1.0f) * rng.uniform(0.5f, 1.0f);  // no zero: Inf * B stays Inf
+  const std::pair<int, uint32_t> planted[] = {{3 * kK + 5, 0x7f800001u}, {10 * kK + 2, 0xff801e21u}};
+  for (bool with_nan : {false, true}) {
+    CAPTURE(with_nan);
+    std::vector<float> a_in = a;
+    if (with_nan)
+      for (auto [index, bits] : planted) a_in[size_t(index)] = f(bits);
+    DeviceArray<float> d_a(device, a_in), d_b(device, b), d_c(device, c), d_d(device, 128);
+    DeviceArray<uint32_t> d_tf32(device, a_in.size());
+    DeviceArray<int> flag(device, std::vector<int>{0});
+    d_d.poison();
+    launch_to_tf32(d_a.data(), d_tf32.data(), int(a_in.size()));
+    launch_mma(MmaKind::Tf32M16n8k8, d_a.data(), d_b.data(), d_c.data(), d_d.data(), nullptr, 1, kMmaExact);
+    grad_nonfinite_check_cuda(d_d.data(), 128, flag.data(), nullptr);
+    const std::vector<uint32_t> tf32 = d_tf32.download();
+    const std::vector<float> d = d_d.download();
+    if (with_nan)
+      for (auto [index, bits] : planted) CHECK(hex(tf32[size_t(index)]) == hex((bits & 0x80000000u) | 0x7f800000u));
+    int wrong = 0;
+    for (int row = 0; row < 16; ++row)
+      for (int col = 0; col < 8; ++col)
+        wrong += std::isfinite(d[size_t(row * 8 + col)]) == (with_nan && (row == 3 || row == 10));
+    CHECK(wrong == 0);
+    CHECK(flag.download()[0] == int(with_nan));
+  }
 }

@@ -5,7 +5,8 @@
 #   tools/gpu_check.sh OUTDIR                      every section
 #   tools/gpu_check.sh OUTDIR tests train nccl     these, in this order
 # Sections (upper bound of each, from its steps' timeouts):
-#   tests      devices, the test suite natively (build/tests)                          ~3 min
+#   tests      devices, the test suite natively (build/tests), then every FP32 pattern
+#              through the device's cvt.rna.tf32.f32 against the host twin (seconds)   ~4 min
 #   sanitizer  compute-sanitizer over the kernel tests; SANITIZERS picks the tools
 #              (default memcheck racecheck; also synccheck initcheck), SANITIZER_TIMEOUT each  ~4 min
 #   bench      the kernel benchmarks (build/bench_kernels, ceilings measured first)     ~2 min
@@ -94,6 +95,11 @@ section_tests() {
   run_step "list devices" devices.log 60 ./train_yolo --list-devices
   run_step "tests (native)" tests.log 120 build/tests
   tail -n 1 "$OUT/tests.log" | grep -q '^tests:' && summary[-1]+=" | $(tail -n 1 "$OUT/tests.log")"
+  # The TF32 twin (round_to_tf32) against the device on all 2^32 patterns: the mismatch count
+  # and the first mismatch, if any.
+  run_step "tf32 sweep (2^32 patterns)" tf32_sweep.log 60 env YOLO_TF32_SWEEP=all build/tests \
+    -tc='*to_tf32 on the device equals round_to_tf32*'
+  summary[-1]+=" | $(grep -m1 -o 'to_tf32 sweep: [^;]*\(; 0x[^;]*\)\?' "$OUT/tf32_sweep.log" || echo 'no sweep line')"
 }
 
 # Every kernel test file (tests/test_kernel_*.cpp).

@@ -1,18 +1,28 @@
 #!/usr/bin/env bash
 # make test / CI wrapper for tools/sass_check.sh: the tensor-core kernels' machine code has HMMA
-# instructions and no local-memory traffic, for every architecture the CUDA build targets.
-# Prints the runner's "tests: N passed, M failed, K skipped" line; skipped in CPU-only builds.
+# instructions and no local-memory traffic, for every architecture the CUDA build targets; and for
+# tools/sass_twins_check.sh: batchnorm's and the activations' FP32 and 16-bit instantiations use
+# the same FP arithmetic forms (no FMA contracted in one only). Prints the runner's
+# "tests: N passed, M failed, K skipped" line; skipped in CPU-only builds.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 build=${BUILD:-build}
 if ! grep -q -- '-DYOLO_CUDA=1' "$build/flags" 2>/dev/null; then
   echo "sass check: skipped (CPU-only build: no nvcc objects to inspect)"
-  echo "tests: 0 passed, 0 failed, 1 skipped"
+  echo "tests: 0 passed, 0 failed, 2 skipped"
   exit 0
 fi
 archs=$(grep -oE 'code=sm_[0-9]+' "$build/flags" | sort -u | sed 's/code=sm_//' | tr '\n' ' ')
+passed=0 failed=0
 if tools/sass_check.sh --arch "$archs" "$build/native/kernels/conv_tc.cu.o" "$build/native/kernels/gemm_tc.cu.o"; then
-  echo "tests: 1 passed, 0 failed, 0 skipped"
+  passed=$((passed + 1))
 else
-  echo "tests: 0 passed, 1 failed, 0 skipped"
+  failed=$((failed + 1))
 fi
+if tools/sass_twins_check.sh --arch "$archs" "$build/native/kernels/batchnorm.cu.o" \
+  "$build/native/kernels/activation.cu.o"; then
+  passed=$((passed + 1))
+else
+  failed=$((failed + 1))
+fi
+echo "tests: $passed passed, $failed failed, 0 skipped"

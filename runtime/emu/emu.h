@@ -197,8 +197,19 @@ inline float __tanhf(float x) { return std::tanh(x); }
 inline float __fdividef(float x, float y) { return x / y; }
 inline float __frcp_rn(float x) { return 1.0f / x; }
 inline float __fsqrt_rn(float x) { return std::sqrt(x); }
-inline float __fadd_rn(float a, float b) { return a + b; }
-inline float __fmul_rn(float a, float b) { return a * b; }
+// The _rn intrinsics are one IEEE operation each, rounded once, as on a GPU, where nvcc never
+// fuses them with a neighbour. The host compiler would (GCC contracts a*b + c into an FMA by
+// default in C++ wherever the target has one, e.g. -march=native): their results pass through an
+// empty asm it cannot see into (an SSE register: the emulation is x86-64 only). __fmaf_rn is a
+// true fused multiply-add (std::fma rounds once, with or without FMA hardware).
+inline float __emu_rounded(float r) {
+  asm("" : "+x"(r));
+  return r;
+}
+inline float __fadd_rn(float a, float b) { return __emu_rounded(a + b); }
+inline float __fsub_rn(float a, float b) { return __emu_rounded(a - b); }
+inline float __fmul_rn(float a, float b) { return __emu_rounded(a * b); }
+inline float __fdiv_rn(float a, float b) { return __emu_rounded(a / b); }
 inline float __fmaf_rn(float a, float b, float c) { return std::fma(a, b, c); }
 inline float __saturatef(float x) { return x < 0.0f ? 0.0f : (x > 1.0f ? 1.0f : x); }  // NaN -> 0 on a GPU
 inline int __float2int_rn(float x) { return int(std::nearbyint(x)); }
