@@ -8,6 +8,7 @@
 #include <cstddef>
 
 #include "kernels/precision.h"
+#include "kernels/tc_plan.h"
 #include "kernels/tensor.h"
 
 namespace yolo {
@@ -106,5 +107,8 @@ template <typename T>
 void conv2d_backward_weights_tc(const Conv2dShape& shape, NhwcView<const T> in, NhwcView<const T> grad_out,
                                 float* grad_weights, float* grad_bias, void* workspace, size_t workspace_bytes,
                                 cudaStream_t stream);
+// A pass as the tensor-core planner sees it (kernels/tc_plan.h: choose_plan, predict), for a
+// precision that runs on tensor cores (tf32, bf16, fp16); for printing plans and predictions.
+tc::TcProblem conv2d_tc_problem(const Conv2dShape& shape, tc::TcPass pass, Precision precision);
 
 }  // namespace yolo

@@ -43,7 +43,7 @@ struct ForwardInput {
       : g(geom), data(in.data), pitch(in.stride), k_size(geom.k * geom.k * geom.c_in) {
 #pragma unroll
     for (int i = 0; i < CP; ++i) {
-      const typename S::Chunk ch = S::chunk(i);
+      const TcAt ch = S::chunk(i);
       const int p = m0 + ch.row;
       row_ok[i] = p < g.n * g.oh * g.ow;
       const int q = row_ok[i] ? p : 0, ox = q % g.ow, t = q / g.ow, oy = t % g.oh;
@@ -92,7 +92,7 @@ struct BackwardDataGrad {
       : g(geom), data(grad_out.data), pitch(grad_out.stride), ns(max(pc.ns, 1)), k_size(pc.k_size(geom)) {
 #pragma unroll
     for (int i = 0; i < CP; ++i) {
-      const typename S::Chunk ch = S::chunk(i);
+      const TcAt ch = S::chunk(i);
       const int m = m0 + ch.row;
       row_ok[i] = m < pc.rows(g);
       const int q = row_ok[i] ? m : 0, xq = q % pc.wc, t = q / pc.wc, yq = t % pc.hc;
@@ -139,7 +139,7 @@ struct BackwardDataWeights {
       : g(geom), weights(w), ry0(pc.ry0), rx0(pc.rx0), ns(max(pc.ns, 1)), k_size(pc.k_size(geom)) {
 #pragma unroll
     for (int i = 0; i < CP; ++i) {
-      const typename S::Chunk ch = S::chunk(i);
+      const TcAt ch = S::chunk(i);
       ci[i] = n0 + ch.row;
       k[i].start(k_begin + ch.k, ns, g.c_out);
     }
@@ -177,7 +177,7 @@ struct BackwardWeightsInput {
       : g(geom), data(in.data), pitch(in.stride), cols(geom.k * geom.k * geom.c_in), pixels(geom.n * geom.oh * geom.ow) {
 #pragma unroll
     for (int i = 0; i < CP; ++i) {
-      const typename S::Chunk ch = S::chunk(i);
+      const TcAt ch = S::chunk(i);
       col[i].start(n0 + ch.row, g.k, g.c_in);
       k[i].start(k_begin + ch.k, g.oh, g.ow);
     }
@@ -255,7 +255,7 @@ struct BackwardWeightsEpilogue {
 // ---- kernels: grid (M tiles, N tiles, splits [x classes]) -----------------------------------------
 
 template <typename T, int BM, int BN, bool Async>
-__global__ void __launch_bounds__(kThreads, Async ? 2 : 1)
+__global__ void __launch_bounds__(kThreads, min_blocks<T>(TcPass::Forward, BM, Async))
     conv_forward_tc_kernel(ConvGeom g, NhwcView<const T> in, const T* weights, const float* bias, NhwcView<T> out,
                            float* partials, int splits, bool vec_in, bool vec_w, ConvMoments moments) {
   const int m0 = int(blockIdx.x) * BM, n0 = int(blockIdx.y) * BN, split = int(blockIdx.z);
@@ -277,10 +277,8 @@ __global__ void __launch_bounds__(kThreads, Async ? 2 : 1)
   }
 }
 
-// One block per SM: its loaders' state (the parity class and per-chunk tap positions) does not
-// fit the 128 registers two resident blocks would leave (ptxas spilled at that bound).
 template <typename T, int BM, int BN, bool Async>
-__global__ void __launch_bounds__(kThreads, 1)
+__global__ void __launch_bounds__(kThreads, min_blocks<T>(TcPass::BackwardData, BM, Async))
     conv_backward_data_tc_kernel(ConvGeom g, NhwcView<const T> grad_out, const T* weights, NhwcView<T> grad_in,
                                  bool accumulate, float* partials, int splits, bool vec_grad, bool vec_w) {
   const ParityClass pc(g, int(blockIdx.z) / splits);
@@ -298,7 +296,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 }
 
 template <typename T, int BM, int BN, bool Async>
-__global__ void __launch_bounds__(kThreads, Async ? 2 : 1)
+__global__ void __launch_bounds__(kThreads, min_blocks<T>(TcPass::BackwardWeights, BM, Async))
     conv_backward_weights_tc_kernel(ConvGeom g, NhwcView<const T> in, NhwcView<const T> grad_out, float* grad_weights,
                                     float* partials, int splits, bool vec_grad, bool vec_in) {
   const int m0 = int(blockIdx.x) * BM, n0 = int(blockIdx.y) * BN, split = int(blockIdx.z);
@@ -346,34 +344,69 @@ void check_workspace_tc(const char* op, size_t need, const void* workspace, size
   if (!vec_pointer(workspace)) throw Error(std::string(op) + ": workspace is not 16-byte aligned");
 }
 
-constexpr int kMaxSplits = 64;
+// Split-K slices at most: the weight gradient reduces over every pixel of the batch (2.8 M at
+// 416x416, batch 16, with 32 x 27 outputs on the first layer), so it may need many slices to
+// fill the GPU; the others reduce over k * k * channels.
+constexpr int kMaxSplits = 64, kMaxWeightSplits = 1024;
 
 template <typename T>
-TcPlan forward_plan(const Conv2dShape& s, bool vec) {
-  return plan_tc((long long)s.n * s.out_h() * s.out_w(), s.c_out, (long long)s.k * s.k * s.c_in, 1, kMaxSplits, vec,
-                 int(sizeof(T)));
-}
-template <typename T>
-TcPlan backward_data_plan(const Conv2dShape& s, bool vec) {
-  const int S = s.stride, classes = S * S;
-  const long long rows = (long long)s.n * ((s.h + S - 1) / S) * ((s.w + S - 1) / S);
-  return plan_tc(rows, s.c_in, (long long)s.k * s.k * s.c_out / classes + 1, classes,
-                 std::min(kMaxSplits, 65535 / classes), vec, int(sizeof(T)));
-}
-template <typename T>
-TcPlan backward_weights_plan(const Conv2dShape& s, bool vec) {
-  return plan_tc(s.c_out, (long long)s.k * s.k * s.c_in, (long long)s.n * s.out_h() * s.out_w(), 1, kMaxSplits, vec,
-                 int(sizeof(T)));
+TcProblem problem_of(const Conv2dShape& s, TcPass pass) {
+  return conv2d_tc_problem(s, pass, tc_precision<T>());
 }
 
-// Workspace sizes may not depend on pointers: plan them as if every operand were aligned
-// (alignment only switches the pipeline, never the tile or split count).
+template <typename T>
+TcPlan plan_of(const Conv2dShape& s, TcPass pass) {
+  return choose_plan(problem_of<T>(s, pass), current_gpu());
+}
+template <typename T>
+TcPlan forward_plan(const Conv2dShape& s) {
+  return plan_of<T>(s, TcPass::Forward);
+}
+template <typename T>
+TcPlan backward_data_plan(const Conv2dShape& s) {
+  return plan_of<T>(s, TcPass::BackwardData);
+}
+template <typename T>
+TcPlan backward_weights_plan(const Conv2dShape& s) {
+  return plan_of<T>(s, TcPass::BackwardWeights);
+}
+
 template <typename T>
 size_t forward_workspace(const Conv2dShape& s) {
-  return s.n == 0 ? 0 : partials_bytes(forward_plan<T>(s, true), (long long)s.n * s.out_h() * s.out_w(), s.c_out);
+  return s.n == 0 ? 0 : partials_bytes(forward_plan<T>(s), (long long)s.n * s.out_h() * s.out_w(), s.c_out);
 }
 
 }  // namespace
+
+// Shapes only: `vec` is whether the channel counts allow 16-byte chunks; a view or pointer that is
+// not aligned only turns cp.async off at launch (workspace sizes must not depend on pointers).
+TcProblem conv2d_tc_problem(const Conv2dShape& s, TcPass pass, Precision precision) {
+  if (precision == Precision::Fp32) throw Error("conv2d_tc_problem: fp32 convolutions do not run on tensor cores");
+  TcProblem p;
+  p.pass = pass;
+  p.elem = precision == Precision::Tf32 ? 4 : 2;
+  const int V = 16 / p.elem;
+  const long long pixels = (long long)s.n * s.out_h() * s.out_w(), taps = (long long)s.k * s.k;
+  switch (pass) {
+    case TcPass::Forward:
+      p.m = pixels, p.n = s.c_out, p.k = taps * s.c_in, p.max_splits = kMaxSplits;
+      p.vec = s.c_in % V == 0, p.a_kmajor = true, p.b_kmajor = true;
+      break;
+    case TcPass::BackwardData: {
+      const int S = s.stride, classes = S * S;
+      p.m = (long long)s.n * ((s.h + S - 1) / S) * ((s.w + S - 1) / S), p.n = s.c_in;
+      p.k = taps * s.c_out / classes + 1, p.groups = classes, p.max_splits = std::min(kMaxSplits, 65535 / classes);
+      p.vec = s.c_out % V == 0 && s.c_in % V == 0, p.a_kmajor = true, p.b_kmajor = false;
+      break;
+    }
+    case TcPass::BackwardWeights:
+      p.m = s.c_out, p.n = taps * s.c_in, p.k = pixels, p.max_splits = kMaxWeightSplits;
+      p.vec = s.c_out % V == 0 && s.c_in % V == 0, p.a_kmajor = false, p.b_kmajor = false;
+      break;
+    case TcPass::Gemm: throw Error("conv2d_tc_problem: a convolution has no gemm pass");
+  }
+  return p;
+}
 
 template <typename T>
 size_t conv2d_forward_tc_workspace_bytes(const Conv2dShape& s) {
@@ -385,7 +418,7 @@ template <typename T>
 int conv2d_forward_tc_moment_blocks(const Conv2dShape& s) {
   s.validate();
   const long long pixels = (long long)s.n * s.out_h() * s.out_w();
-  const TcPlan plan = forward_plan<T>(s, true);  // alignment never changes the tile or the splits
+  const TcPlan plan = forward_plan<T>(s);
   return plan.splits > 1 ? moments::split_moment_blocks(pixels) : int(ceil_div(pixels, plan.bm()));
 }
 
@@ -401,7 +434,8 @@ void conv2d_forward_tc(const Conv2dShape& s, NhwcView<const T> in, const T* weig
   if (s.n == 0) return;
   constexpr int V = Tc<T>::V;
   const bool vec_in = vec_view(in, V), vec_w = (s.k * s.k * s.c_in) % V == 0 && vec_pointer(weights);
-  TcPlan plan = forward_plan<T>(s, vec_in && vec_w);
+  TcPlan plan = forward_plan<T>(s);
+  plan.async = plan.async && vec_in && vec_w;
   check_workspace_tc(op, forward_workspace<T>(s), workspace, workspace_bytes);
   const ConvGeom g = geometry(s);
   const long long pixels = (long long)s.n * g.oh * g.ow;
@@ -425,7 +459,7 @@ void conv2d_forward_tc(const Conv2dShape& s, NhwcView<const T> in, const T* weig
 template <typename T>
 size_t conv2d_backward_data_tc_workspace_bytes(const Conv2dShape& s) {
   s.validate();
-  return s.n == 0 ? 0 : partials_bytes(backward_data_plan<T>(s, true), (long long)s.n * s.h * s.w, s.c_in);
+  return s.n == 0 ? 0 : partials_bytes(backward_data_plan<T>(s), (long long)s.n * s.h * s.w, s.c_in);
 }
 
 template <typename T>
@@ -440,7 +474,8 @@ void conv2d_backward_data_tc(const Conv2dShape& s, NhwcView<const T> grad_out, c
   if (s.n == 0) return;
   constexpr int V = Tc<T>::V;
   const bool vec_grad = vec_view(grad_out, V), vec_w = s.c_in % V == 0 && vec_pointer(weights);
-  const TcPlan plan = backward_data_plan<T>(s, vec_grad && vec_w);
+  TcPlan plan = backward_data_plan<T>(s);
+  plan.async = plan.async && vec_grad && vec_w;
   check_workspace_tc(op, conv2d_backward_data_tc_workspace_bytes<T>(s), workspace, workspace_bytes);
   const ConvGeom g = geometry(s);
   const int S = s.stride;
@@ -462,7 +497,7 @@ void conv2d_backward_data_tc(const Conv2dShape& s, NhwcView<const T> grad_out, c
 template <typename T>
 size_t conv2d_backward_weights_tc_workspace_bytes(const Conv2dShape& s) {
   s.validate();
-  return partials_bytes(backward_weights_plan<T>(s, true), s.c_out, (long long)s.k * s.k * s.c_in) +
+  return partials_bytes(backward_weights_plan<T>(s), s.c_out, (long long)s.k * s.k * s.c_in) +
          bias_partials_bytes(s);
 }
 
@@ -478,7 +513,8 @@ void conv2d_backward_weights_tc(const Conv2dShape& s, NhwcView<const T> in, Nhwc
   if (grad_weights == nullptr) throw Error(std::string(op) + ": grad_weights is null");
   constexpr int V = Tc<T>::V;
   const bool vec_grad = vec_view(grad_out, V), vec_in = vec_view(in, V);
-  const TcPlan plan = backward_weights_plan<T>(s, vec_grad && vec_in);
+  TcPlan plan = backward_weights_plan<T>(s);
+  plan.async = plan.async && vec_grad && vec_in;
   check_workspace_tc(op, conv2d_backward_weights_tc_workspace_bytes<T>(s), workspace, workspace_bytes);
   const ConvGeom g = geometry(s);
   const int cols = s.k * s.k * s.c_in;

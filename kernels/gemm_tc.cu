@@ -1,14 +1,11 @@
 // Dense matrix products on tensor cores (kernels/tc_tiles.cuh's main loop over plain matrix
-// operands), and the tile/split/pipeline planner every tensor-core pass uses.
+// operands; tiles, splits and pipelines from kernels/tc_plan.h).
 //
 // The three operand layouts [connected] layers need, which are also the conv passes' layouts:
 //   out = in * W^T         (A K-major, B' = W^T with W stored n x k: K-major; C in T)
 //   d_in = d_out * W       (A K-major, B stored k x n: MN-major; C in T)
 //   dW = d_out^T * in      (A' = A^T stored k x m: MN-major, B MN-major; C in FP32)
 // trans_a with trans_b (A MN-major, B K-major) is refused: no layer multiplies that way.
-#include <algorithm>
-#include <atomic>
-#include <limits>
 #include <mutex>
 #include <set>
 #include <tuple>
@@ -19,19 +16,6 @@
 #include "kernels/tc_tiles.cuh"
 
 namespace yolo {
-
-namespace {
-
-std::atomic<int> g_tc_tile{-1}, g_tc_splits{0}, g_tc_pipeline{0};
-
-}  // namespace
-
-void set_tc_tiling_for_tests(int tile, int splits, int pipeline) {
-  if (tile < -1 || tile > 1) throw Error("set_tc_tiling_for_tests: tile must be -1..1, got " + std::to_string(tile));
-  if (splits < 0) throw Error("set_tc_tiling_for_tests: negative split count");
-  if (pipeline < 0 || pipeline > 2) throw Error("set_tc_tiling_for_tests: pipeline must be 0..2");
-  g_tc_tile = tile, g_tc_splits = splits, g_tc_pipeline = pipeline;
-}
 
 namespace tc {
 
@@ -46,43 +30,6 @@ bool shared_opt_in_needed(const void* kernel, size_t bytes) {
   static std::set<std::tuple<int, const void*, size_t>> done;
   std::lock_guard lock(mutex);
   return done.insert({device, kernel, bytes}).second;
-}
-
-TcPlan plan_tc(long long m, long long n, long long k, int groups, int max_splits, bool vec, int elem) {
-  // 128x128 tiles read half the shared memory per MMA that 64x64 tiles do; with mma.sync the
-  // smaller tile runs at roughly 0.6 of the larger's rate (an estimate until measured).
-  static const double kEfficiency[2] = {1.0, 0.6};
-  constexpr double kPassPerElement = 0.05, kPassLaunch = 6e5;  // as plan_tiles, per MMA-time
-  const int bk = elem == 4 ? Tc<float>::BK : Tc<Bf16>::BK;
-  const long long min_chunk = 8LL * bk;
-  const long long sms = tiled::multiprocessor_count(), wave = 2 * sms;  // two blocks per SM
-  const int forced_tile = g_tc_tile.load(), forced_splits = g_tc_splits.load(), pipeline = g_tc_pipeline.load();
-  TcPlan best;
-  double best_cost = std::numeric_limits<double>::infinity();
-  for (int tile = 0; tile < 2; ++tile) {
-    if (forced_tile >= 0 && tile != forced_tile) continue;
-    TcPlan plan;
-    plan.tile = tile;
-    const long long tiles = (m + plan.bm() - 1) / plan.bm() * ((n + plan.bn() - 1) / plan.bn()) * groups;
-    const int split_limit = k > 0 ? std::max(1, max_splits) : 1;
-    for (int s = 1; s <= split_limit; ++s) {
-      if (forced_splits > 0 && s != std::min(forced_splits, split_limit)) continue;
-      const long long chunk = tc_split_chunk(k, s, bk);
-      if (forced_splits == 0 && s > 1 && chunk < min_chunk) break;
-      const long long blocks = tiles * s;
-      const double waves = double((blocks + wave - 1) / wave);
-      double cost = waves * plan.bm() * plan.bn() * double(std::max<long long>(chunk, 1)) / kEfficiency[tile];
-      if (s > 1) cost += kPassPerElement * s * double(m) * double(n) * groups + kPassLaunch;
-      if (cost < best_cost * 0.98) {
-        best_cost = cost;
-        best.tile = tile, best.splits = s;
-      }
-    }
-  }
-  // cp.async needs sm_80 and whole 16-byte chunks; the pipeline never changes tiles or splits
-  // (workspace sizes must not depend on pointer alignment).
-  best.async = vec && current_compute_capability() >= 80 && pipeline != 1;
-  return best;
 }
 
 }  // namespace tc
@@ -109,7 +56,7 @@ struct GemmEpilogue {
 };
 
 template <typename T, typename Out, bool AK, bool BKm, int BM, int BN, bool Async>
-__global__ void __launch_bounds__(kThreads, Async ? 2 : 1)
+__global__ void __launch_bounds__(kThreads, min_blocks<T>(TcPass::Gemm, BM, Async))
     gemm_tc_kernel(GemmShape s, const T* a, const T* b, const float* bias, Out* c, bool accumulate, float* partials,
                    int splits, bool vec_a, bool vec_b) {
   const int m0 = int(blockIdx.x) * BM, n0 = int(blockIdx.y) * BN, split = int(blockIdx.z);
@@ -139,9 +86,19 @@ bool vec_matrix(const T* p, int pitch, int contiguous) {
   return pitch % V == 0 && contiguous % V == 0 && reinterpret_cast<uintptr_t>(p) % 16 == 0;
 }
 
+// The plan depends on the shape only (workspace sizes must not depend on pointers): alignment can
+// only turn the cp.async pipeline off at launch.
 template <typename T>
-TcPlan gemm_plan(const GemmShape& s, bool vec) {
-  return plan_tc(s.m, s.n, s.k, 1, 64, vec, int(sizeof(T)));
+TcPlan gemm_plan(const GemmShape& s) {
+  constexpr int V = Tc<T>::V;
+  const bool ak = !s.trans_a, bk = s.trans_b;
+  TcProblem problem;
+  problem.pass = TcPass::Gemm;
+  problem.m = s.m, problem.n = s.n, problem.k = s.k;
+  problem.elem = int(sizeof(T));
+  problem.a_kmajor = ak, problem.b_kmajor = bk;
+  problem.vec = s.a_pitch() % V == 0 && (ak ? s.k : s.m) % V == 0 && s.b_pitch() % V == 0 && (bk ? s.k : s.n) % V == 0;
+  return choose_plan(problem, current_gpu());
 }
 
 }  // namespace
@@ -149,7 +106,7 @@ TcPlan gemm_plan(const GemmShape& s, bool vec) {
 template <typename T, typename Out>
 size_t gemm_tc_workspace_bytes(const GemmShape& s) {
   s.validate("gemm_tc");
-  const TcPlan plan = gemm_plan<T>(s, true);
+  const TcPlan plan = gemm_plan<T>(s);
   return plan.splits > 1 ? (size_t(plan.splits) * s.m * s.n * sizeof(float) + 255) / 256 * 256 : 0;
 }
 
@@ -164,7 +121,8 @@ void gemm_tc(const GemmShape& s, const T* a, const T* b, const float* bias, Out*
   if (c == nullptr || (s.k > 0 && (a == nullptr || b == nullptr))) throw Error(std::string(op) + ": null matrix");
   const bool ak = !s.trans_a, bk = s.trans_b;
   const bool vec_a = vec_matrix(a, s.a_pitch(), ak ? s.k : s.m), vec_b = vec_matrix(b, s.b_pitch(), bk ? s.k : s.n);
-  const TcPlan plan = gemm_plan<T>(s, vec_a && vec_b);
+  TcPlan plan = gemm_plan<T>(s);
+  plan.async = plan.async && vec_a && vec_b;
   const size_t need = gemm_tc_workspace_bytes<T, Out>(s);
   if (need > 0 && (workspace == nullptr || workspace_bytes < need || reinterpret_cast<uintptr_t>(workspace) % 16))
     throw Error(std::string(op) + ": needs " + std::to_string(need) + " bytes of 16-byte aligned workspace, got " +

@@ -5,16 +5,13 @@
 //
 // A block of 256 threads (8 warps, 2 along M x 4 along N) computes a BM x BN tile of
 // C = A' * B' (A' is M x K, B' is K x N), marching along K one stage of BK at a time.
-// Operands reach shared memory in one of two layouts, chosen by how they lie in global memory:
-//   K-major  [R][BK + pad]: rows (of A', or columns of B') contiguous along K, e.g. NHWC
-//            activations gathered for the forward pass, KRSC weights;
-//   MN-major [BK][R + pad]: contiguous along the tile's rows/columns, e.g. weights read for the
-//            backward-data pass, activations for the backward-weights pass.
-// 16-bit fragments come out of shared memory with ldmatrix (.trans for MN-major); TF32
-// fragments with plain 32-bit loads (ldmatrix moves 16-bit elements only). The pads (16 bytes)
-// make every fragment load conflict-free: K-major rows are 80 bytes apart, so the 8 rows an
-// ldmatrix phase (or the 8 groups of a TF32 load) touch fall in distinct banks; MN-major rows are
-// R + 8 elements apart for the same reason.
+// Operands reach shared memory in one of two layouts (kernels/tc_layout.h), chosen by how they
+// lie in global memory: K-major (rows contiguous along K: NHWC activations gathered for the
+// forward pass, KRSC weights) or MN-major (contiguous along the tile's rows or columns: weights
+// read for the backward-data pass, activations for the backward-weights pass). 16-bit fragments
+// come out of shared memory with ldmatrix (.trans for MN-major); TF32 fragments with plain 32-bit
+// loads (ldmatrix moves 16-bit elements only). Every stage store and fragment load is free of
+// bank conflicts (tests/test_kernel_tc_banks.cpp holds them to the bank model).
 #pragma once
 #include <cstdint>
 #include <cstring>
@@ -22,10 +19,24 @@
 #include "kernels/common.cuh"
 #include "kernels/half_types.h"
 #include "kernels/mma.cuh"
+#include "kernels/tc_plan.h"
 
 namespace yolo::tc {
 
-constexpr int kThreads = 256;
+constexpr int kThreads = kTcThreads;
+
+// The architecture being compiled, for the launch bounds (tc_min_blocks); the host pass and the
+// emulation take the newest.
+#if defined(__CUDA_ARCH__)
+constexpr int kCodeArch = tc_code_arch(__CUDA_ARCH__ / 10);
+#else
+constexpr int kCodeArch = 90;
+#endif
+// A kernel's __launch_bounds__ minimum blocks per SM.
+template <typename T>
+constexpr int min_blocks(TcPass pass, int bm, bool async) {
+  return tc_min_blocks(pass, bm, async, int(sizeof(T)), kCodeArch);
+}
 
 // Per element type: BK (K per stage: 64 bytes of each row), V (elements per 16-byte chunk),
 // KStep (the MMA's k).
@@ -38,34 +49,24 @@ struct Tc<float> {
   static constexpr int BK = 16, V = 4, KStep = 8;
 };
 
-// A stage of one operand in shared memory. Chunks (16 bytes each) are numbered so that thread
-// t fills chunks t, t + 256, ...: R / 64 per thread (BK / V = 4 chunks per K-major row).
+// A stage of one operand in shared memory (kernels/tc_layout.h). Thread t fills chunks t, t + 256,
+// ...: R / 64 per thread.
 template <typename T, bool KMajor, int R>
 struct Smem {
-  static constexpr int BK = Tc<T>::BK, V = Tc<T>::V;
-  static constexpr int pitch = KMajor ? BK + 16 / int(sizeof(T)) : R + 8;
-  static constexpr int elements = (KMajor ? R : BK) * pitch;
+  static constexpr int E = int(sizeof(T)), BK = Tc<T>::BK, V = Tc<T>::V;
+  static constexpr int elements = tc_operand_elements(E, KMajor, R);
   static constexpr int chunks_per_thread = R / 64;
   static_assert(R % 64 == 0, "tile sides are multiples of 64");
-  static_assert(pitch * sizeof(T) % 16 == 0, "rows stay 16-byte aligned");
+  static_assert(BK == tc_bk(E) && V == tc_chunk_elements(E), "one stage layout");
+  static_assert(tc_pitch(E, KMajor, R) * E % 16 == 0, "rows stay 16-byte aligned");
 
-  // Position of this thread's chunk i: (row within the tile's R, k within the stage). For
-  // MN-major operands the chunk covers rows row..row+V-1 at one k; for K-major, k..k+V-1 of a row.
-  struct Chunk {
-    int row, k;
-  };
-  __device__ static Chunk chunk(int i) {
-    const int c = int(threadIdx.x) + i * kThreads;
-    if constexpr (KMajor) return {c / (BK / V), (c % (BK / V)) * V};
-    else return {(c % (R / V)) * V, c / (R / V)};
-  }
+  // Position of this thread's chunk i: (row within the tile's R, k within the stage).
+  __device__ static TcAt chunk(int i) { return tc_chunk_of(E, KMajor, R, int(threadIdx.x) + i * kThreads); }
   __device__ static T* chunk_address(T* stage, int i) {
-    const Chunk ch = chunk(i);
-    return KMajor ? stage + ch.row * pitch + ch.k : stage + ch.k * pitch + ch.row;
+    const TcAt ch = chunk(i);
+    return stage + tc_offset(E, KMajor, R, ch.row, ch.k);
   }
-  __device__ static const T* at(const T* stage, int row, int k) {
-    return KMajor ? stage + row * pitch + k : stage + k * pitch + row;
-  }
+  __device__ static const T* at(const T* stage, int row, int k) { return stage + tc_offset(E, KMajor, R, row, k); }
 };
 
 // Plain matrices as operands. K-major: element (row, k) at data[row * pitch + k]; MN-major:
@@ -84,7 +85,7 @@ struct MatrixLoader {
       : data(matrix), pitch(row_pitch), rows(row_count), k_size(k_count) {
 #pragma unroll
     for (int i = 0; i < CP; ++i) {
-      const typename S::Chunk ch = S::chunk(i);
+      const TcAt ch = S::chunk(i);
       row[i] = r0 + ch.row, k[i] = k_begin + ch.k;
     }
   }
@@ -117,7 +118,7 @@ struct WarpTile {
   __device__ WarpTile() {
     const int warp = int(threadIdx.x) / 32;
     lane = int(threadIdx.x) % 32;
-    m0 = (warp / 4) * WM, n0 = (warp % 4) * WN;
+    m0 = tc_warp_row0(warp, BM), n0 = tc_warp_col0(warp, BN);
   }
 };
 
@@ -128,40 +129,49 @@ __device__ __forceinline__ void compute_stage(const T* as, const T* bs, const Wa
   using SA = Smem<T, AK, BM>;
   using SB = Smem<T, BKm, BN>;
   constexpr int MI = WarpTile<BM, BN>::MI, NI = WarpTile<BM, BN>::NI, KS = Tc<T>::KStep;
-  const int g = w.lane / 4, t = w.lane % 4, l = w.lane;
+  constexpr int E = int(sizeof(T));
+  const int l = w.lane;
+  const TcAt fa = ldmatrix_a_at(l, AK, E), fb = ldmatrix_b_at(l, BKm, E);
 #pragma unroll
   for (int kk = 0; kk < Tc<T>::BK; kk += KS) {
     uint32_t a[MI][4], b[NI][2];
-    if constexpr (std::is_same_v<T, float>) {
+    if constexpr (std::is_same_v<T, float> && !AK) {  // MN-major TF32: element by element
 #pragma unroll
-      for (int i = 0; i < MI; ++i) {
-        const int r = w.m0 + i * 16 + g;
-        a[i][0] = mma::to_tf32(*SA::at(as, r, kk + t));
-        a[i][1] = mma::to_tf32(*SA::at(as, r + 8, kk + t));
-        a[i][2] = mma::to_tf32(*SA::at(as, r, kk + t + 4));
-        a[i][3] = mma::to_tf32(*SA::at(as, r + 8, kk + t + 4));
-      }
+      for (int i = 0; i < MI; ++i)
 #pragma unroll
-      for (int j = 0; j < NI; ++j) {
-        const int c = w.n0 + j * 8 + g;
-        b[j][0] = mma::to_tf32(*SB::at(bs, c, kk + t));
-        b[j][1] = mma::to_tf32(*SB::at(bs, c, kk + t + 4));
-      }
+        for (int r = 0; r < 4; ++r) {
+          const TcAt f = tf32_a_at(l, r);
+          a[i][r] = float_bits(*SA::at(as, w.m0 + i * 16 + f.row, kk + f.k));
+        }
     } else {
 #pragma unroll
-      for (int i = 0; i < MI; ++i) {
-        const int base = w.m0 + i * 16;
-        if constexpr (AK) mma::ldmatrix<4, false>(a[i], SA::at(as, base + l % 16, kk + (l / 16) * 8));
-        else mma::ldmatrix<4, true>(a[i], SA::at(as, base + ((l / 8) % 2) * 8, kk + l % 8 + (l / 16) * 8));
-      }
+      for (int i = 0; i < MI; ++i) mma::ldmatrix<4, !AK>(a[i], SA::at(as, w.m0 + i * 16 + fa.row, kk + fa.k));
+    }
+    if constexpr (std::is_same_v<T, float> && !BKm) {
+#pragma unroll
+      for (int j = 0; j < NI; ++j)
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          const TcAt f = tf32_b_at(l, r);
+          b[j][r] = float_bits(*SB::at(bs, w.n0 + j * 8 + f.row, kk + f.k));
+        }
+    } else {
 #pragma unroll
       for (int j = 0; j < NI; j += 2) {
-        const int base = w.n0 + j * 8;
         uint32_t r[4];
-        if constexpr (BKm) mma::ldmatrix<4, false>(r, SB::at(bs, base + (l / 16) * 8 + l % 8, kk + ((l / 8) % 2) * 8));
-        else mma::ldmatrix<4, true>(r, SB::at(bs, base + (l / 16) * 8, kk + l % 8 + ((l / 8) % 2) * 8));
+        mma::ldmatrix<4, !BKm>(r, SB::at(bs, w.n0 + j * 8 + fb.row, kk + fb.k));
         b[j][0] = r[0], b[j][1] = r[1], b[j + 1][0] = r[2], b[j + 1][1] = r[3];
       }
+    }
+    if constexpr (std::is_same_v<T, float>) {  // the MMA reads TF32: round the FP32 operands first
+#pragma unroll
+      for (int i = 0; i < MI; ++i)
+#pragma unroll
+        for (int r = 0; r < 4; ++r) a[i][r] = mma::to_tf32(bits_float(a[i][r]));
+#pragma unroll
+      for (int j = 0; j < NI; ++j)
+#pragma unroll
+        for (int r = 0; r < 2; ++r) b[j][r] = mma::to_tf32(bits_float(b[j][r]));
     }
 #pragma unroll
     for (int i = 0; i < MI; ++i)
@@ -175,12 +185,12 @@ __device__ __forceinline__ void compute_stage(const T* as, const T* bs, const Wa
 
 // ---- the two pipelines -------------------------------------------------------------------------
 
-// Shared memory bytes of `stages` stages of both operands.
+// Shared memory bytes of one stage of both operands.
 template <typename T, bool AK, bool BKm, int BM, int BN>
 constexpr size_t stage_bytes() {
-  return (size_t(Smem<T, AK, BM>::elements) + Smem<T, BKm, BN>::elements) * sizeof(T);
+  return size_t(tc_stage_bytes(int(sizeof(T)), AK, BKm, BM, BN));
 }
-constexpr int kAsyncStages = 3;
+constexpr int kAsyncStages = kTcAsyncStages;
 
 // V gathered elements as one 16-byte chunk, built in registers (a memcpy of the array would go
 // through local memory).
@@ -382,19 +392,6 @@ __device__ __forceinline__ void store2(Out* dst, float v0, float v1, bool pair, 
 }
 
 // ---- host side: tiles, splits, pipelines --------------------------------------------------------
-
-struct TcPlan {
-  int tile = 0;          // 0: 128x128, 1: 64x64
-  int splits = 1;        // K chunks (1: no second pass)
-  bool async = false;    // the cp.async pipeline (sm_80+, vector loaders)
-  int bm() const { return tile == 0 ? 128 : 64; }
-  int bn() const { return tile == 0 ? 128 : 64; }
-};
-
-// Plans `groups` independent m x n x k products (conv backward-data parity classes) of element
-// type size `elem` (4: TF32, 2: 16-bit), at most max_splits chunks; vec: both operands allow
-// 16-byte chunks. Honours set_tc_tiling_for_tests.
-TcPlan plan_tc(long long m, long long n, long long k, int groups, int max_splits, bool vec, int elem);
 
 // Calls launch.template operator()<BM, BN, Async>() for the plan.
 template <typename F>

@@ -2,14 +2,15 @@
 # make test / CI wrapper for tools/sass_check.sh: the tensor-core kernels' machine code has HMMA
 # instructions and no local-memory traffic, for every architecture the CUDA build targets; and for
 # tools/sass_twins_check.sh: batchnorm's and the activations' FP32 and 16-bit instantiations use
-# the same FP arithmetic forms (no FMA contracted in one only). Prints the runner's
+# the same FP arithmetic forms (no FMA contracted in one only); and for tools/occupancy_check.sh:
+# the tensor-core kernels get exactly the blocks per SM the planner assumes. Prints the runner's
 # "tests: N passed, M failed, K skipped" line; skipped in CPU-only builds.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 build=${BUILD:-build}
 if ! grep -q -- '-DYOLO_CUDA=1' "$build/flags" 2>/dev/null; then
   echo "sass check: skipped (CPU-only build: no nvcc objects to inspect)"
-  echo "tests: 0 passed, 0 failed, 2 skipped"
+  echo "tests: 0 passed, 0 failed, 3 skipped"
   exit 0
 fi
 archs=$(grep -oE 'code=sm_[0-9]+' "$build/flags" | sort -u | sed 's/code=sm_//' | tr '\n' ' ')
@@ -21,6 +22,11 @@ else
 fi
 if tools/sass_twins_check.sh --arch "$archs" "$build/native/kernels/batchnorm.cu.o" \
   "$build/native/kernels/activation.cu.o"; then
+  passed=$((passed + 1))
+else
+  failed=$((failed + 1))
+fi
+if tools/occupancy_check.sh "$build/native/kernels/conv_tc.cu.o" "$build/native/kernels/gemm_tc.cu.o"; then
   passed=$((passed + 1))
 else
   failed=$((failed + 1))

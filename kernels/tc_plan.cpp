@@ -1,0 +1,263 @@
+// The tensor-core planner (tc_plan.h): device descriptions, occupancy, the time model and the
+// choice among tiles, split counts and pipelines.
+#include "kernels/tc_plan.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <string>
+
+#include "kernels/gemm.h"
+#include "runtime/check.h"
+
+#if YOLO_CUDA
+#include <cuda_runtime_api.h>
+#else
+#include "runtime/emu/device.h"
+#endif
+
+namespace yolo {
+
+namespace {
+std::atomic<int> g_tc_tile{-1}, g_tc_splits{0}, g_tc_pipeline{0};
+}  // namespace
+
+void set_tc_tiling_for_tests(int tile, int splits, int pipeline) {
+  if (tile < -1 || tile > 1) throw Error("set_tc_tiling_for_tests: tile must be -1..1, got " + std::to_string(tile));
+  if (splits < 0) throw Error("set_tc_tiling_for_tests: negative split count");
+  if (pipeline < 0 || pipeline > 2) throw Error("set_tc_tiling_for_tests: pipeline must be 0..2");
+  g_tc_tile = tile, g_tc_splits = splits, g_tc_pipeline = pipeline;
+}
+
+namespace tc {
+
+// ---- devices -------------------------------------------------------------------------------------
+
+GpuDesc gpu_t4() {
+  GpuDesc g;
+  g.name = "T4", g.cc = 75, g.sms = 40, g.threads_per_sm = 1024;
+  g.smem_per_sm = 64 * 1024, g.smem_per_block = 64 * 1024;
+  // 320 GB/s on paper; FP16 tensor cores 65 TFLOP/s on paper, held back by the 70 W limit.
+  g.dram_gbs = 240, g.l2_gbs = 1200, g.l2_bytes = 4e6;
+  g.mma_tflops_16 = 45, g.mma_tflops_tf32 = 0;
+  g.rates_measured = false;
+  return g;
+}
+
+GpuDesc gpu_a100() {
+  GpuDesc g;
+  g.name = "A100", g.cc = 80, g.sms = 108, g.threads_per_sm = 2048;
+  g.smem_per_sm = 164 * 1024, g.smem_per_block = 163 * 1024;
+  // 1555 GB/s and 312 / 156 TFLOP/s on paper (BF16 / TF32); mma.sync reaches about 90% of them.
+  g.dram_gbs = 1400, g.l2_gbs = 4500, g.l2_bytes = 40e6;
+  g.mma_tflops_16 = 280, g.mma_tflops_tf32 = 140;
+  g.rates_measured = false;
+  return g;
+}
+
+GpuDesc gpu_h200() {
+  GpuDesc g;  // the defaults: measured on an H200 (copy, mma.sync ceilings); L2 bandwidth estimated
+  g.name = "H200";
+  return g;
+}
+
+GpuDesc gpu_preset(int compute_capability) {
+  if (compute_capability < 80) return gpu_t4();
+  if (compute_capability < 90) return gpu_a100();
+  return gpu_h200();
+}
+
+namespace {
+
+// The family preset, resized to a device of `sms` SMs (rates scale with the SMs; DRAM does not).
+GpuDesc resized_preset(int cc, int sms) {
+  GpuDesc g = gpu_preset(cc);
+  const double scale = double(sms) / g.sms;
+  g.cc = cc, g.sms = sms;
+  g.mma_tflops_16 *= scale, g.mma_tflops_tf32 *= scale, g.l2_gbs *= scale;
+  return g;
+}
+
+#if YOLO_CUDA
+GpuDesc describe_cuda_device(int device) {
+  cudaDeviceProp p{};
+  CHECKED(cudaGetDeviceProperties(&p, device));
+  GpuDesc g = resized_preset(p.major * 10 + p.minor, p.multiProcessorCount);
+  g.name = p.name;
+  g.threads_per_sm = p.maxThreadsPerMultiProcessor;
+  g.smem_per_sm = int(p.sharedMemPerMultiprocessor);
+  g.smem_per_block = int(p.sharedMemPerBlockOptin);
+  g.l2_bytes = double(p.l2CacheSize);
+  return g;
+}
+#endif
+
+}  // namespace
+
+GpuDesc current_gpu() {
+#if YOLO_CUDA
+  // Asked at every tensor-core launch: described once per device (its properties never change).
+  constexpr int kDevices = 64;
+  static std::atomic<const GpuDesc*> described[kDevices] = {};
+  int device = 0;
+  CHECKED(cudaGetDevice(&device));
+  if (device < 0 || device >= kDevices) return describe_cuda_device(device);
+  const GpuDesc* known = described[device].load(std::memory_order_acquire);
+  if (known == nullptr) {
+    const GpuDesc* fresh = new GpuDesc(describe_cuda_device(device));  // lives as long as the process
+    if (!described[device].compare_exchange_strong(known, fresh)) delete fresh;
+    else known = fresh;
+  }
+  return *known;
+#else
+  const int index = emu::current_device_index();
+  if (index < 0) {
+    GpuDesc g = resized_preset(emu::current_compute_capability(), emu::current_multiprocessors());
+    g.name = "emulated default (4 SMs)";
+    return g;
+  }
+  const emu::DeviceProps props = emu::device_props(index);
+  GpuDesc g = resized_preset(props.cc_major * 10 + props.cc_minor, props.multiprocessors);
+  g.name = props.name;
+  g.l2_bytes = double(props.l2_bytes);
+  return g;
+#endif
+}
+
+const char* pass_name(TcPass pass) {
+  switch (pass) {
+    case TcPass::Forward: return "fwd";
+    case TcPass::BackwardData: return "bwd data";
+    case TcPass::BackwardWeights: return "bwd weights";
+    case TcPass::Gemm: return "gemm";
+  }
+  return "?";
+}
+
+// ---- occupancy and the time model ------------------------------------------------------------------
+
+int blocks_per_sm(const TcProblem& problem, const TcPlan& plan, const GpuDesc& gpu) {
+  constexpr int kSystemSharedPerBlock = 1024;
+  const int smem = tc_stage_bytes(problem.elem, problem.a_kmajor, problem.b_kmajor, plan.bm(), plan.bn()) *
+                   plan.stages();
+  if (smem > gpu.smem_per_block) return 0;
+  const int by_smem = gpu.smem_per_sm / (smem + kSystemSharedPerBlock);
+  const int by_threads = gpu.threads_per_sm / kTcThreads;
+  const int by_registers = tc_min_blocks(problem.pass, plan.bm(), plan.async, problem.elem, tc_code_arch(gpu.cc));
+  return std::max(0, std::min({by_smem, by_threads, by_registers}));
+}
+
+namespace {
+
+long long ceil_div_ll(long long a, long long b) { return (a + b - 1) / b; }
+
+// K per split-K slice: whole stages (as the kernels cut it: tc_split_chunk in tc_tiles.cuh).
+long long slice_k(long long k, int splits, int bk) { return ceil_div_ll(ceil_div_ll(k, bk), splits) * bk; }
+
+// Fraction of the mma.sync ceiling a main loop sustains while `resident` blocks share an SM,
+// fitted to the 204 tensor-core rows the H200 measured (docs/perf.md, "The planner's model"):
+// 128x128 tiles 0.30, 64x64 0.145, one resident block 0.55 of that; backward data 0.85, backward
+// weights 1.4 (its operands are both MN-major, whose stores had no bank conflicts). Element-by-
+// element gathers (channel counts that are not whole 16-byte chunks) and the register-staged
+// pipeline ran together in every measured row (0.4 together); how that divides between them is a
+// prediction: 0.8 for the pipeline, 0.5 for the gathers.
+double loop_efficiency(const TcProblem& problem, const TcPlan& plan, int resident) {
+  double e = plan.tile == 0 ? 0.30 : 0.145;
+  if (resident < 2) e *= 0.55;
+  if (problem.pass == TcPass::BackwardData) e *= 0.85;
+  if (problem.pass == TcPass::BackwardWeights) e *= 1.4;
+  if (!plan.async) e *= 0.8;
+  if (!problem.vec) e *= 0.5;
+  return e;
+}
+
+}  // namespace
+
+TcPrediction predict(const TcProblem& problem, const TcPlan& plan, const GpuDesc& gpu) {
+  TcPrediction p;
+  const int bk = tc_bk(problem.elem);
+  const long long tiles = ceil_div_ll(problem.m, plan.bm()) * ceil_div_ll(problem.n, plan.bn()) * problem.groups;
+  const long long chunk = std::max<long long>(slice_k(problem.k, plan.splits, bk), bk);
+  p.blocks_per_sm = blocks_per_sm(problem, plan, gpu);
+  p.blocks = tiles * plan.splits;
+  if (p.blocks_per_sm == 0) {
+    p.total_us = std::numeric_limits<double>::infinity();  // does not fit this GPU's shared memory
+    return p;
+  }
+  p.waves = double(p.blocks) / (double(gpu.sms) * p.blocks_per_sm);
+  const long long busiest_sm = ceil_div_ll(p.blocks, gpu.sms);  // blocks go round the SMs
+  const int resident = int(std::min<long long>(busiest_sm, p.blocks_per_sm));
+  p.efficiency = loop_efficiency(problem, plan, resident);
+  const double tflops = problem.elem == 4 ? gpu.mma_tflops_tf32 : gpu.mma_tflops_16;
+  const double sm_flops_per_us = tflops * 1e6 / gpu.sms;
+  const double block_flops = 2.0 * plan.bm() * plan.bn() * double(chunk);
+  p.mma_us = double(busiest_sm) * block_flops / (sm_flops_per_us * p.efficiency);
+  const double operand_bytes = double(p.blocks) * (plan.bm() + plan.bn()) * double(chunk) * problem.elem;
+  p.operand_us = operand_bytes / (gpu.l2_gbs * 1e3);
+  const double outputs = double(problem.m) * double(problem.n) * problem.groups;
+  const int out_elem = problem.pass == TcPass::BackwardWeights ? 4 : problem.elem;
+  constexpr double kLaunchUs = 8.0;  // a launch and its ramp (the fit above: 9.6 us a kernel)
+  p.launch_us = kLaunchUs;
+  if (plan.splits > 1) {
+    p.partial_bytes = 4.0 * plan.splits * outputs;
+    // Partials that fit in L2 are written and read there; larger ones go out to DRAM and back.
+    const double bw = p.partial_bytes <= gpu.l2_bytes / 2 ? gpu.l2_gbs : gpu.dram_gbs;
+    p.output_us = p.partial_bytes / (bw * 1e3);
+    p.split_pass_us = (p.partial_bytes + outputs * out_elem) / (bw * 1e3);
+    p.launch_us += kLaunchUs;
+  } else {
+    p.output_us = outputs * out_elem / (gpu.dram_gbs * 1e3);
+  }
+  p.total_us = std::max(p.mma_us, p.operand_us) + p.output_us + p.split_pass_us + p.launch_us;
+  return p;
+}
+
+TcPlan choose_plan(const TcProblem& problem, const GpuDesc& gpu) {
+  const int bk = tc_bk(problem.elem);
+  const long long min_chunk = 8LL * bk;
+  const int forced_tile = g_tc_tile.load(), forced_splits = g_tc_splits.load(), pipeline = g_tc_pipeline.load();
+  const bool async = problem.vec && gpu.cc >= 80 && pipeline != 1;
+  const int split_limit = problem.k > 0 ? std::max(1, problem.max_splits) : 1;
+  TcPlan best;
+  best.async = async;
+  double best_us = std::numeric_limits<double>::infinity();
+  bool chosen = false;
+  for (int tile = 0; tile < 2; ++tile) {
+    if (forced_tile >= 0 && tile != forced_tile) continue;
+    TcPlan candidate;
+    candidate.tile = tile, candidate.async = async;
+    const long long tiles =
+        ceil_div_ll(problem.m, candidate.bm()) * ceil_div_ll(problem.n, candidate.bn()) * problem.groups;
+    const long long wave = (long long)gpu.sms * std::max(1, blocks_per_sm(problem, candidate, gpu));
+    for (int s = 1; s <= split_limit; ++s) {
+      if (forced_splits > 0 && s != std::min(forced_splits, split_limit)) continue;
+      if (forced_splits == 0 && s > 1 && (slice_k(problem.k, s, bk) < min_chunk || tiles >= wave)) break;
+      candidate.splits = s;
+      const double us = predict(problem, candidate, gpu).total_us;
+      if (!chosen || us < best_us * 0.98) {
+        best_us = us, best = candidate, chosen = true;
+      }
+    }
+  }
+  return best;
+}
+
+std::string describe(const TcPlan& plan, const TcPrediction& p) {
+  char text[256];
+  std::snprintf(text, sizeof text,
+                "%dx%d %s, %d split%s: %d blocks/SM, %.2f waves, %.0f us (mma %.0f at %.0f%%, operands %.0f, "
+                "out %.0f, split pass %.0f)",
+                plan.bm(), plan.bn(), plan.async ? "cp.async" : "registers", plan.splits, plan.splits == 1 ? "" : "s",
+                p.blocks_per_sm, p.waves, p.total_us, p.mma_us, 100 * p.efficiency, p.operand_us, p.output_us,
+                p.split_pass_us);
+  return text;
+}
+
+std::string plan_code(const TcPlan& plan) {
+  return std::to_string(plan.bm()) + (plan.async ? "a" : "r") + std::to_string(plan.splits);
+}
+
+}  // namespace tc
+}  // namespace yolo

@@ -1,0 +1,254 @@
+// The tensor-core planner (kernels/tc_plan.h) without a GPU: blocks per SM from each kernel's
+// launch bounds, shared memory and threads on the T4, A100 and H200 descriptions; the predicted
+// time's parts; no split-K where the tiles alone fill a wave; forced tiles, splits and pipelines
+// honoured; a pure function of (problem, device description); and the choices for every
+// YOLOv3-416 conv pass at batch 16 pinned per device (tools/yolov3_convs.h).
+#include <doctest/doctest.h>
+
+#include <map>
+#include <string>
+
+#include "kernels/conv.h"
+#include "kernels/gemm.h"
+#include "kernels/tc_plan.h"
+#include "tools/yolov3_convs.h"
+
+#if YOLO_EMULATED_KERNELS
+#include "runtime/emu/device.h"
+#include "tests/emu_fixtures.h"
+#endif
+
+using namespace yolo;
+using namespace yolo::tc;
+
+namespace {
+
+Conv2dShape shape_of(const bench::YoloConv& layer, int batch) {
+  Conv2dShape s;
+  s.n = batch, s.h = layer.h, s.w = layer.w, s.c_in = layer.c_in, s.c_out = layer.c_out, s.k = layer.k;
+  s.stride = layer.stride;
+  return s;
+}
+
+struct TcTiling {
+  TcTiling(int tile, int splits, int pipeline) { set_tc_tiling_for_tests(tile, splits, pipeline); }
+  ~TcTiling() { set_tc_tiling_for_tests(-1, 0, 0); }
+};
+
+constexpr TcPass kConvPasses[] = {TcPass::Forward, TcPass::BackwardData, TcPass::BackwardWeights};
+
+// The precision a device trains YOLOv3 in by default (--precision auto).
+Precision auto_precision(const GpuDesc& gpu) { return gpu.cc < 80 ? Precision::Fp16 : Precision::Bf16; }
+
+// Each layer's plans, "fwd bwd-data bwd-weights", at batch 16 in the device's auto precision.
+using Pinned = std::map<std::string, std::string>;
+std::string plans_of(const bench::YoloConv& layer, const GpuDesc& gpu) {
+  std::string codes;
+  for (TcPass pass : kConvPasses) {
+    const TcPlan plan = choose_plan(conv2d_tc_problem(shape_of(layer, 16), pass, auto_precision(gpu)), gpu);
+    codes += (codes.empty() ? "" : " ") + plan_code(plan);
+  }
+  return codes;
+}
+
+// The choices as of 2026-12-04 (docs/perf.md, "The planner"). A change to the model or the kernels'
+// launch bounds that moves them updates these tables in the same commit, saying why.
+const Pinned kT4 = {
+    {"416x416 3->32 3x3 s1", "64r1 64r1 64r79"},
+    {"416->208 32->64 3x3 s2", "64r1 64r1 64r16"},
+    {"208x208 64->32 1x1 s1", "64r1 64r1 64r80"},
+    {"208x208 32->64 3x3 s1", "64r1 64r1 64r16"},
+    {"208->104 64->128 3x3 s2", "128r1 64r1 128r8"},
+    {"104x104 128->64 1x1 s1", "64r1 128r1 64r40"},
+    {"104x104 64->128 3x3 s1", "128r1 64r1 128r8"},
+    {"104->52 128->256 3x3 s2", "128r1 128r1 128r11"},
+    {"52x52 256->128 1x1 s1", "128r1 128r1 128r20"},
+    {"52x52 128->256 3x3 s1", "128r1 128r1 128r11"},
+    {"52->26 256->512 3x3 s2", "128r1 128r1 128r1"},
+    {"26x26 512->256 1x1 s1", "64r1 128r1 128r5"},
+    {"26x26 256->512 3x3 s1", "128r1 64r1 128r1"},
+    {"26->13 512->1024 3x3 s2", "128r1 128r1 128r1"},
+    {"13x13 1024->512 1x1 s1", "64r1 128r1 128r1"},
+    {"13x13 512->1024 3x3 s1", "128r1 64r1 128r1"},
+    {"13x13 1024->255 1x1 s1", "64r1 128r1 128r5"},
+    {"13x13 512->256 1x1 s1", "64r1 64r1 128r5"},
+    {"26x26 768->256 1x1 s1", "64r1 128r1 128r3"},
+    {"26x26 512->255 1x1 s1", "64r1 128r1 128r5"},
+    {"26x26 256->128 1x1 s1", "64r1 64r1 64r10"},
+    {"52x52 384->128 1x1 s1", "128r1 128r1 128r13"},
+    {"52x52 256->255 1x1 s1", "128r1 128r1 128r10"},
+    {"13x13 1024->24 1x1 s1", "64r4 128r1 64r5"},
+    {"26x26 512->24 1x1 s1", "64r1 128r1 64r10"},
+    {"52x52 256->24 1x1 s1", "64r1 128r1 64r20"},
+};
+const Pinned kA100 = {
+    {"416x416 3->32 3x3 s1", "64r1 64r1 64r213"},
+    {"416->208 32->64 3x3 s2", "128a1 64a1 64a43"},
+    {"208x208 64->32 1x1 s1", "128a1 64a1 64a213"},
+    {"208x208 32->64 3x3 s1", "128a1 64a1 64a43"},
+    {"208->104 64->128 3x3 s2", "128a1 64a1 128a43"},
+    {"104x104 128->64 1x1 s1", "128a1 128a1 128a208"},
+    {"104x104 64->128 3x3 s1", "128a1 64a1 128a43"},
+    {"104->52 128->256 3x3 s2", "128a1 128a1 128a12"},
+    {"52x52 256->128 1x1 s1", "128a1 128a1 128a104"},
+    {"52x52 128->256 3x3 s1", "128a1 64a1 128a12"},
+    {"52->26 256->512 3x3 s2", "128a1 128a1 128a3"},
+    {"26x26 512->256 1x1 s1", "128a1 64a1 128a26"},
+    {"26x26 256->512 3x3 s1", "128a1 128a1 128a3"},
+    {"26->13 512->1024 3x3 s2", "128a3 64a1 128a1"},
+    {"13x13 1024->512 1x1 s1", "128a2 128a1 128a6"},
+    {"13x13 512->1024 3x3 s1", "128a3 128a6 128a1"},
+    {"13x13 1024->255 1x1 s1", "128a4 128r1 64r5"},
+    {"13x13 512->256 1x1 s1", "64a1 128a1 64a10"},
+    {"26x26 768->256 1x1 s1", "128a1 128a1 128a18"},
+    {"26x26 512->255 1x1 s1", "128a1 64r1 128r13"},
+    {"26x26 256->128 1x1 s1", "128a1 128a1 64a26"},
+    {"52x52 384->128 1x1 s1", "128a1 128a1 128a72"},
+    {"52x52 256->255 1x1 s1", "128a1 128r1 128r26"},
+    {"13x13 1024->24 1x1 s1", "64a4 128a1 64a11"},
+    {"26x26 512->24 1x1 s1", "64a1 64a1 64a26"},
+    {"52x52 256->24 1x1 s1", "64a1 128a1 128a104"},
+};
+const Pinned kH200 = {
+    {"416x416 3->32 3x3 s1", "64r1 64r1 64r263"},
+    {"416->208 32->64 3x3 s2", "128a1 64a1 64a52"},
+    {"208x208 64->32 1x1 s1", "128a1 64a1 64a258"},
+    {"208x208 32->64 3x3 s1", "128a1 64a1 64a52"},
+    {"208->104 64->128 3x3 s2", "128a1 64a1 128a52"},
+    {"104x104 128->64 1x1 s1", "128a1 128a1 128a258"},
+    {"104x104 64->128 3x3 s1", "128a1 64a1 128a52"},
+    {"104->52 128->256 3x3 s2", "128a1 128a1 128a14"},
+    {"52x52 256->128 1x1 s1", "128a1 128a1 128a123"},
+    {"52x52 128->256 3x3 s1", "128a1 128a1 128a14"},
+    {"52->26 256->512 3x3 s2", "128a1 128a1 128a5"},
+    {"26x26 512->256 1x1 s1", "128a1 128a1 128a31"},
+    {"26x26 256->512 3x3 s1", "128a1 64a1 128a5"},
+    {"26->13 512->1024 3x3 s2", "128a3 128a1 128a1"},
+    {"13x13 1024->512 1x1 s1", "128a3 64a1 128a8"},
+    {"13x13 512->1024 3x3 s1", "128a3 128a3 128a1"},
+    {"13x13 1024->255 1x1 s1", "128a4 64r1 128r8"},
+    {"13x13 512->256 1x1 s1", "64a1 64a1 64a8"},
+    {"26x26 768->256 1x1 s1", "128a1 128a1 128a20"},
+    {"26x26 512->255 1x1 s1", "128a1 128r1 128r16"},
+    {"26x26 256->128 1x1 s1", "64a1 64a1 64a31"},
+    {"52x52 384->128 1x1 s1", "128a1 128a1 128a85"},
+    {"52x52 256->255 1x1 s1", "128a1 128r1 128r33"},
+    {"13x13 1024->24 1x1 s1", "64a4 64a1 64a11"},
+    {"26x26 512->24 1x1 s1", "64a1 128a1 64a31"},
+    {"52x52 256->24 1x1 s1", "128a1 128a1 128a123"},
+};
+
+}  // namespace
+
+TEST_CASE("tc plan: blocks per SM from launch bounds, shared memory and threads on the T4, A100 and H200") {
+  auto blocks = [](const GpuDesc& gpu, TcPass pass, int elem, bool ak, bool bk, int tile, bool async) {
+    TcProblem problem;
+    problem.pass = pass, problem.elem = elem, problem.a_kmajor = ak, problem.b_kmajor = bk;
+    TcPlan plan;
+    plan.tile = tile, plan.async = async;
+    return blocks_per_sm(problem, plan, gpu);
+  };
+  // H200 forward BF16 128x128 cp.async: 3 x 16 KiB of stages, 4 would fit; its launch bounds give 2.
+  CHECK(blocks(gpu_h200(), TcPass::Forward, 2, true, true, 0, true) == 2);
+  // T4 forward FP16 128x128 register-staged: 32 KiB of stages + 1 KiB: one in 64 KiB.
+  CHECK(blocks(gpu_t4(), TcPass::Forward, 2, true, true, 0, false) == 1);
+  // T4 64x64: 16 KiB + 1 KiB each: 3 fit (the launch bounds allow 3, the threads 4).
+  CHECK(blocks(gpu_t4(), TcPass::Forward, 2, true, true, 1, false) == 3);
+  // A100 backward weights BF16 64x64 cp.async: MN-major stages of 27 KiB: 5 fit, launch bounds 4.
+  CHECK(blocks(gpu_a100(), TcPass::BackwardWeights, 2, false, false, 1, true) == 4);
+  // Backward data 128x128: one block, whatever the memory (its registers).
+  CHECK(blocks(gpu_h200(), TcPass::BackwardData, 2, true, false, 0, true) == 1);
+  // A T4 backward weights 128x128 register-staged in FP16: 34 KiB of stages, one block.
+  CHECK(blocks(gpu_t4(), TcPass::BackwardWeights, 2, false, false, 0, false) == 1);
+  // TF32 rows are 64 bytes too (16 elements): 3 x 16 KiB a block, 3 would fit; the launch bounds
+  // give the H200 2, the A100 1 (sm_80's TF32 128x128 main loop spilled at 128 registers).
+  CHECK(blocks(gpu_h200(), TcPass::Forward, 4, true, true, 0, true) == 2);
+  CHECK(blocks(gpu_a100(), TcPass::Forward, 4, true, true, 0, true) == 1);
+  // A T4 runs no cp.async; an H200 128x128 register-staged forward: 2 x 16 KiB, one block (bounds).
+  CHECK(blocks(gpu_h200(), TcPass::Forward, 2, true, true, 0, false) == 1);
+}
+
+TEST_CASE("tc plan: the choices for every YOLOv3-416 conv pass at batch 16 on the T4, A100 and H200 (pinned)") {
+  const std::pair<GpuDesc, const Pinned*> devices[] = {{gpu_t4(), &kT4}, {gpu_a100(), &kA100}, {gpu_h200(), &kH200}};
+  for (const auto& [gpu, pinned] : devices) {
+    CAPTURE(gpu.name);
+    for (const bench::YoloConv& layer : bench::kYoloConvs) {
+      CAPTURE(std::string(layer.label));
+      REQUIRE(pinned->count(layer.label) == 1);
+      CHECK(plans_of(layer, gpu) == pinned->at(layer.label));
+    }
+  }
+}
+
+TEST_CASE("tc plan: split-K only where the tiles alone fill less than a wave; T4 never gets cp.async") {
+  for (const GpuDesc& gpu : {gpu_t4(), gpu_a100(), gpu_h200()})
+    for (const bench::YoloConv& layer : bench::kYoloConvs)
+      for (TcPass pass : kConvPasses) {
+        CAPTURE(gpu.name);
+        CAPTURE(std::string(layer.label));
+        CAPTURE(pass_name(pass));
+        const TcProblem problem = conv2d_tc_problem(shape_of(layer, 16), pass, auto_precision(gpu));
+        const TcPlan plan = choose_plan(problem, gpu);
+        const TcPrediction p = predict(problem, plan, gpu);
+        const long long tiles = p.blocks / plan.splits;
+        if (plan.splits > 1) CHECK(tiles < (long long)gpu.sms * p.blocks_per_sm);
+        CHECK(p.blocks_per_sm >= 1);
+        if (gpu.cc < 80) CHECK_FALSE(plan.async);
+        if (!problem.vec) CHECK_FALSE(plan.async);
+      }
+}
+
+TEST_CASE("tc plan: the prediction's parts: partials only with splits; the H200's old 3-way split predicted slower") {
+  const bench::YoloConv layer{"52x52 128->256 3x3 s1", 52, 52, 128, 256, 3, 1, false};
+  const TcProblem problem = conv2d_tc_problem(shape_of(layer, 16), TcPass::Forward, Precision::Bf16);
+  TcPlan one, three;
+  one.async = three.async = true;
+  three.splits = 3;
+  const TcPrediction p1 = predict(problem, one, gpu_h200()), p3 = predict(problem, three, gpu_h200());
+  CHECK(p1.partial_bytes == 0);
+  CHECK(p1.split_pass_us == 0);
+  CHECK(p3.partial_bytes == doctest::Approx(4.0 * 3 * 43264 * 256));
+  CHECK(p3.split_pass_us > 0);
+  CHECK(p3.blocks == 3 * p1.blocks);
+  CHECK(p1.waves == doctest::Approx(676.0 / (132 * 2)));
+  // What ncu found (L2 71% busy with the partials, 2.56 waves of tiles): no split is faster.
+  CHECK(p3.total_us > p1.total_us);
+}
+
+TEST_CASE("tc plan: forced tiles, splits and pipelines are honoured, splits up to the pass's limit") {
+  const bench::YoloConv layer{"26x26 256->512 3x3 s1", 26, 26, 256, 512, 3, 1, false};
+  const TcProblem problem = conv2d_tc_problem(shape_of(layer, 16), TcPass::Forward, Precision::Bf16);
+  {
+    TcTiling forced(1, 3, 1);
+    const TcPlan plan = choose_plan(problem, gpu_h200());
+    CHECK(plan.tile == 1);
+    CHECK(plan.splits == 3);
+    CHECK_FALSE(plan.async);  // pipeline 1: register-staged
+  }
+  {
+    TcTiling forced(0, 1000, 0);
+    const TcPlan plan = choose_plan(problem, gpu_h200());
+    CHECK(plan.tile == 0);
+    CHECK(plan.splits == problem.max_splits);
+    CHECK(plan.async);
+  }
+  const TcPlan automatic = choose_plan(problem, gpu_h200());
+  CHECK(plan_code(automatic) == plan_code(choose_plan(problem, gpu_h200())));  // no state left behind
+}
+
+TEST_CASE("tc plan: a pure function of the problem and the description, not of the current device") {
+  const bench::YoloConv layer{"52x52 128->256 3x3 s1", 52, 52, 128, 256, 3, 1, false};
+  const TcProblem problem = conv2d_tc_problem(shape_of(layer, 16), TcPass::BackwardWeights, Precision::Bf16);
+  const std::string before = plan_code(choose_plan(problem, gpu_t4()));
+#if YOLO_EMULATED_KERNELS
+  // The current device described from the emulated sm_75 (a T4): what the launchers plan with.
+  yolo::testing::EmulatedDevicesReset reset;
+  emu::configure_device(1, emu::preset_for(75));
+  emu::set_current_device(1);
+  CHECK(current_gpu().cc == 75);
+  CHECK(current_gpu().sms == 40);
+  CHECK(current_gpu().smem_per_sm == 64 * 1024);
+  CHECK(current_gpu().threads_per_sm == 1024);
+#endif
+  CHECK(plan_code(choose_plan(problem, gpu_t4())) == before);
+}
