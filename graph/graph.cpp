@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <sstream>
 
+#include "kernels/conv.h"
 #include "kernels/maxpool.h"
 #include "runtime/check.h"
 
@@ -233,6 +234,37 @@ std::string summary_table(const Graph& graph) {
                 static_cast<long long>(graph.trainable), static_cast<long long>(graph.bn_stats),
                 static_cast<long long>(graph.trainable + graph.bn_stats));
   out << line;
+  return out.str();
+}
+
+std::string tc_plan_table(const Graph& graph, int micro_batch, Precision precision, const tc::GpuDesc& gpu) {
+  std::ostringstream out;
+  char line[256];
+  std::snprintf(line, sizeof line, "tensor-core plans on %s (sm_%d, %d SMs), %s, micro-batch %d: plan and predicted us\n",
+                gpu.name.c_str(), gpu.cc, gpu.sms, precision_name(precision), micro_batch);
+  out << line;
+  std::snprintf(line, sizeof line, "%5s %-16s %-16s %-16s\n", "layer", "fwd", "bwd data", "bwd weights");
+  out << line;
+  for (const Node& node : graph.nodes) {
+    if (node.spec.type != LayerType::Convolutional) continue;
+    const Conv2dShape s{micro_batch, node.in.h, node.in.w, node.in.c, node.out.c, node.spec.size, node.spec.stride};
+    std::string cells[3];
+    const tc::TcPass passes[3] = {tc::TcPass::Forward, tc::TcPass::BackwardData, tc::TcPass::BackwardWeights};
+    for (int i = 0; i < 3; ++i) {
+      if (passes[i] == tc::TcPass::BackwardData && node.inputs[0] == kNetworkInput) {
+        cells[i] = "-";  // the image needs no gradient
+        continue;
+      }
+      const tc::TcProblem problem = conv2d_tc_problem(s, passes[i], precision);
+      const tc::TcPlan plan = tc::choose_plan(problem, gpu);
+      char cell[32];
+      std::snprintf(cell, sizeof cell, "%-7s %6.0f", tc::plan_code(plan).c_str(), tc::predict(problem, plan, gpu).total_us);
+      cells[i] = cell;
+    }
+    std::snprintf(line, sizeof line, "%5d %-16s %-16s %-16s\n", node.index, cells[0].c_str(), cells[1].c_str(),
+                  cells[2].c_str());
+    out << line;
+  }
   return out.str();
 }
 

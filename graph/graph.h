@@ -7,6 +7,8 @@
 #include <vector>
 
 #include "graph/cfg.h"
+#include "kernels/precision.h"
+#include "kernels/tc_plan.h"
 #include "kernels/yolo_loss.h"
 
 namespace yolo::graph {
@@ -53,5 +55,8 @@ Graph build_graph(const ModelSpec& spec, int width = 0, int height = 0);
 
 // darknet-style table: index, type, filters, size/stride, input -> output, BFLOPs; then totals.
 std::string summary_table(const Graph& graph);
+// The tensor-core planner's choice and predicted microseconds per conv layer and pass (kernels/
+// tc_plan.h) at `micro_batch` in `precision` (tf32, bf16 or fp16) on `gpu`: `--summary`'s table.
+std::string tc_plan_table(const Graph& graph, int micro_batch, Precision precision, const tc::GpuDesc& gpu);
 
 }  // namespace yolo::graph

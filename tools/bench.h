@@ -37,6 +37,8 @@ struct Context {
   int batch = 16;           // YOLOv3-416 training batch on a GPU; smaller on the CPU (stated)
   int repeats = 10;
   std::string filter;       // run only entries whose name contains this
+  bool tune = false;        // --tune: the tensor-core entries time every candidate plan instead (bench_tc_tune.cu)
+  std::string plans;        // --plans DEVICE: the tensor-core entry prints the planner's choices instead (bench_tc.cu)
 };
 
 struct Result {
@@ -47,6 +49,8 @@ struct Result {
   double flops = 0;         // 0 for memory-bound ops
   std::string ceiling = "fp32";  // the TFLOP/s ceiling the % column compares with (Ceilings::tflops)
   double cublas_ms = 0;     // median of the cuBLAS yardstick at the equivalent GEMM (0: none, "-")
+  std::string plan{};       // tensor-core rows: the planner's choice (tc::plan_code) ...
+  double predicted_ms = 0;  // ... and its predicted time (kernels/tc_plan.h), printed beside the measured
 };
 
 // Median milliseconds of `run` (after one warm-up): CUDA events on a GPU, a steady clock on

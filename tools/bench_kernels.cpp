@@ -5,6 +5,10 @@
 // its median ms at the equivalent GEMM and our time / its time. CUDA kernels on gpu:0 when
 // there is a GPU, the fast CPU versions otherwise (with a smaller batch, printed).
 //   bench_kernels [--filter TEXT] [--batch N] [--repeats N] [--cpu] [--ceilings-only]
+//   bench_kernels --plans t4|a100|h200|this [--batch N] [--filter TEXT]   the tensor-core planner's
+//                 choices and predicted times per YOLOv3 conv pass (no GPU needed for the presets)
+//   bench_kernels --tune [--filter TEXT]   every candidate tensor-core plan timed beside its
+//                 prediction (tools/bench_tc_tune.cu; bf16, or the precision the filter names)
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -32,9 +36,23 @@ int main(int argc, char** argv) {
       else if (arg == "--repeats") context.repeats = std::atoi(value().c_str());
       else if (arg == "--cpu") force_cpu = true;
       else if (arg == "--ceilings-only") ceilings_only = true;
-      else throw Error("unknown option '" + arg + "' (try --filter, --batch, --repeats, --cpu, --ceilings-only)");
+      else if (arg == "--plans") context.plans = value();
+      else if (arg == "--tune") context.tune = true;
+      else throw Error("unknown option '" + arg + "' (try --filter, --batch, --repeats, --cpu, --ceilings-only, --plans, --tune)");
     }
     if (context.repeats < 1) throw Error("--repeats must be at least 1");
+    // --plans and --tune are one family's own output (tools/bench_tc.cu, tools/bench_tc_tune.cu).
+    auto run_family = [&](const std::string& name) {
+      for (const auto& [family, entry] : bench::entries()) {
+        std::vector<bench::Result> ignored;
+        if (family == name) entry(context, ignored);
+      }
+    };
+    if (!context.plans.empty()) {  // the planner's tables: no device is used
+      context.batch = batch > 0 ? batch : 16;
+      run_family("conv_tc");
+      return 0;
+    }
     const GpuDiscovery& found = discover_gpus();
     bool gpu = !force_cpu && !found.gpus.empty();
     context.device = gpu ? Device::cuda(0) : Device::cpu();
@@ -62,8 +80,12 @@ int main(int argc, char** argv) {
       else std::printf("cuBLAS yardstick: not loaded, the cuBLAS columns show -: %s\n", cublas.why_not.c_str());
     }
     if (ceilings_only) return 0;
-    std::printf("%-22s %-34s %10s %9s %6s %9s %6s %-4s %10s %7s\n", "op", "shape", "ms", "GB/s", "%copy", "TFLOP/s",
-                "%peak", "peak", "cuBLAS ms", "/cuBLAS");
+    if (context.tune) {
+      run_family("conv_tc_tune");
+      return 0;
+    }
+    std::printf("%-22s %-34s %10s %9s %6s %9s %6s %-4s %10s %7s  %-7s %8s %6s\n", "op", "shape", "ms", "GB/s", "%copy",
+                "TFLOP/s", "%peak", "peak", "cuBLAS ms", "/cuBLAS", "plan", "pred ms", "/pred");
     for (const auto& [family, entry] : bench::entries()) {
       std::vector<bench::Result> results;
       entry(context, results);
@@ -77,8 +99,10 @@ int main(int argc, char** argv) {
         if (r.flops > 0 && peak > 0) std::printf("%9.2f %5.0f%% %-4s ", tflops, 100.0 * tflops / peak, r.ceiling.c_str());
         else if (r.flops > 0) std::printf("%9.2f %6s %-4s ", tflops, "-", r.ceiling.c_str());
         else std::printf("%9s %6s %-4s ", "-", "-", "-");
-        if (r.cublas_ms > 0) std::printf("%10.3f %7.2f\n", r.cublas_ms, r.ms / r.cublas_ms);
-        else std::printf("%10s %7s\n", "-", "-");
+        if (r.cublas_ms > 0) std::printf("%10.3f %7.2f", r.cublas_ms, r.ms / r.cublas_ms);
+        else std::printf("%10s %7s", "-", "-");
+        if (!r.plan.empty()) std::printf("  %-7s %8.3f %6.2f", r.plan.c_str(), r.predicted_ms, r.ms / r.predicted_ms);
+        std::printf("\n");
       }
       std::fflush(stdout);
     }

@@ -1,5 +1,5 @@
 // conv_tc: the convolutions on tensor cores (conv2d_*_tc, kernels/conv_tc.cu) at every distinct
-// 3x3 and 1x1 layer of YOLOv3-416 (models/yolov3.cfg), each pass (fwd, bwd data, bwd weights),
+// 3x3 and 1x1 layer of YOLOv3-416 (tools/yolov3_convs.h; the heads with 255 and 24 filters), each pass (fwd, bwd data, bwd weights),
 // each precision the device runs, next to the FP32 CUDA-core kernels (conv2d_*_cuda) at the
 // same shape. Shapes are labelled as in bench_conv.cu, so `--filter "52x52 128->256 3x3 s1"`
 // lists one layer's rows from both files; `--filter conv_tc` runs only these, `--filter bf16`
@@ -28,12 +28,8 @@
 #include <string>
 #include <vector>
 
-#include "kernels/common.cuh"
-#include "kernels/conv.h"
-#include "kernels/half_types.h"
-#include "kernels/precision.h"
-#include "runtime/memory.h"
 #include "tools/bench.h"
+#include "tools/bench_tc_layer.cuh"
 #include "tools/cublas_loader.h"
 
 namespace yolo::bench {
@@ -41,63 +37,16 @@ namespace {
 
 constexpr const char* kFamily = "conv_tc";
 
-struct TcLayer {
-  const char* label;  // as bench_conv.cu writes shapes
-  int h, w, c_in, c_out, k, stride;
-  bool bias;  // the detection heads (no batchnorm) have a bias; the others none
-};
-
-// Every distinct [convolutional] of models/yolov3.cfg at 416x416, in the order they first
-// appear (how many layers share the shape, and GFLOP per pass at batch 16, in the comments).
-const TcLayer kTcLayers[] = {
-    {"416x416 3->32 3x3 s1", 416, 416, 3, 32, 3, 1, false},          // x1   4.8
-    {"416->208 32->64 3x3 s2", 416, 416, 32, 64, 3, 2, false},       // x1  25.5
-    {"208x208 64->32 1x1 s1", 208, 208, 64, 32, 1, 1, false},        // x1   2.8
-    {"208x208 32->64 3x3 s1", 208, 208, 32, 64, 3, 1, false},        // x1  25.5
-    {"208->104 64->128 3x3 s2", 208, 208, 64, 128, 3, 2, false},     // x1  25.5
-    {"104x104 128->64 1x1 s1", 104, 104, 128, 64, 1, 1, false},      // x2   2.8
-    {"104x104 64->128 3x3 s1", 104, 104, 64, 128, 3, 1, false},      // x2  25.5
-    {"104->52 128->256 3x3 s2", 104, 104, 128, 256, 3, 2, false},    // x1  25.5
-    {"52x52 256->128 1x1 s1", 52, 52, 256, 128, 1, 1, false},        // x10  2.8
-    {"52x52 128->256 3x3 s1", 52, 52, 128, 256, 3, 1, false},        // x11 25.5
-    {"52->26 256->512 3x3 s2", 52, 52, 256, 512, 3, 2, false},       // x1  25.5
-    {"26x26 512->256 1x1 s1", 26, 26, 512, 256, 1, 1, false},        // x10  2.8
-    {"26x26 256->512 3x3 s1", 26, 26, 256, 512, 3, 1, false},        // x11 25.5
-    {"26->13 512->1024 3x3 s2", 26, 26, 512, 1024, 3, 2, false},     // x1  25.5
-    {"13x13 1024->512 1x1 s1", 13, 13, 1024, 512, 1, 1, false},      // x7   2.8
-    {"13x13 512->1024 3x3 s1", 13, 13, 512, 1024, 3, 1, false},      // x7  25.5
-    {"13x13 1024->255 1x1 s1", 13, 13, 1024, 255, 1, 1, true},       // x1   1.4 (head)
-    {"13x13 512->256 1x1 s1", 13, 13, 512, 256, 1, 1, false},        // x1   0.7
-    {"26x26 768->256 1x1 s1", 26, 26, 768, 256, 1, 1, false},        // x1   4.3
-    {"26x26 512->255 1x1 s1", 26, 26, 512, 255, 1, 1, true},         // x1   2.8 (head)
-    {"26x26 256->128 1x1 s1", 26, 26, 256, 128, 1, 1, false},        // x1   0.7
-    {"52x52 384->128 1x1 s1", 52, 52, 384, 128, 1, 1, false},        // x1   4.3
-    {"52x52 256->255 1x1 s1", 52, 52, 256, 255, 1, 1, true},         // x1   5.6 (head)
-};
-
-enum class Pass { Forward, BackwardData, BackwardWeights };
-constexpr Pass kPasses[] = {Pass::Forward, Pass::BackwardData, Pass::BackwardWeights};
 constexpr Precision kPrecisions[] = {Precision::Fp32, Precision::Tf32, Precision::Bf16, Precision::Fp16};
-
-const char* pass_name(Pass pass) {
-  switch (pass) {
-    case Pass::Forward: return "conv fwd";
-    case Pass::BackwardData: return "conv bwd data";
-    case Pass::BackwardWeights: return "conv bwd weights";
-  }
-  return "?";
-}
-
-std::string op_name(Pass pass, Precision p) { return std::string(pass_name(pass)) + " " + precision_name(p); }
 
 // The filter as bench_kernels applies it to the rows (family, op and shape), so entries skip
 // the work of rows it would hide.
-bool wanted(const Context& context, Pass pass, Precision p, const TcLayer& layer) {
+bool wanted(const Context& context, Pass pass, Precision p, const YoloConv& layer) {
   return context.filter.empty() ||
          (std::string(kFamily) + " " + op_name(pass, p) + " " + layer.label).find(context.filter) != std::string::npos;
 }
 bool any_wanted(const Context& context, Precision p) {
-  for (const TcLayer& layer : kTcLayers)
+  for (const YoloConv& layer : kYoloConvs)
     for (Pass pass : kPasses)
       if (wanted(context, pass, p, layer)) return true;
   return false;
@@ -114,122 +63,6 @@ RowMajorGemm gemm_of(const Conv2dShape& s, Pass pass) {
     case Pass::BackwardWeights: return RowMajorGemm{s.c_out, kk * s.c_in, pixels, true, false};
   }
   return RowMajorGemm{};
-}
-
-size_t element_bytes(Precision p) { return p == Precision::Bf16 || p == Precision::Fp16 ? 2 : 4; }
-
-// Pseudo-random values in [-1, 1) (a hash of the index and seed), stored as T.
-template <typename T>
-__global__ void fill_random(T* data, size_t count, uint32_t seed) {
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < count; i += size_t(gridDim.x) * blockDim.x) {
-    uint32_t h = ((uint32_t(i) ^ (uint32_t(i >> 32) * 0x27d4eb2fu)) * 0x9e3779b1u) ^ seed;
-    h ^= h >> 16;
-    h *= 0x85ebca6bu;
-    h ^= h >> 13;
-    h *= 0xc2b2ae35u;
-    h ^= h >> 16;
-    data[i] = from_float<T>(float(h >> 8) * (2.0f / 16777216.0f) - 1.0f);
-  }
-}
-
-template <typename T>
-void fill_as(const DeviceMemory& m, size_t count, uint32_t seed, cudaStream_t stream) {
-  if (count == 0) return;
-  const size_t max_count = m.size() / sizeof(T);
-  if (count > max_count) throw Error("conv_tc: buffer of " + std::to_string(m.size()) + " bytes is too small");
-  const unsigned blocks = unsigned(std::min<size_t>((count + 255) / 256, 4096));
-  LAUNCH(fill_random<T>, dim3(blocks), dim3(256), 0, stream, static_cast<T*>(m.data()), count, seed);
-}
-
-void fill_precision(Precision p, const DeviceMemory& m, size_t count, uint32_t seed, cudaStream_t stream) {
-  if (p == Precision::Bf16) fill_as<Bf16>(m, count, seed, stream);
-  else if (p == Precision::Fp16) fill_as<Fp16>(m, count, seed, stream);
-  else fill_as<float>(m, count, seed, stream);
-}
-
-// One layer's device buffers, each large enough for FP32 elements (every precision reuses them).
-struct LayerBuffers {
-  DeviceMemory in, weights, bias, out, grad_out, grad_in, grad_weights, grad_bias, workspace;
-  DeviceMemory gemm_a, gemm_b, gemm_c;  // the cuBLAS yardstick's operands (empty without cuBLAS)
-};
-
-DeviceMemory floats(Device device, size_t count) { return DeviceMemory(device, std::max<size_t>(count, 1) * 4); }
-
-template <typename T>
-const T* cp(const DeviceMemory& m) {
-  return static_cast<const T*>(m.data());
-}
-template <typename T>
-T* mp(const DeviceMemory& m) {
-  return static_cast<T*>(m.data());
-}
-
-// Our kernel for one pass: the tensor-core version in T's precision.
-template <typename T>
-void run_tc(Pass pass, const Conv2dShape& s, const TcLayer& layer, const LayerBuffers& b, cudaStream_t stream) {
-  const NhwcView<const T> in = nhwc<const T>(cp<T>(b.in), s.n, s.h, s.w, s.c_in);
-  const NhwcView<const T> grad_out = nhwc<const T>(cp<T>(b.grad_out), s.n, s.out_h(), s.out_w(), s.c_out);
-  switch (pass) {
-    case Pass::Forward:
-      conv2d_forward_tc<T>(s, in, cp<T>(b.weights), layer.bias ? cp<float>(b.bias) : nullptr,
-                           nhwc<T>(mp<T>(b.out), s.n, s.out_h(), s.out_w(), s.c_out), b.workspace.data(),
-                           b.workspace.size(), stream);
-      return;
-    case Pass::BackwardData:
-      conv2d_backward_data_tc<T>(s, grad_out, cp<T>(b.weights), nhwc<T>(mp<T>(b.grad_in), s.n, s.h, s.w, s.c_in),
-                                 false, b.workspace.data(), b.workspace.size(), stream);
-      return;
-    case Pass::BackwardWeights:
-      conv2d_backward_weights_tc<T>(s, in, grad_out, mp<float>(b.grad_weights),
-                                    layer.bias ? mp<float>(b.grad_bias) : nullptr, b.workspace.data(),
-                                    b.workspace.size(), stream);
-      return;
-  }
-}
-
-// The FP32 CUDA-core kernels (kernels/conv.cu) for the fp32 rows.
-void run_fp32(Pass pass, const Conv2dShape& s, const TcLayer& layer, const LayerBuffers& b, cudaStream_t stream) {
-  const ConstAct in = nhwc<const float>(cp<float>(b.in), s.n, s.h, s.w, s.c_in);
-  const ConstAct grad_out = nhwc<const float>(cp<float>(b.grad_out), s.n, s.out_h(), s.out_w(), s.c_out);
-  switch (pass) {
-    case Pass::Forward:
-      conv2d_forward_cuda(s, in, cp<float>(b.weights), layer.bias ? cp<float>(b.bias) : nullptr,
-                          nhwc(mp<float>(b.out), s.n, s.out_h(), s.out_w(), s.c_out), b.workspace.data(),
-                          b.workspace.size(), stream);
-      return;
-    case Pass::BackwardData:
-      conv2d_backward_data_cuda(s, grad_out, cp<float>(b.weights), nhwc(mp<float>(b.grad_in), s.n, s.h, s.w, s.c_in),
-                                false, b.workspace.data(), b.workspace.size(), stream);
-      return;
-    case Pass::BackwardWeights:
-      conv2d_backward_weights_cuda(s, in, grad_out, mp<float>(b.grad_weights),
-                                   layer.bias ? mp<float>(b.grad_bias) : nullptr, b.workspace.data(),
-                                   b.workspace.size(), stream);
-      return;
-  }
-}
-
-void run_ours(Precision p, Pass pass, const Conv2dShape& s, const TcLayer& layer, const LayerBuffers& b,
-              cudaStream_t stream) {
-  switch (p) {
-    case Precision::Fp32: return run_fp32(pass, s, layer, b, stream);
-    case Precision::Tf32: return run_tc<float>(pass, s, layer, b, stream);
-    case Precision::Bf16: return run_tc<Bf16>(pass, s, layer, b, stream);
-    case Precision::Fp16: return run_tc<Fp16>(pass, s, layer, b, stream);
-  }
-}
-
-// Minimum bytes: each input read once, each output written once, in the pass's storage types.
-double pass_bytes(Precision p, Pass pass, const Conv2dShape& s, bool bias) {
-  const double e = double(element_bytes(p));
-  const double in_n = double(s.n) * s.h * s.w * s.c_in, out_n = double(s.n) * s.out_h() * s.out_w() * s.c_out;
-  const double w_n = double(s.weight_count()), b_n = bias ? double(s.c_out) : 0.0;
-  switch (pass) {
-    case Pass::Forward: return e * (in_n + w_n + out_n) + 4.0 * b_n;
-    case Pass::BackwardData: return e * (out_n + w_n + in_n);
-    case Pass::BackwardWeights: return e * (in_n + out_n) + 4.0 * (w_n + b_n);
-  }
-  return 0;
 }
 
 #if YOLO_HAVE_CUBLAS
@@ -300,7 +133,7 @@ void run_gpu(const Context& context, std::vector<Result>& out) {
   }
 #endif
 
-  for (const TcLayer& layer : kTcLayers) {
+  for (const YoloConv& layer : kYoloConvs) {
     bool layer_wanted = false;
     for (Precision p : precisions)
       for (Pass pass : kPasses) layer_wanted = layer_wanted || wanted(context, pass, p, layer);
@@ -308,25 +141,8 @@ void run_gpu(const Context& context, std::vector<Result>& out) {
     const Conv2dShape s{context.batch, layer.h, layer.w, layer.c_in, layer.c_out, layer.k, layer.stride};
     const size_t in_n = size_t(s.n) * s.h * s.w * s.c_in, out_n = size_t(s.n) * s.out_h() * s.out_w() * s.c_out;
     const size_t w_n = s.weight_count(), b_n = size_t(s.c_out);
-    LayerBuffers buf;
     const Device device = context.device;
-    buf.in = floats(device, in_n);
-    buf.weights = floats(device, w_n);
-    buf.bias = floats(device, b_n);
-    buf.out = floats(device, out_n);
-    buf.grad_out = floats(device, out_n);
-    buf.grad_in = floats(device, in_n);
-    buf.grad_weights = floats(device, w_n);
-    buf.grad_bias = floats(device, b_n);
-    size_t ws = std::max({size_t(256), conv2d_forward_workspace_bytes(s), conv2d_backward_data_workspace_bytes(s),
-                          conv2d_backward_weights_workspace_bytes(s)});
-    ws = std::max({ws, conv2d_forward_tc_workspace_bytes<float>(s), conv2d_backward_data_tc_workspace_bytes<float>(s),
-                   conv2d_backward_weights_tc_workspace_bytes<float>(s)});
-    ws = std::max({ws, conv2d_forward_tc_workspace_bytes<Bf16>(s), conv2d_backward_data_tc_workspace_bytes<Bf16>(s),
-                   conv2d_backward_weights_tc_workspace_bytes<Bf16>(s)});
-    ws = std::max({ws, conv2d_forward_tc_workspace_bytes<Fp16>(s), conv2d_backward_data_tc_workspace_bytes<Fp16>(s),
-                   conv2d_backward_weights_tc_workspace_bytes<Fp16>(s)});
-    buf.workspace = DeviceMemory(device, ws);
+    LayerBuffers buf = layer_buffers(device, s, layer_workspace_bytes(s));
     bool yardstick = false;
 #if YOLO_HAVE_CUBLAS
     yardstick = handle != nullptr;
@@ -364,6 +180,12 @@ void run_gpu(const Context& context, std::vector<Result>& out) {
         Result r{op_name(pass, p), layer.label, 0, pass_bytes(p, pass, s, layer.bias),
                  2.0 * double(out_n) * s.k * s.k * s.c_in};
         r.ceiling = precision_name(p);
+        if (p != Precision::Fp32) {
+          const tc::TcProblem problem = conv2d_tc_problem(s, tc_pass(pass), p);
+          const tc::TcPlan plan = tc::choose_plan(problem, tc::current_gpu());
+          r.plan = tc::plan_code(plan);
+          r.predicted_ms = tc::predict(problem, plan, tc::current_gpu()).total_us / 1000;
+        }
         r.ms = time_ms(context, [&] { run_ours(p, pass, s, layer, buf, stream); });
 #if YOLO_HAVE_CUBLAS
         if (yardstick) {
@@ -384,7 +206,44 @@ void run_gpu(const Context& context, std::vector<Result>& out) {
 
 #endif  // __CUDACC__
 
+// --plans DEVICE: the planner's choice and predicted time, with their parts, for every pass at
+// the context's batch, in the device's default 16-bit precision (fp16 on sm_75, else bf16) and in
+// tf32 where it has one; a device description (t4, a100, h200) or this machine's GPU ("this").
+tc::GpuDesc gpu_by_name(const std::string& name) {
+  if (name == "t4") return tc::gpu_t4();
+  if (name == "a100") return tc::gpu_a100();
+  if (name == "h200") return tc::gpu_h200();
+  if (name == "this") {
+    const GpuDiscovery& found = discover_gpus();
+    if (found.gpus.empty()) throw Error("--plans this: no GPU here (" + found.why_no_gpu + "); name t4, a100 or h200");
+    return tc::current_gpu();
+  }
+  throw Error("--plans: unknown device '" + name + "' (t4, a100, h200, or this for this machine's GPU)");
+}
+
+void print_plans(const tc::GpuDesc& gpu, int batch, const std::string& filter) {
+  std::printf("tensor-core plans for %s (sm_%d, %d SMs, %d KiB shared memory per SM; rates %s), batch %d\n",
+              gpu.name.c_str(), gpu.cc, gpu.sms, gpu.smem_per_sm / 1024,
+              gpu.rates_measured ? "measured on an H200" : "predicted from the datasheet", batch);
+  const Precision sixteen = gpu.cc < 80 ? Precision::Fp16 : Precision::Bf16;
+  for (Precision p : {sixteen, Precision::Tf32}) {
+    if (min_compute_capability(p) > gpu.cc) continue;
+    for (const YoloConv& layer : kYoloConvs)
+      for (tc::TcPass pass : {tc::TcPass::Forward, tc::TcPass::BackwardData, tc::TcPass::BackwardWeights}) {
+        const std::string row = std::string(precision_name(p)) + " " + tc::pass_name(pass) + " " + layer.label;
+        if (!filter.empty() && row.find(filter) == std::string::npos) continue;
+        const Conv2dShape s{batch, layer.h, layer.w, layer.c_in, layer.c_out, layer.k, layer.stride};
+        const tc::TcProblem problem = conv2d_tc_problem(s, pass, p);
+        const tc::TcPlan plan = tc::choose_plan(problem, gpu);
+        std::printf("%-42s %-7s %s\n", row.c_str(), tc::plan_code(plan).c_str(),
+                    tc::describe(plan, tc::predict(problem, plan, gpu)).c_str());
+      }
+  }
+}
+
 BENCH_ENTRY(kFamily, [](const Context& context, std::vector<Result>& out) {
+  if (!context.plans.empty()) return print_plans(gpu_by_name(context.plans), context.batch, context.filter);
+  if (context.tune) return;  // tools/bench_tc_tune.cu's turn
   bool any = false;
   for (Precision p : kPrecisions) any = any || any_wanted(context, p);
   if (!any) return;

@@ -18,6 +18,10 @@
 #   tc         tensor cores: the mma / tensor-core tests natively, under memcheck and
 #              racecheck, then bench_kernels --filter conv_tc (cuBLAS yardstick)       ~5 min
 #              (expected ~2: bounds 45 + 75 + 105 + 60 s; TC_RACECHECK_FILTER narrows racecheck)
+#   tune       tensor-core plans: every candidate timed beside the planner's prediction
+#              (bench_kernels --tune, bf16 then tf32), the planner's table for this GPU, and
+#              Nsight Compute's shared-memory wavefronts and occupancy of the bf16 forward and
+#              backward-data kernels at 52x52 128->256 (the bank model's check)          <= 3 min
 #   peer       ours side by side with the PyTorch peer (tools/peer/torch_yolov3.py): YOLOv3-416
 #              batch 16 and the demo net, each precision; a table of images/s        <= 4 min
 #              (PEER_BUDGET seconds, 240: every step's timeout is what is left of it)
@@ -25,13 +29,13 @@
 # reported as unavailable, not as a failure. Needs the binaries built beforehand (here or
 # elsewhere: `make ARCH=90 all build/tests`).
 set -u
-usage="usage: tools/gpu_check.sh OUTDIR [tests|sanitizer|bench|loader|train|yolov3|nccl|nccl2|tc|peer ...]"
+usage="usage: tools/gpu_check.sh OUTDIR [tests|sanitizer|bench|loader|train|yolov3|nccl|nccl2|tc|tune|peer ...]"
 OUT=${1:?$usage}
 shift
 sections=("$@")
-(( ${#sections[@]} )) || sections=(tests sanitizer bench loader train yolov3 nccl nccl2 tc peer)
+(( ${#sections[@]} )) || sections=(tests sanitizer bench loader train yolov3 nccl nccl2 tc tune peer)
 for s in "${sections[@]}"; do
-  case $s in tests|sanitizer|bench|loader|train|yolov3|nccl|nccl2|tc|peer) ;;
+  case $s in tests|sanitizer|bench|loader|train|yolov3|nccl|nccl2|tc|tune|peer) ;;
     *) echo "unknown section '$s'; $usage" >&2; exit 2 ;;
   esac
 done
@@ -193,6 +197,38 @@ section_nccl2() {
   [[ $? -ne 0 ]] && grep -q 'rank 1' "$OUT/dp_kill.rank0.log" && summary[-1]+=" | rank 0 stopped naming rank 1 (expected)"
   unset NCCL_MULTI_RANK_GPU_ENABLE
   rm -f "$OUT"/dp_*/*.weights "$OUT"/dp_*/*.ckpt
+}
+
+# Tensor-core plans (kernels/tc_plan.h): every candidate plan of every YOLOv3 conv pass timed beside
+# its predicted time, in bf16 and tf32 (the "tune summary" lines: how often the planner's choice
+# was within 5% of the fastest, and the model's rms log error); the planner's table for this GPU;
+# then Nsight Compute on the bf16 forward and backward-data kernels at 52x52 128->256, whose
+# shared-memory wavefronts the bank model (tests/test_kernel_tc_banks.cpp) predicts free of
+# conflicts (the layout before had 36% and 26% excess, ncu_*.txt in the 2026-12-04 results).
+section_tune() {
+  if [[ ! -x build/bench_kernels ]]; then
+    record "tune" "unavailable" "build/bench_kernels not built"
+    return
+  fi
+  run_step "tune bf16" tune_bf16.log 60 build/bench_kernels --tune --repeats 5
+  summary[-1]+=" | $(grep -m1 '^tune summary' "$OUT/tune_bf16.log" || echo 'no summary')"
+  run_step "tune tf32" tune_tf32.log 40 build/bench_kernels --tune --repeats 5 --filter tf32
+  summary[-1]+=" | $(grep -m1 '^tune summary' "$OUT/tune_tf32.log" || echo 'no summary')"
+  run_step "plans (this GPU)" plans.log 10 build/bench_kernels --plans this
+  if ! command -v ncu >/dev/null; then
+    record "tune ncu" "unavailable" "ncu not on PATH"
+    return
+  fi
+  local kernel pass
+  for kernel in conv_forward_tc_kernel conv_backward_data_tc_kernel; do
+    [[ $kernel == conv_forward_tc_kernel ]] && pass="fwd" || pass="bwd data"
+    run_step "ncu $kernel" "ncu_$kernel.txt" 35 ncu --clock-control none --kernel-name "regex:$kernel" \
+      --launch-skip 1 --launch-count 1 --section SpeedOfLight --section Occupancy --section LaunchStats \
+      --section MemoryWorkloadAnalysis_Tables --section SourceCounters \
+      build/bench_kernels --filter "conv $pass bf16 52x52 128->256 3x3 s1" --repeats 1
+    summary[-1]+=" | $(grep -o 'uncoalesced shared accesses resulting in a total of [0-9]* excessive wavefronts ([0-9]*% of the' \
+      "$OUT/ncu_$kernel.txt" | head -1 || true) | $(grep -m1 'Registers Per Thread' "$OUT/ncu_$kernel.txt" | tr -s ' ')"
+  done
 }
 
 # Tensor cores: the mma.sync / ldmatrix / cp.async tests and the tensor-core conv and gemm tests,

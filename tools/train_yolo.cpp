@@ -689,6 +689,20 @@ int early_stop(const yolo::graph::TrainResult& result, const Options& options, b
   return yolo::kStoppedExitCode;
 }
 
+// --summary's tensor-core plans per conv layer: for this machine's first GPU in the precision it
+// would train in, or without a GPU for the H200 in bf16 (`bench_kernels --plans t4|a100|h200`
+// prints every YOLOv3 shape for a named GPU).
+void print_tc_plans(const yolo::graph::Graph& graph, int micro, std::optional<yolo::Precision> asked,
+                    const yolo::GpuDiscovery& found) {
+  if (asked == yolo::Precision::Fp32) return;
+  yolo::tc::GpuDesc gpu = yolo::tc::gpu_h200();
+  if (!found.gpus.empty()) gpu = yolo::tc::current_gpu();
+  else std::printf("no GPU here: the plans an H200 would run (bench_kernels --plans t4|a100|h200 for others)\n");
+  const yolo::Precision p = asked ? *asked : gpu.cc < 80 ? yolo::Precision::Fp16 : yolo::Precision::Bf16;
+  if (yolo::min_compute_capability(p) > gpu.cc) return;
+  std::fputs(yolo::graph::tc_plan_table(graph, micro, p, gpu).c_str(), stdout);
+}
+
 int train(const Options& options, const yolo::GpuDiscovery& found) {
   yolo::graph::ModelSpec spec = yolo::graph::read_model(find_cfg(options.cfg));
   for (const std::string& w : spec.warnings) std::fprintf(stderr, "train_yolo: warning: %s\n", w.c_str());
@@ -705,6 +719,7 @@ int train(const Options& options, const yolo::GpuDiscovery& found) {
     for (yolo::Precision p : asked ? std::vector{*asked} : std::vector{yolo::Precision::Fp32, yolo::Precision::Bf16})
       std::printf("%s (micro-batch %d; plus the device's workspace)\n",
                   yolo::graph::estimate_memory(graph, micro, p).text().c_str(), micro);
+    print_tc_plans(graph, micro, asked, found);
     return 0;
   }
   // A launched job (mpirun, srun, torchrun): this process is one rank, on one device.
