@@ -240,7 +240,9 @@ std::string summary_table(const Graph& graph) {
 std::string tc_plan_table(const Graph& graph, int micro_batch, Precision precision, const tc::GpuDesc& gpu) {
   std::ostringstream out;
   char line[256];
-  std::snprintf(line, sizeof line, "tensor-core plans on %s (sm_%d, %d SMs), %s, micro-batch %d: plan and predicted us\n",
+  std::snprintf(line, sizeof line,
+                "tensor-core plans on %s (sm_%d, %d SMs), %s, micro-batch %d: plan and predicted us (small: on CUDA "
+                "cores, few input channels)\n",
                 gpu.name.c_str(), gpu.cc, gpu.sms, precision_name(precision), micro_batch);
   out << line;
   std::snprintf(line, sizeof line, "%5s %-16s %-16s %-16s\n", "layer", "fwd", "bwd data", "bwd weights");
@@ -253,6 +255,10 @@ std::string tc_plan_table(const Graph& graph, int micro_batch, Precision precisi
     for (int i = 0; i < 3; ++i) {
       if (passes[i] == tc::TcPass::BackwardData && node.inputs[0] == kNetworkInput) {
         cells[i] = "-";  // the image needs no gradient
+        continue;
+      }
+      if (passes[i] != tc::TcPass::BackwardData && conv2d_tc_small_channels(s)) {
+        cells[i] = "small";  // CUDA cores: an input of few channels (kernels/conv_small_c.h)
         continue;
       }
       const tc::TcProblem problem = conv2d_tc_problem(s, passes[i], precision);

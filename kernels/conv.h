@@ -110,5 +110,9 @@ void conv2d_backward_weights_tc(const Conv2dShape& shape, NhwcView<const T> in, 
 // A pass as the tensor-core planner sees it (kernels/tc_plan.h: choose_plan, predict), for a
 // precision that runs on tensor cores (tf32, bf16, fp16); for printing plans and predictions.
 tc::TcProblem conv2d_tc_problem(const Conv2dShape& shape, tc::TcPass pass, Precision precision);
+// Whether conv2d_forward_tc and conv2d_backward_weights_tc run this shape on CUDA cores instead
+// (kernels/conv_small_c.h: inputs of up to 4 channels, such as the image; FP32 sums, the same
+// contract); its backward data stays on tensor cores.
+bool conv2d_tc_small_channels(const Conv2dShape& shape);
 
 }  // namespace yolo

@@ -14,6 +14,7 @@
 #include "kernels/channel_moments.cuh"
 #include "kernels/conv.h"
 #include "kernels/conv_geometry.cuh"
+#include "kernels/conv_small_c.h"
 #include "kernels/tc_tiles.cuh"
 
 namespace yolo {
@@ -371,12 +372,22 @@ TcPlan backward_weights_plan(const Conv2dShape& s) {
   return plan_of<T>(s, TcPass::BackwardWeights);
 }
 
+// The weight gradient's partial sums (split-K slices, or the small-channel kernel's pixel slices).
+template <typename T>
+size_t weights_partials_bytes(const Conv2dShape& s) {
+  if (small_c::takes(s)) return small_c::weights_workspace_bytes(s);
+  return partials_bytes(backward_weights_plan<T>(s), s.c_out, (long long)s.k * s.k * s.c_in);
+}
+
 template <typename T>
 size_t forward_workspace(const Conv2dShape& s) {
-  return s.n == 0 ? 0 : partials_bytes(forward_plan<T>(s), (long long)s.n * s.out_h() * s.out_w(), s.c_out);
+  if (s.n == 0 || small_c::takes(s)) return 0;
+  return partials_bytes(forward_plan<T>(s), (long long)s.n * s.out_h() * s.out_w(), s.c_out);
 }
 
 }  // namespace
+
+bool conv2d_tc_small_channels(const Conv2dShape& s) { return small_c::takes(s); }
 
 // Shapes only: `vec` is whether the channel counts allow 16-byte chunks; a view or pointer that is
 // not aligned only turns cp.async off at launch (workspace sizes must not depend on pointers).
@@ -417,6 +428,7 @@ size_t conv2d_forward_tc_workspace_bytes(const Conv2dShape& s) {
 template <typename T>
 int conv2d_forward_tc_moment_blocks(const Conv2dShape& s) {
   s.validate();
+  if (small_c::takes(s)) return small_c::forward_moment_blocks(s);
   const long long pixels = (long long)s.n * s.out_h() * s.out_w();
   const TcPlan plan = forward_plan<T>(s);
   return plan.splits > 1 ? moments::split_moment_blocks(pixels) : int(ceil_div(pixels, plan.bm()));
@@ -432,6 +444,7 @@ void conv2d_forward_tc(const Conv2dShape& s, NhwcView<const T> in, const T* weig
   check_view_shape(op, "out", out, s.n, s.out_h(), s.out_w(), s.c_out);
   if (weights == nullptr) throw Error(std::string(op) + ": weights is null");
   if (s.n == 0) return;
+  if (small_c::takes(s)) return small_c::forward<T>(s, in, weights, bias, out, moments, stream);
   constexpr int V = Tc<T>::V;
   const bool vec_in = vec_view(in, V), vec_w = (s.k * s.k * s.c_in) % V == 0 && vec_pointer(weights);
   TcPlan plan = forward_plan<T>(s);
@@ -497,8 +510,7 @@ void conv2d_backward_data_tc(const Conv2dShape& s, NhwcView<const T> grad_out, c
 template <typename T>
 size_t conv2d_backward_weights_tc_workspace_bytes(const Conv2dShape& s) {
   s.validate();
-  return partials_bytes(backward_weights_plan<T>(s), s.c_out, (long long)s.k * s.k * s.c_in) +
-         bias_partials_bytes(s);
+  return weights_partials_bytes<T>(s) + bias_partials_bytes(s);
 }
 
 template <typename T>
@@ -511,15 +523,20 @@ void conv2d_backward_weights_tc(const Conv2dShape& s, NhwcView<const T> in, Nhwc
   check_view_shape(op, "in", in, s.n, s.h, s.w, s.c_in);
   check_view_shape(op, "grad_out", grad_out, s.n, s.out_h(), s.out_w(), s.c_out);
   if (grad_weights == nullptr) throw Error(std::string(op) + ": grad_weights is null");
+  check_workspace_tc(op, conv2d_backward_weights_tc_workspace_bytes<T>(s), workspace, workspace_bytes);
+  float* bias_partials = reinterpret_cast<float*>(static_cast<char*>(workspace) + weights_partials_bytes<T>(s));
+  if (small_c::takes(s)) {
+    small_c::backward_weights<T>(s, in, grad_out, grad_weights, workspace, stream);
+    if (grad_bias) launch_bias_gradient(s, grad_out, grad_bias, bias_partials, stream);
+    return;
+  }
   constexpr int V = Tc<T>::V;
   const bool vec_grad = vec_view(grad_out, V), vec_in = vec_view(in, V);
   TcPlan plan = backward_weights_plan<T>(s);
   plan.async = plan.async && vec_grad && vec_in;
-  check_workspace_tc(op, conv2d_backward_weights_tc_workspace_bytes<T>(s), workspace, workspace_bytes);
   const ConvGeom g = geometry(s);
   const int cols = s.k * s.k * s.c_in;
   float* partials = static_cast<float*>(workspace);
-  float* bias_partials = reinterpret_cast<float*>(static_cast<char*>(workspace) + partials_bytes(plan, s.c_out, cols));
   with_plan(plan, [&]<int BM, int BN, bool Async>() {
     auto kernel = conv_backward_weights_tc_kernel<T, BM, BN, Async>;
     const size_t smem = smem_bytes<T, false, false, BM, BN, Async>();

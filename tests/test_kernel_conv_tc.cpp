@@ -169,7 +169,7 @@ void check_cases(Device device, const std::vector<TcConvCase>& cases) {
 }
 
 // Odd sizes on both gather paths, the first layer's 3 channels, stride 2, 1x1, channel slices
-// at unaligned offsets, accumulate, and forced tiles, splits and pipelines.
+// at unaligned offsets, accumulate, forced tiles, splits and pipelines, and the small-channel path.
 std::vector<TcConvCase> conv_cases() {
   std::vector<TcConvCase> cases;
   auto add = [&](Conv2dShape s, auto... tweak) {
@@ -188,6 +188,13 @@ std::vector<TcConvCase> conv_cases() {
   });
   add(Conv2dShape{1, 9, 7, 64, 72, 3, 1}, [](TcConvCase& c) { c.tile = 1; c.splits = 2; c.pipeline = 2; });
   add(Conv2dShape{2, 5, 5, 40, 8, 5, 1});
+  // Few input channels: the forward and weight gradient on CUDA cores (conv2d_tc_small_channels),
+  // c_in 1 to 4, odd output channels, 1x1 to 5x5, the image as a 3-channel view of a wider
+  // buffer, an output slice, and enough pixels for several slices of several 256-pixel chunks.
+  add(Conv2dShape{3, 9, 7, 1, 13, 3, 2});
+  add(Conv2dShape{1, 8, 9, 4, 50, 1, 1}, [](TcConvCase& c) { c.bias = false; });
+  add(Conv2dShape{1, 7, 6, 1, 24, 5, 1}, [](TcConvCase& c) { c.out_stride = 31, c.out_offset = 5; });
+  add(Conv2dShape{2, 48, 50, 3, 32, 3, 1}, [](TcConvCase& c) { c.in_stride = 8, c.in_offset = 0; });
   return cases;
 }
 

@@ -42,11 +42,14 @@ Precision auto_precision(const GpuDesc& gpu) { return gpu.cc < 80 ? Precision::F
 
 // Each layer's plans, "fwd bwd-data bwd-weights", at batch 16 in the device's auto precision.
 using Pinned = std::map<std::string, std::string>;
+// "small": the forward or weight gradient of a few input channels, on CUDA cores.
 std::string plans_of(const bench::YoloConv& layer, const GpuDesc& gpu) {
   std::string codes;
   for (TcPass pass : kConvPasses) {
-    const TcPlan plan = choose_plan(conv2d_tc_problem(shape_of(layer, 16), pass, auto_precision(gpu)), gpu);
-    codes += (codes.empty() ? "" : " ") + plan_code(plan);
+    const Conv2dShape s = shape_of(layer, 16);
+    const bool small = pass != TcPass::BackwardData && conv2d_tc_small_channels(s);
+    codes += (codes.empty() ? "" : " ") +
+             (small ? "small" : plan_code(choose_plan(conv2d_tc_problem(s, pass, auto_precision(gpu)), gpu)));
   }
   return codes;
 }
@@ -54,7 +57,7 @@ std::string plans_of(const bench::YoloConv& layer, const GpuDesc& gpu) {
 // The choices as of 2026-12-04 (docs/perf.md, "The planner"). A change to the model or the kernels'
 // launch bounds that moves them updates these tables in the same commit, saying why.
 const Pinned kT4 = {
-    {"416x416 3->32 3x3 s1", "64r1 64r1 64r79"},
+    {"416x416 3->32 3x3 s1", "small 64r1 small"},
     {"416->208 32->64 3x3 s2", "64r1 64r1 64r16"},
     {"208x208 64->32 1x1 s1", "64r1 64r1 64r80"},
     {"208x208 32->64 3x3 s1", "64r1 64r1 64r16"},
@@ -82,7 +85,7 @@ const Pinned kT4 = {
     {"52x52 256->24 1x1 s1", "64r1 128r1 64r20"},
 };
 const Pinned kA100 = {
-    {"416x416 3->32 3x3 s1", "64r1 64r1 64r213"},
+    {"416x416 3->32 3x3 s1", "small 64r1 small"},
     {"416->208 32->64 3x3 s2", "128a1 64a1 64a43"},
     {"208x208 64->32 1x1 s1", "128a1 64a1 64a213"},
     {"208x208 32->64 3x3 s1", "128a1 64a1 64a43"},
@@ -110,7 +113,7 @@ const Pinned kA100 = {
     {"52x52 256->24 1x1 s1", "64a1 128a1 128a104"},
 };
 const Pinned kH200 = {
-    {"416x416 3->32 3x3 s1", "64r1 64r1 64r263"},
+    {"416x416 3->32 3x3 s1", "small 64r1 small"},
     {"416->208 32->64 3x3 s2", "128a1 64a1 64a52"},
     {"208x208 64->32 1x1 s1", "128a1 64a1 64a258"},
     {"208x208 32->64 3x3 s1", "128a1 64a1 64a52"},

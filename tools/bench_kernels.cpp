@@ -101,7 +101,8 @@ int main(int argc, char** argv) {
         else std::printf("%9s %6s %-4s ", "-", "-", "-");
         if (r.cublas_ms > 0) std::printf("%10.3f %7.2f", r.cublas_ms, r.ms / r.cublas_ms);
         else std::printf("%10s %7s", "-", "-");
-        if (!r.plan.empty()) std::printf("  %-7s %8.3f %6.2f", r.plan.c_str(), r.predicted_ms, r.ms / r.predicted_ms);
+        if (r.predicted_ms > 0) std::printf("  %-7s %8.3f %6.2f", r.plan.c_str(), r.predicted_ms, r.ms / r.predicted_ms);
+        else if (!r.plan.empty()) std::printf("  %-7s %8s %6s", r.plan.c_str(), "-", "-");
         std::printf("\n");
       }
       std::fflush(stdout);

@@ -180,7 +180,9 @@ void run_gpu(const Context& context, std::vector<Result>& out) {
         Result r{op_name(pass, p), layer.label, 0, pass_bytes(p, pass, s, layer.bias),
                  2.0 * double(out_n) * s.k * s.k * s.c_in};
         r.ceiling = precision_name(p);
-        if (p != Precision::Fp32) {
+        if (p != Precision::Fp32 && pass != Pass::BackwardData && conv2d_tc_small_channels(s)) {
+          r.plan = "small";  // CUDA cores (kernels/conv_small_c.h): no plan, no prediction
+        } else if (p != Precision::Fp32) {
           const tc::TcProblem problem = conv2d_tc_problem(s, tc_pass(pass), p);
           const tc::TcPlan plan = tc::choose_plan(problem, tc::current_gpu());
           r.plan = tc::plan_code(plan);
@@ -233,6 +235,11 @@ void print_plans(const tc::GpuDesc& gpu, int batch, const std::string& filter) {
         const std::string row = std::string(precision_name(p)) + " " + tc::pass_name(pass) + " " + layer.label;
         if (!filter.empty() && row.find(filter) == std::string::npos) continue;
         const Conv2dShape s{batch, layer.h, layer.w, layer.c_in, layer.c_out, layer.k, layer.stride};
+        if (pass != tc::TcPass::BackwardData && conv2d_tc_small_channels(s)) {
+          std::printf("%-42s %-7s CUDA cores: an input of %d channels (kernels/conv_small_c.h)\n", row.c_str(), "small",
+                      s.c_in);
+          continue;
+        }
         const tc::TcProblem problem = conv2d_tc_problem(s, pass, p);
         const tc::TcPlan plan = tc::choose_plan(problem, gpu);
         std::printf("%-42s %-7s %s\n", row.c_str(), tc::plan_code(plan).c_str(),

@@ -103,6 +103,7 @@ void tune_layer(const Context& context, Precision p, const YoloConv& layer, Tota
   size_t workspace = 256;
   for (Pass pass : kPasses) {
     if (!row_wanted(context, p, pass, layer)) continue;
+    if (pass != Pass::BackwardData && conv2d_tc_small_channels(s)) continue;  // CUDA cores: no plans to tune
     const tc::TcProblem problem = conv2d_tc_problem(s, tc_pass(pass), p);
     std::vector<Candidate> list;
     for (const tc::TcPlan& plan : candidates(problem, tc::choose_plan(problem, gpu))) {

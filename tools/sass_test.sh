@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # make test / CI wrapper for tools/sass_check.sh: the tensor-core kernels' machine code has HMMA
-# instructions and no local-memory traffic, for every architecture the CUDA build targets; and for
+# instructions and no local-memory traffic (nor do the small-channel convolutions': their
+# receptive field lives in registers), for every architecture the CUDA build targets; and for
 # tools/sass_twins_check.sh: batchnorm's and the activations' FP32 and 16-bit instantiations use
 # the same FP arithmetic forms (no FMA contracted in one only); and for tools/occupancy_check.sh:
 # the tensor-core kernels get exactly the blocks per SM the planner assumes. Prints the runner's
@@ -15,7 +16,8 @@ if ! grep -q -- '-DYOLO_CUDA=1' "$build/flags" 2>/dev/null; then
 fi
 archs=$(grep -oE 'code=sm_[0-9]+' "$build/flags" | sort -u | sed 's/code=sm_//' | tr '\n' ' ')
 passed=0 failed=0
-if tools/sass_check.sh --arch "$archs" "$build/native/kernels/conv_tc.cu.o" "$build/native/kernels/gemm_tc.cu.o"; then
+if tools/sass_check.sh --arch "$archs" "$build/native/kernels/conv_tc.cu.o" "$build/native/kernels/gemm_tc.cu.o" \
+  "$build/native/kernels/conv_small_c.cu.o"; then
   passed=$((passed + 1))
 else
   failed=$((failed + 1))
