@@ -60,13 +60,29 @@ struct Smem {
   static_assert(BK == tc_bk(E) && V == tc_chunk_elements(E), "one stage layout");
   static_assert(tc_pitch(E, KMajor, R) * E % 16 == 0, "rows stay 16-byte aligned");
 
+  // Elements from a row to the next: 16 rows on, the same place 16 * kRowStep further (the
+  // K-major swizzle key, (row / 2) % 4, repeats every 8 rows), so sub-tiles add a constant.
+  static constexpr int kRowStep = KMajor ? tc_pitch(E, true, R) : 1;
+
   // Position of this thread's chunk i: (row within the tile's R, k within the stage).
   __device__ static TcAt chunk(int i) { return tc_chunk_of(E, KMajor, R, int(threadIdx.x) + i * kThreads); }
-  __device__ static T* chunk_address(T* stage, int i) {
-    const TcAt ch = chunk(i);
-    return stage + tc_offset(E, KMajor, R, ch.row, ch.k);
+  __device__ static int offset(int row, int k) { return tc_offset(E, KMajor, R, row, k); }
+  __device__ static const T* at(const T* stage, int row, int k) { return stage + offset(row, k); }
+};
+
+// This thread's chunk offsets in a stage of one operand: loop-invariant, computed once (the
+// swizzle's arithmetic stays out of the main loop).
+template <typename T, bool KMajor, int R>
+struct ChunkOffsets {
+  using S = Smem<T, KMajor, R>;
+  int at[S::chunks_per_thread];
+  __device__ ChunkOffsets() {
+#pragma unroll
+    for (int i = 0; i < S::chunks_per_thread; ++i) {
+      const TcAt ch = S::chunk(i);
+      at[i] = S::offset(ch.row, ch.k);
+    }
   }
-  __device__ static const T* at(const T* stage, int row, int k) { return stage + tc_offset(E, KMajor, R, row, k); }
 };
 
 // Plain matrices as operands. K-major: element (row, k) at data[row * pitch + k]; MN-major:
@@ -122,16 +138,32 @@ struct WarpTile {
   }
 };
 
+// A lane's ldmatrix row offsets in a stage, for each k-step, at the warp's first 16 rows of A
+// and columns of B (later sub-tiles add 16 rows: Smem::kRowStep). Loop-invariant, computed once.
+template <typename T, bool AK, bool BKm, int BM, int BN>
+struct FragmentOffsets {
+  static constexpr int kSteps = Tc<T>::BK / Tc<T>::KStep;
+  int a[kSteps], b[kSteps];
+  __device__ explicit FragmentOffsets(const WarpTile<BM, BN>& w) {
+    constexpr int E = int(sizeof(T));
+    const TcAt fa = ldmatrix_a_at(w.lane, AK, E), fb = ldmatrix_b_at(w.lane, BKm, E);
+#pragma unroll
+    for (int s = 0; s < kSteps; ++s) {
+      a[s] = Smem<T, AK, BM>::offset(w.m0 + fa.row, s * Tc<T>::KStep + fa.k);
+      b[s] = Smem<T, BKm, BN>::offset(w.n0 + fb.row, s * Tc<T>::KStep + fb.k);
+    }
+  }
+};
+
 // acc += the stage's A' (rows of this warp) * B' (its columns), one MMA k-step after another.
 template <typename T, bool AK, bool BKm, int BM, int BN>
 __device__ __forceinline__ void compute_stage(const T* as, const T* bs, const WarpTile<BM, BN>& w,
+                                              const FragmentOffsets<T, AK, BKm, BM, BN>& f,  // ldmatrix rows
                                               float (&acc)[WarpTile<BM, BN>::MI][WarpTile<BM, BN>::NI][4]) {
   using SA = Smem<T, AK, BM>;
   using SB = Smem<T, BKm, BN>;
   constexpr int MI = WarpTile<BM, BN>::MI, NI = WarpTile<BM, BN>::NI, KS = Tc<T>::KStep;
-  constexpr int E = int(sizeof(T));
   const int l = w.lane;
-  const TcAt fa = ldmatrix_a_at(l, AK, E), fb = ldmatrix_b_at(l, BKm, E);
 #pragma unroll
   for (int kk = 0; kk < Tc<T>::BK; kk += KS) {
     uint32_t a[MI][4], b[NI][2];
@@ -140,26 +172,26 @@ __device__ __forceinline__ void compute_stage(const T* as, const T* bs, const Wa
       for (int i = 0; i < MI; ++i)
 #pragma unroll
         for (int r = 0; r < 4; ++r) {
-          const TcAt f = tf32_a_at(l, r);
-          a[i][r] = float_bits(*SA::at(as, w.m0 + i * 16 + f.row, kk + f.k));
+          const TcAt e = tf32_a_at(l, r);
+          a[i][r] = float_bits(*SA::at(as, w.m0 + i * 16 + e.row, kk + e.k));
         }
     } else {
 #pragma unroll
-      for (int i = 0; i < MI; ++i) mma::ldmatrix<4, !AK>(a[i], SA::at(as, w.m0 + i * 16 + fa.row, kk + fa.k));
+      for (int i = 0; i < MI; ++i) mma::ldmatrix<4, !AK>(a[i], as + f.a[kk / KS] + i * 16 * SA::kRowStep);
     }
     if constexpr (std::is_same_v<T, float> && !BKm) {
 #pragma unroll
       for (int j = 0; j < NI; ++j)
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
-          const TcAt f = tf32_b_at(l, r);
-          b[j][r] = float_bits(*SB::at(bs, w.n0 + j * 8 + f.row, kk + f.k));
+          const TcAt e = tf32_b_at(l, r);
+          b[j][r] = float_bits(*SB::at(bs, w.n0 + j * 8 + e.row, kk + e.k));
         }
     } else {
 #pragma unroll
       for (int j = 0; j < NI; j += 2) {
         uint32_t r[4];
-        mma::ldmatrix<4, !BKm>(r, SB::at(bs, w.n0 + j * 8 + fb.row, kk + fb.k));
+        mma::ldmatrix<4, !BKm>(r, bs + f.b[kk / KS] + j * 8 * SB::kRowStep);
         b[j][0] = r[0], b[j][1] = r[1], b[j + 1][0] = r[2], b[j + 1][1] = r[3];
       }
     }
@@ -219,9 +251,9 @@ __device__ __forceinline__ void fetch_chunks(const Loader& loader, uint4 (&regs)
   }
 }
 template <typename T, bool KMajor, int R, int CP>
-__device__ __forceinline__ void stash_chunks(T* stage, const uint4 (&regs)[CP]) {
+__device__ __forceinline__ void stash_chunks(T* stage, const ChunkOffsets<T, KMajor, R>& to, const uint4 (&regs)[CP]) {
 #pragma unroll
-  for (int i = 0; i < CP; ++i) *reinterpret_cast<uint4*>(Smem<T, KMajor, R>::chunk_address(stage, i)) = regs[i];
+  for (int i = 0; i < CP; ++i) *reinterpret_cast<uint4*>(stage + to.at[i]) = regs[i];
 }
 
 // acc = A'[m0.., k_begin..k_end) * B'[.., n0..] for this thread's fragment elements; `smem`
@@ -237,13 +269,16 @@ __device__ __forceinline__ void mainloop_registers(LA& la, LB& lb, int k_begin, 
   constexpr int per_stage = SA::elements + SB::elements;
   T* const base = reinterpret_cast<T*>(smem);
   const WarpTile<BM, BN> w;
+  const FragmentOffsets<T, AK, BKm, BM, BN> fragments(w);
+  const ChunkOffsets<T, AK, BM> a_to;
+  const ChunkOffsets<T, BKm, BN> b_to;
   if (k_begin >= k_end) return;
   uint4 ra[SA::chunks_per_thread], rb[SB::chunks_per_thread];
   fetch_chunks<T, VecA>(la, ra);
   fetch_chunks<T, VecB>(lb, rb);
   la.advance(), lb.advance();
-  stash_chunks<T, AK, BM>(base, ra);
-  stash_chunks<T, BKm, BN>(base + SA::elements, rb);
+  stash_chunks(base, a_to, ra);
+  stash_chunks(base + SA::elements, b_to, rb);
   __syncthreads();
   int buf = 0;
   for (int k0 = k_begin; k0 < k_end; k0 += Tc<T>::BK) {
@@ -254,11 +289,11 @@ __device__ __forceinline__ void mainloop_registers(LA& la, LB& lb, int k_begin, 
       la.advance(), lb.advance();
     }
     const T* stage = base + buf * per_stage;
-    compute_stage<T, AK, BKm>(stage, stage + SA::elements, w, acc);
+    compute_stage<T, AK, BKm>(stage, stage + SA::elements, w, fragments, acc);
     if (more) {
       T* next = base + (buf ^ 1) * per_stage;
-      stash_chunks<T, AK, BM>(next, ra);
-      stash_chunks<T, BKm, BN>(next + SA::elements, rb);
+      stash_chunks(next, a_to, ra);
+      stash_chunks(next + SA::elements, b_to, rb);
     }
     __syncthreads();  // the stores are visible, and nobody still reads `buf` when it is refilled
     buf ^= 1;
@@ -268,11 +303,11 @@ __device__ __forceinline__ void mainloop_registers(LA& la, LB& lb, int k_begin, 
 // Issues one stage's cp.async copies (16-byte chunks; null chunks zero-filled, with the
 // operand's base address as the unread source: cp.async wants a global address even then).
 template <typename T, bool KMajor, int R, class Loader>
-__device__ __forceinline__ void issue_stage(const Loader& loader, T* stage) {
+__device__ __forceinline__ void issue_stage(const Loader& loader, T* stage, const ChunkOffsets<T, KMajor, R>& to) {
 #pragma unroll
   for (int i = 0; i < Smem<T, KMajor, R>::chunks_per_thread; ++i) {
     const T* p = loader.vec_ptr(i);
-    mma::cp_async_16(Smem<T, KMajor, R>::chunk_address(stage, i), p ? p : loader.base(), p != nullptr);
+    mma::cp_async_16(stage + to.at[i], p ? p : loader.base(), p != nullptr);
   }
 }
 
@@ -286,13 +321,16 @@ __device__ __forceinline__ void mainloop_async(LA& la, LB& lb, int k_begin, int 
   constexpr int S = kAsyncStages, per_stage = SA::elements + SB::elements;
   T* base = reinterpret_cast<T*>(smem);
   const WarpTile<BM, BN> w;
+  const FragmentOffsets<T, AK, BKm, BM, BN> fragments(w);
+  const ChunkOffsets<T, AK, BM> a_to;
+  const ChunkOffsets<T, BKm, BN> b_to;
   const int tiles = (k_end - k_begin + Tc<T>::BK - 1) / Tc<T>::BK;
   if (tiles <= 0) return;
 #pragma unroll
   for (int s = 0; s < S - 1; ++s) {
     if (s < tiles) {
-      issue_stage<T, AK, BM>(la, base + s * per_stage);
-      issue_stage<T, BKm, BN>(lb, base + s * per_stage + SA::elements);
+      issue_stage<T, AK, BM>(la, base + s * per_stage, a_to);
+      issue_stage<T, BKm, BN>(lb, base + s * per_stage + SA::elements, b_to);
       la.advance(), lb.advance();
     }
     mma::cp_async_commit();  // empty groups keep the count uniform
@@ -303,13 +341,13 @@ __device__ __forceinline__ void mainloop_async(LA& la, LB& lb, int k_begin, int 
     const int next = kt + S - 1;
     if (next < tiles) {
       T* stage = base + (next % S) * per_stage;
-      issue_stage<T, AK, BM>(la, stage);
-      issue_stage<T, BKm, BN>(lb, stage + SA::elements);
+      issue_stage<T, AK, BM>(la, stage, a_to);
+      issue_stage<T, BKm, BN>(lb, stage + SA::elements, b_to);
       la.advance(), lb.advance();
     }
     mma::cp_async_commit();
     const T* stage = base + (kt % S) * per_stage;
-    compute_stage<T, AK, BKm>(stage, stage + SA::elements, w, acc);
+    compute_stage<T, AK, BKm>(stage, stage + SA::elements, w, fragments, acc);
   }
   mma::cp_async_wait<0>();
 }

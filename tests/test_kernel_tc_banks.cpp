@@ -132,7 +132,7 @@ TEST_CASE("tc banks: the model catches the padded layout's K-major store conflic
   }
 }
 
-TEST_CASE("tc banks: the swizzle keeps every element of a stage in its own place") {
+TEST_CASE("tc banks: the swizzle keeps every element of a stage in its own place, the same 16 rows on") {
   for (const Layout& l : layouts()) {
     CAPTURE(l.name());
     std::set<int> seen;
@@ -144,6 +144,11 @@ TEST_CASE("tc banks: the swizzle keeps every element of a stage in its own place
         CHECK(at < tc_operand_elements(l.elem, l.kmajor, rows));
         CHECK(seen.insert(at).second);
       }
+    // The kernels add 16 rows' step for each later 16-row sub-tile (FragmentOffsets in tc_tiles.cuh).
+    const int row_step = l.kmajor ? tc_pitch(l.elem, true, rows) : 1;
+    for (int row = 0; row + 16 < rows; ++row)
+      for (int k = 0; k < bk; ++k)
+        CHECK(tc_offset(l.elem, l.kmajor, rows, row + 16, k) == tc_offset(l.elem, l.kmajor, rows, row, k) + 16 * row_step);
     // Chunks stay whole: a chunk's V elements are consecutive in shared memory.
     const int v = tc_chunk_elements(l.elem);
     for (int c = 0; c < rows * bk / v; ++c) {
