@@ -164,40 +164,47 @@ struct BackwardDataWeights {
 };
 
 // Backward weights B: K = output pixels (b, oy, ox), columns = (r, s, ci) (MN-major gather of in).
+// A chunk's columns are fixed: kept as the tap's offsets from the output pixel's input corner
+// (r - pad, s - pad; far outside the image past the last column) and ci.
 template <typename T, int R>
 struct BackwardWeightsInput {
   using S = Smem<T, false, R>;
   static constexpr int CP = S::chunks_per_thread, V = S::V;
+  static constexpr int kOutside = -(1 << 28);  // a tap offset no pixel brings back into the image
   const ConvGeom& g;
   const T* data;
-  int pitch, cols, pixels;
-  Cursor3 col[CP];  // (r, s, ci) of the chunk's first column: fixed
-  Cursor3 k[CP];    // (b, oy, ox)
+  int pitch, pixels;
+  int dy[CP], dx[CP], ci[CP];  // the chunk's first column
+  Cursor3 k[CP];               // (b, oy, ox)
 
   __device__ BackwardWeightsInput(const ConvGeom& geom, NhwcView<const T> in, int n0, int k_begin)
-      : g(geom), data(in.data), pitch(in.stride), cols(geom.k * geom.k * geom.c_in), pixels(geom.n * geom.oh * geom.ow) {
+      : g(geom), data(in.data), pitch(in.stride), pixels(geom.n * geom.oh * geom.ow) {
 #pragma unroll
     for (int i = 0; i < CP; ++i) {
       const TcAt ch = S::chunk(i);
-      col[i].start(n0 + ch.row, g.k, g.c_in);
+      Cursor3 col;
+      col.start(n0 + ch.row, g.k, g.c_in);
+      const bool ok = col.pos < g.k * g.k * g.c_in;
+      dy[i] = ok ? col.major - g.pad : kOutside, dx[i] = col.middle - g.pad, ci[i] = col.minor;
       k[i].start(k_begin + ch.k, g.oh, g.ow);
     }
   }
-  __device__ const T* pixel(int i, int rr, int ss) const {
-    const int iy = k[i].middle * g.stride - g.pad + rr, ix = k[i].minor * g.stride - g.pad + ss;
-    if (unsigned(iy) >= unsigned(g.h) || unsigned(ix) >= unsigned(g.w)) return nullptr;
+  __device__ const T* pixel(int i, int ddy, int ddx) const {
+    const int iy = k[i].middle * g.stride + ddy, ix = k[i].minor * g.stride + ddx;
+    if (k[i].pos >= pixels || unsigned(iy) >= unsigned(g.h) || unsigned(ix) >= unsigned(g.w)) return nullptr;
     return data + (size_t(k[i].major * g.h + iy) * g.w + ix) * pitch;
   }
   __device__ const T* base() const { return data; }
   __device__ const T* vec_ptr(int i) const {
-    const T* p = k[i].pos < pixels && col[i].pos < cols ? pixel(i, col[i].major, col[i].middle) : nullptr;
-    return p ? p + col[i].minor : nullptr;
+    const T* p = pixel(i, dy[i], dx[i]);
+    return p ? p + ci[i] : nullptr;
   }
   __device__ void gather(int i, T (&v)[V]) const {
-    Cursor3 e = col[i];
+    Cursor3 e;  // the columns (r, s, ci) from the chunk's first
+    e.major = dy[i] == kOutside ? g.k : dy[i] + g.pad, e.middle = dx[i] + g.pad, e.minor = ci[i];
 #pragma unroll
-    for (int j = 0; j < V; ++j, e.step(1, g.k, g.c_in)) {
-      const T* p = k[i].pos < pixels && e.pos < cols ? pixel(i, e.major, e.middle) : nullptr;
+    for (int j = 0; j < V; ++j, advance3(e.major, e.middle, e.minor, 1, g.k, g.c_in)) {
+      const T* p = e.major < g.k ? pixel(i, e.major - g.pad, e.middle - g.pad) : nullptr;
       v[j] = p ? p[e.minor] : T{};
     }
   }
@@ -207,50 +214,22 @@ struct BackwardWeightsInput {
   }
 };
 
-// ---- epilogues ----------------------------------------------------------------------------------
+// ---- epilogues (the forward's and the weight gradient's rows are plain: TileRows) -------------------
 
-// Forward: out (+ bias) as T, or this split's FP32 partial sums [P][c_out].
-template <typename T>
-struct ForwardEpilogue {
-  T* out;
-  float* partials;  // non-null: write here instead
-  const float* bias;
-  int pitch, pixels, c_out;
-  __device__ void put2(int p, int co, float v0, float v1) const {
-    if (p >= pixels || co >= c_out) return;
-    const bool pair = co + 1 < c_out;
-    if (partials) return store2<float>(partials + size_t(p) * c_out + co, v0, v1, pair, false);
-    if (bias) v0 += bias[co], v1 += pair ? bias[co + 1] : 0.0f;
-    store2<T>(out + size_t(p) * pitch + co, v0, v1, pair, false);
-  }
-};
-
-// Backward data: grad_in (= or +=) as T, or this split's FP32 partials [input pixel][c_in].
-template <typename T>
-struct BackwardDataEpilogue {
+// Backward data: the parity class's rows m, scattered over the input pixels (grad_in, = or +=, as T;
+// or this split's FP32 partials [input pixel][c_in]).
+template <typename Out>
+struct ClassRows {
   const ConvGeom& g;
   const ParityClass& pc;
-  T* grad_in;
-  float* partials;
-  int pitch, rows;
+  Out* base;
+  long long pitch;
+  int rows, cols;
+  const float* bias;
   bool accumulate;
-  __device__ void put2(int m, int ci, float v0, float v1) const {
-    if (m >= rows || ci >= g.c_in) return;
-    const bool pair = ci + 1 < g.c_in;
-    const size_t pixel = size_t(pc.input_pixel(g, m));
-    if (partials) return store2<float>(partials + pixel * g.c_in + ci, v0, v1, pair, false);
-    store2<T>(grad_in + pixel * pitch + ci, v0, v1, pair, accumulate);
-  }
-};
-
-// Backward weights: dW [c_out][KK] in FP32 (or this split's partials, same layout).
-struct BackwardWeightsEpilogue {
-  float* dst;
-  int c_out, cols;
-  __device__ void put2(int co, int col, float v0, float v1) const {
-    if (co >= c_out || col >= cols) return;
-    store2<float>(dst + size_t(co) * cols + col, v0, v1, col + 1 < cols, false);
-  }
+  using OutType = Out;
+  __device__ Out* row(int m) const { return m < rows ? base + pc.input_pixel(g, m) * pitch : nullptr; }
+  __device__ bool vec() const { return reinterpret_cast<uintptr_t>(base) % 16 == 0 && pitch * sizeof(Out) % 16 == 0; }
 };
 
 // ---- kernels: grid (M tiles, N tiles, splits [x classes]) -----------------------------------------
@@ -266,9 +245,12 @@ __global__ void __launch_bounds__(kThreads, min_blocks<T>(TcPass::Forward, BM, A
   MatrixLoader<T, true, BN> lb(weights, k_size, g.c_out, k_size, n0, k.k_begin);
   float acc[WarpTile<BM, BN>::MI][WarpTile<BM, BN>::NI][4];
   run_mainloop<T, true, true, BM, BN, Async>(la, lb, k, vec_in, vec_w, acc);
-  const ForwardEpilogue<T> epilogue{out.data, splits > 1 ? partials + size_t(split) * pixels * g.c_out : nullptr,
-                                    bias, out.stride, pixels, g.c_out};
-  write_tile<BM, BN>(acc, m0, n0, epilogue);
+  if (splits > 1) {  // this split's FP32 partial sums [P][c_out]; the second pass adds the bias
+    float* part = partials + size_t(block_index_anew().z) * pixels * g.c_out;
+    write_tile<BM, BN>(acc, TileRows<float>{part, g.c_out, pixels, g.c_out});
+  } else {
+    write_tile<BM, BN>(acc, TileRows<T>{out.data, out.stride, pixels, g.c_out, bias});
+  }
   if (moments.partials && splits == 1) {  // BatchNorm's statistics of this tile, from what it wrote (as T)
     static_assert(kThreads == moments::kBlockThreads);
     __syncthreads();  // the tile's writes are visible to the block; the stages are free
@@ -291,9 +273,12 @@ __global__ void __launch_bounds__(kThreads, min_blocks<T>(TcPass::BackwardData, 
   BackwardDataWeights<T, BN> lb(g, pc, weights, n0, k.k_begin);
   float acc[WarpTile<BM, BN>::MI][WarpTile<BM, BN>::NI][4];
   run_mainloop<T, true, false, BM, BN, Async>(la, lb, k, vec_grad, vec_w, acc);
-  float* part = splits > 1 ? partials + size_t(split) * g.n * g.h * g.w * g.c_in : nullptr;
-  const BackwardDataEpilogue<T> epilogue{g, pc, grad_in.data, part, grad_in.stride, rows, accumulate};
-  write_tile<BM, BN>(acc, m0, n0, epilogue);
+  if (splits > 1) {
+    float* part = partials + size_t(block_index_anew().z % splits) * g.n * g.h * g.w * g.c_in;
+    write_tile<BM, BN>(acc, ClassRows<float>{g, pc, part, g.c_in, rows, g.c_in, nullptr, false});
+  } else {
+    write_tile<BM, BN>(acc, ClassRows<T>{g, pc, grad_in.data, grad_in.stride, rows, g.c_in, nullptr, accumulate});
+  }
 }
 
 template <typename T, int BM, int BN, bool Async>
@@ -307,9 +292,8 @@ __global__ void __launch_bounds__(kThreads, min_blocks<T>(TcPass::BackwardWeight
   BackwardWeightsInput<T, BN> lb(g, in, n0, k.k_begin);
   float acc[WarpTile<BM, BN>::MI][WarpTile<BM, BN>::NI][4];
   run_mainloop<T, false, false, BM, BN, Async>(la, lb, k, vec_grad, vec_in, acc);
-  const BackwardWeightsEpilogue epilogue{splits > 1 ? partials + size_t(split) * g.c_out * cols : grad_weights,
-                                         g.c_out, cols};
-  write_tile<BM, BN>(acc, m0, n0, epilogue);
+  float* dst = splits > 1 ? partials + size_t(block_index_anew().z) * g.c_out * cols : grad_weights;  // dW [c_out][KK]
+  write_tile<BM, BN>(acc, TileRows<float>{dst, cols, g.c_out, cols});
 }
 
 // ---- host side -----------------------------------------------------------------------------------
@@ -330,7 +314,7 @@ void check_view_shape(const char* op, const char* name, const V& v, int n, int h
 
 template <typename T, bool AK, bool BKm, int BM, int BN, bool Async>
 size_t smem_bytes() {
-  return stage_bytes<T, AK, BKm, BM, BN>() * (Async ? kAsyncStages : 2);
+  return launch_smem_bytes<T, AK, BKm, BM, BN, Async>();
 }
 
 size_t partials_bytes(const TcPlan& plan, long long rows, long long cols) {

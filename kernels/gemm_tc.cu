@@ -38,23 +38,6 @@ namespace {
 
 using namespace tc;
 
-// C (pitch ldc) as Out, or this split's FP32 partials [m][n]; bias per column.
-template <typename Out>
-struct GemmEpilogue {
-  Out* c;
-  float* partials;
-  const float* bias;
-  int m, n, ldc;
-  bool accumulate;
-  __device__ void put2(int row, int col, float v0, float v1) const {
-    if (row >= m || col >= n) return;
-    const bool pair = col + 1 < n;
-    if (partials) return store2<float>(partials + size_t(row) * n + col, v0, v1, pair, false);
-    if (bias) v0 += bias[col], v1 += pair ? bias[col + 1] : 0.0f;
-    store2<Out>(c + size_t(row) * ldc + col, v0, v1, pair, accumulate);
-  }
-};
-
 template <typename T, typename Out, bool AK, bool BKm, int BM, int BN, bool Async>
 __global__ void __launch_bounds__(kThreads, min_blocks<T>(TcPass::Gemm, BM, Async))
     gemm_tc_kernel(GemmShape s, const T* a, const T* b, const float* bias, Out* c, bool accumulate, float* partials,
@@ -65,9 +48,10 @@ __global__ void __launch_bounds__(kThreads, min_blocks<T>(TcPass::Gemm, BM, Asyn
   MatrixLoader<T, BKm, BN> lb(b, s.b_pitch(), s.n, s.k, n0, k.k_begin);
   float acc[WarpTile<BM, BN>::MI][WarpTile<BM, BN>::NI][4];
   run_mainloop<T, AK, BKm, BM, BN, Async>(la, lb, k, vec_a, vec_b, acc);
-  const GemmEpilogue<Out> epilogue{c, splits > 1 ? partials + size_t(split) * s.m * s.n : nullptr, bias, s.m, s.n,
-                                   s.c_pitch(), accumulate};
-  write_tile<BM, BN>(acc, m0, n0, epilogue);
+  if (splits > 1)  // this split's FP32 partials [m][n]; the second pass adds bias and accumulates
+    write_tile<BM, BN>(acc, TileRows<float>{partials + size_t(block_index_anew().z) * s.m * s.n, s.n, s.m, s.n});
+  else
+    write_tile<BM, BN>(acc, TileRows<Out>{c, s.c_pitch(), s.m, s.n, bias, accumulate});
 }
 
 // Which layouts the (T, Out) pair serves: Out = T for the K-major-A products, float for dW.
@@ -131,7 +115,7 @@ void gemm_tc(const GemmShape& s, const T* a, const T* b, const float* bias, Out*
   auto launch = [&]<bool AK, bool BKm>() {
     auto run = [&]<int BM, int BN, bool Async>() {
       auto kernel = gemm_tc_kernel<T, Out, AK, BKm, BM, BN, Async>;
-      const size_t smem = stage_bytes<T, AK, BKm, BM, BN>() * (Async ? kAsyncStages : 2);
+      const size_t smem = launch_smem_bytes<T, AK, BKm, BM, BN, Async>();
       allow_shared(kernel, smem);
       LAUNCH(kernel, dim3(ceil_div(size_t(s.m), BM), ceil_div(size_t(s.n), BN), unsigned(plan.splits)),
              dim3(kThreads), smem, stream, s, a, b, bias, c, accumulate, partials, plan.splits, vec_a, vec_b);

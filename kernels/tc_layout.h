@@ -74,4 +74,36 @@ YOLO_HOST_DEVICE constexpr TcAt ldmatrix_b_at(int lane, bool kmajor, int elem) {
 YOLO_HOST_DEVICE constexpr TcAt tf32_a_at(int lane, int reg) { return {lane / 4 + 8 * (reg % 2), lane % 4 + 4 * (reg / 2)}; }
 YOLO_HOST_DEVICE constexpr TcAt tf32_b_at(int lane, int reg) { return {lane / 4, lane % 4 + 4 * reg}; }
 
+// The epilogue's staging (write_tile in kernels/tc_tiles.cuh). After the main loop each warp
+// stores its accumulators as FP32, 16 rows of its WN-column sub-tile at a time (WN = 32 or 16),
+// in its own [16][WN] slice of the freed stage memory, and reads them back as whole 16-byte
+// chunks of rows, so that global stores are 16 bytes (4 FP32 or 8 16-bit values) and fill whole
+// sectors. Float chunk c of row r sits at position c ^ tc_out_key(wn, r), so the fragment stores
+// (float2; the 16 lanes of a phase write rows 0-3, 2 chunks each) and the chunk loads (8 lanes a
+// phase) fall in distinct banks. A 16-bit output takes two float chunks per lane; the one it loads
+// first is tc_out_first(wn, r), so the 8 lanes of a phase load both parities of chunk at once.
+YOLO_HOST_DEVICE constexpr int tc_out_rows_per_line(int wn) { return 32 / wn; }  // rows per 128 bytes
+YOLO_HOST_DEVICE constexpr int tc_out_key(int wn, int row) {
+  return 2 * ((row / tc_out_rows_per_line(wn)) % (wn / 8));
+}
+YOLO_HOST_DEVICE constexpr int tc_out_first(int wn, int row) { return (row / tc_out_rows_per_line(wn)) % 2; }
+YOLO_HOST_DEVICE constexpr int tc_out_offset(int wn, int row, int col) {
+  return row * wn + (((col / 4) ^ tc_out_key(wn, row)) * 4) + col % 4;
+}
+// Lane `lane`'s accumulators of n8 tile j, half h: row g + 8h, columns 2t and 2t + 1 (g = lane / 4,
+// t = lane % 4: the mma's C fragment), as (row, column) in the warp's 16 x WN block.
+YOLO_HOST_DEVICE constexpr TcAt tc_acc_at(int lane, int j, int h) { return {lane / 4 + 8 * h, j * 8 + 2 * (lane % 4)}; }
+// The output chunk of n values lane `lane` writes at step `step`: (row, first column).
+YOLO_HOST_DEVICE constexpr TcAt tc_out_chunk_at(int wn, int n, int lane, int step) {
+  const int per_row = wn / n, q = lane + 32 * step;
+  return {q / per_row, (q % per_row) * n};
+}
+// Bytes of the staging for a tile BN columns wide: 8 warps x 16 rows x BN / 4 floats.
+constexpr int tc_out_stage_bytes(int bn) { return kTcThreads / 32 * 16 * (bn / 4) * 4; }
+// Dynamic shared memory of a launch: its pipeline's stages, or the staging if that is larger.
+constexpr int tc_launch_smem_bytes(int elem, bool a_kmajor, bool b_kmajor, int bm, int bn, int stages) {
+  const int pipeline = tc_stage_bytes(elem, a_kmajor, b_kmajor, bm, bn) * stages;
+  return pipeline > tc_out_stage_bytes(bn) ? pipeline : tc_out_stage_bytes(bn);
+}
+
 }  // namespace yolo::tc

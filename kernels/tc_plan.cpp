@@ -140,8 +140,8 @@ const char* pass_name(TcPass pass) {
 
 int blocks_per_sm(const TcProblem& problem, const TcPlan& plan, const GpuDesc& gpu) {
   constexpr int kSystemSharedPerBlock = 1024;
-  const int smem = tc_stage_bytes(problem.elem, problem.a_kmajor, problem.b_kmajor, plan.bm(), plan.bn()) *
-                   plan.stages();
+  const int smem =
+      tc_launch_smem_bytes(problem.elem, problem.a_kmajor, problem.b_kmajor, plan.bm(), plan.bn(), plan.stages());
   if (smem > gpu.smem_per_block) return 0;
   const int by_smem = gpu.smem_per_sm / (smem + kSystemSharedPerBlock);
   const int by_threads = gpu.threads_per_sm / kTcThreads;

@@ -82,7 +82,7 @@ constexpr int tc_code_arch(int cc) { return cc >= 90 ? 90 : cc >= 80 ? 80 : 75; 
 constexpr int tc_min_blocks(TcPass pass, int bm, bool async, int elem, int code_arch) {
   if (bm == 128) return async && pass != TcPass::BackwardData && !(elem == 4 && code_arch == 80) ? 2 : 1;
   switch (pass) {
-    case TcPass::Forward: return 3;
+    case TcPass::Forward: return async ? 4 : 3;
     case TcPass::BackwardData: return async ? 3 : 2;
     case TcPass::BackwardWeights: return async ? 4 : 3;
     case TcPass::Gemm: return async ? 4 : 3;

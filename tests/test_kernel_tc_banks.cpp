@@ -160,3 +160,86 @@ TEST_CASE("tc banks: the swizzle keeps every element of a stage in its own place
     }
   }
 }
+
+// ---- the epilogue's staging (tc_out_offset): float2 fragment stores, 16-byte chunk loads ----------
+
+namespace {
+
+using OutOffset = int (*)(int wn, int row, int col);
+using First = int (*)(int wn, int row);
+
+// No swizzle, first chunk first: the control the model must catch.
+int plain_out_offset(int wn, int row, int col) { return row * wn + col; }
+int plain_first(int, int) { return 0; }
+
+// The worst phase of a warp's fragment stores into its [16][wn] slice: 8-byte stores, 16 lanes a phase.
+int worst_out_store_phase(int wn, OutOffset offset) {
+  int worst = 0;
+  for (int j = 0; j < wn / 8; ++j)
+    for (int h = 0; h < 2; ++h)
+      for (int phase = 0; phase < 2; ++phase) {
+        std::vector<int> addresses;
+        for (int lane = 16 * phase; lane < 16 * phase + 16; ++lane) {
+          const TcAt at = tc_acc_at(lane, j, h);
+          addresses.push_back(offset(wn, at.row, at.k) * 4);
+        }
+        worst = std::max(worst, wavefronts(addresses, 8));
+      }
+  return worst;
+}
+
+// The worst phase of the chunk loads: n = 4 (FP32 output, one chunk a lane) or 8 (16-bit output,
+// two chunks, `first` of them loaded first); 16-byte loads, 8 lanes a phase.
+int worst_out_load_phase(int wn, int n, OutOffset offset, First first) {
+  int worst = 0;
+  for (int step = 0; step < 16 * (wn / n) / 32; ++step)
+    for (int load = 0; load < n / 4; ++load)
+      for (int phase = 0; phase < 4; ++phase) {
+        std::vector<int> addresses;
+        for (int lane = 8 * phase; lane < 8 * phase + 8; ++lane) {
+          const TcAt at = tc_out_chunk_at(wn, n, lane, step);
+          const int which = n == 4 ? 0 : (first(wn, at.row) + load) % 2;
+          addresses.push_back(offset(wn, at.row, at.k + 4 * which) * 4);
+        }
+        worst = std::max(worst, wavefronts(addresses, 16));
+      }
+  return worst;
+}
+
+}  // namespace
+
+TEST_CASE("tc banks: the epilogue's staging takes one wavefront per phase; without its swizzle, more") {
+  for (int wn : {16, 32}) {
+    CAPTURE(wn);
+    CHECK(worst_out_store_phase(wn, tc_out_offset) == 1);
+    CHECK(worst_out_store_phase(wn, plain_out_offset) == wn / 8);  // a phase's 4 rows: wn / 8 of them share banks
+    for (int n : {4, 8}) {
+      CAPTURE(n);
+      CHECK(worst_out_load_phase(wn, n, tc_out_offset, tc_out_first) == 1);
+      CHECK(worst_out_load_phase(wn, n, plain_out_offset, plain_first) == (n == 8 ? 2 : 1));
+      CHECK(worst_out_load_phase(wn, n, tc_out_offset, plain_first) == (n == 8 ? 2 : 1));
+    }
+    // Every value of the slice in its own place, chunks whole; the lanes' chunks cover the slice once.
+    std::set<int> seen;
+    for (int row = 0; row < 16; ++row)
+      for (int col = 0; col < wn; ++col) {
+        const int at = tc_out_offset(wn, row, col);
+        CHECK(at >= 0);
+        CHECK(at < 16 * wn);
+        CHECK(seen.insert(at).second);
+        CHECK(at % 4 == col % 4);
+      }
+    for (int n : {4, 8}) {
+      std::set<std::pair<int, int>> chunks;
+      for (int step = 0; step < 16 * (wn / n) / 32; ++step)
+        for (int lane = 0; lane < 32; ++lane) {
+          const TcAt at = tc_out_chunk_at(wn, n, lane, step);
+          CHECK(at.row < 16);
+          CHECK(at.k % n == 0);
+          CHECK(chunks.insert({at.row, at.k}).second);
+        }
+      CHECK(chunks.size() == size_t(16 * wn / n));
+    }
+  }
+  CHECK(tc_out_stage_bytes(128) <= tc_launch_smem_bytes(2, true, true, 128, 128, 2));
+}
