@@ -30,17 +30,17 @@ __device__ __forceinline__ void advance3(int& major, int& middle, int& minor, in
 }
 
 // A position along a reduction (or column) index split as (major, middle, minor), e.g. the
-// (r, s, ci) of a convolution's K: index = (major * middle_size + middle) * minor_size + minor.
-// The tensor-core loaders keep one per 16-byte chunk and step it by a stage at a time.
+// (r, s, ci) of a convolution's K: index = (major * middle_size + middle) * minor_size + minor,
+// inside the index's range exactly while major < major_size. The tensor-core loaders step one
+// by a stage at a time.
 struct Cursor3 {
-  int pos, major, middle, minor;
+  int major, middle, minor;
   __device__ __forceinline__ void start(int index, int middle_size, int minor_size) {
-    pos = index, minor = index % minor_size;
+    minor = index % minor_size;
     const int t = index / minor_size;
     middle = t % middle_size, major = t / middle_size;
   }
   __device__ __forceinline__ void step(int by, int middle_size, int minor_size) {
-    pos += by;
     advance3(major, middle, minor, by, middle_size, minor_size);
   }
 };

@@ -25,103 +25,114 @@ using namespace tc;
 
 // ---- loaders ----------------------------------------------------------------------------------
 
-// Every loader keeps, per chunk of this thread, a Cursor3 along the reduction (its position and
-// split indices), stepped by a stage at a time; gathers step a copy by one element.
+// Loaders keep a Cursor3 along the reduction (its split indices), stepped by a stage
+// at a time; gathers step a copy by one element. A K-major loader's chunks (t, t + 256, ...) lie
+// at the same k of different rows, so they share one cursor, and the cursor's tap as a pixel
+// offset from each row's corner pixel, computed once a stage (pixel indices fit 32 bits; element
+// offsets need not).
+constexpr int kOutside = -(1 << 28);  // a row or tap position no offset brings back into the image
+
+template <typename T>
+constexpr bool chunks_share_k() {
+  return kThreads % (Tc<T>::BK / Tc<T>::V) == 0;
+}
 
 // Forward A: rows = output pixels, K = (r, s, ci) of the receptive field (K-major).
 template <typename T, int R>
 struct ForwardInput {
   using S = Smem<T, true, R>;
   static constexpr int CP = S::chunks_per_thread, V = S::V;
+  static_assert(chunks_share_k<T>());
   const ConvGeom& g;
   const T* data;
-  int pitch, k_size;
-  int img_row0[CP], iy0[CP], ix0[CP];
-  bool row_ok[CP];
-  Cursor3 k[CP];  // (r, s, ci)
+  int pitch;
+  int corner[CP];        // pixel index of the receptive field's top-left (it may lie outside the image)
+  int iy0[CP], ix0[CP];  // its position; kOutside for rows past the last output pixel
+  Cursor3 k;             // (r, s, ci)
+  int tap;               // r * w + s: the cursor's pixel offset from a corner
 
   __device__ ForwardInput(const ConvGeom& geom, NhwcView<const T> in, int m0, int k_begin)
-      : g(geom), data(in.data), pitch(in.stride), k_size(geom.k * geom.k * geom.c_in) {
+      : g(geom), data(in.data), pitch(in.stride) {
 #pragma unroll
     for (int i = 0; i < CP; ++i) {
-      const TcAt ch = S::chunk(i);
-      const int p = m0 + ch.row;
-      row_ok[i] = p < g.n * g.oh * g.ow;
-      const int q = row_ok[i] ? p : 0, ox = q % g.ow, t = q / g.ow, oy = t % g.oh;
-      img_row0[i] = t / g.oh * g.h, iy0[i] = oy * g.stride - g.pad, ix0[i] = ox * g.stride - g.pad;
-      k[i].start(k_begin + ch.k, g.k, g.c_in);
+      const int p = m0 + S::chunk(i).row;
+      const bool ok = p < g.n * g.oh * g.ow;
+      const int q = ok ? p : 0, ox = q % g.ow, t = q / g.ow, oy = t % g.oh;
+      const int iy = oy * g.stride - g.pad;
+      ix0[i] = ox * g.stride - g.pad, iy0[i] = ok ? iy : kOutside;
+      corner[i] = (t / g.oh * g.h + iy) * g.w + ix0[i];
     }
+    k.start(k_begin + S::chunk(0).k, g.k, g.c_in);
+    tap = k.major * g.w + k.middle;
   }
-  __device__ const T* pixel(int i, int rr, int ss) const {
-    const int iy = iy0[i] + rr, ix = ix0[i] + ss;
-    if (unsigned(iy) >= unsigned(g.h) || unsigned(ix) >= unsigned(g.w)) return nullptr;
-    return data + (size_t(img_row0[i] + iy) * g.w + ix) * pitch;
+  __device__ bool inside(int i, int rr, int ss) const {
+    return unsigned(iy0[i] + rr) < unsigned(g.h) && unsigned(ix0[i] + ss) < unsigned(g.w);
   }
   __device__ const T* base() const { return data; }
   __device__ const T* vec_ptr(int i) const {
-    const T* p = row_ok[i] && k[i].pos < k_size ? pixel(i, k[i].major, k[i].middle) : nullptr;
-    return p ? p + k[i].minor : nullptr;
+    return k.major < g.k && inside(i, k.major, k.middle) ? data + size_t(corner[i] + tap) * pitch + k.minor : nullptr;
   }
   __device__ void gather(int i, T (&v)[V]) const {
-    Cursor3 e = k[i];
+    Cursor3 e = k;
 #pragma unroll
     for (int j = 0; j < V; ++j, e.step(1, g.k, g.c_in)) {
-      const T* p = row_ok[i] && e.pos < k_size ? pixel(i, e.major, e.middle) : nullptr;
-      v[j] = p ? p[e.minor] : T{};
+      const bool ok = e.major < g.k && inside(i, e.major, e.middle);
+      v[j] = ok ? data[size_t(corner[i] + e.major * g.w + e.middle) * pitch + e.minor] : T{};
     }
   }
   __device__ void advance() {
-#pragma unroll
-    for (int i = 0; i < CP; ++i) k[i].step(Tc<T>::BK, g.k, g.c_in);
+    k.step(Tc<T>::BK, g.k, g.c_in);
+    tap = k.major * g.w + k.middle;
   }
 };
 
-// Backward data A: rows = the class's input pixels, K = (jr, js, co) (K-major gather of grad_out).
+// Backward data A: rows = the class's input pixels, K = (jr, js, co) (K-major gather of grad_out):
+// tap (jr, js) of input pixel row m reads output pixel (oy0 - jr, ox0 - js).
 template <typename T, int R>
 struct BackwardDataGrad {
   using S = Smem<T, true, R>;
   static constexpr int CP = S::chunks_per_thread, V = S::V;
+  static_assert(chunks_share_k<T>());
   const ConvGeom& g;
   const T* data;
-  int pitch, ns, k_size;
-  int img_row0[CP], oy0[CP], ox0[CP];
-  bool row_ok[CP];
-  Cursor3 k[CP];  // (jr, js, co)
+  int pitch, nr, ns;      // taps (jr < nr, js < ns); nr = 0 when the class has none
+  int corner[CP];        // pixel index of the row's output pixel (oy0, ox0) (it may lie outside the image)
+  int oy0[CP], ox0[CP];  // kOutside for rows past the class's last
+  Cursor3 k;             // (jr, js, co)
+  int tap;               // -(jr * ow + js): the cursor's pixel offset from a corner
 
   __device__ BackwardDataGrad(const ConvGeom& geom, const ParityClass& pc, NhwcView<const T> grad_out, int m0,
                               int k_begin)
-      : g(geom), data(grad_out.data), pitch(grad_out.stride), ns(max(pc.ns, 1)), k_size(pc.k_size(geom)) {
+      : g(geom), data(grad_out.data), pitch(grad_out.stride), nr(pc.ns > 0 ? pc.nr : 0), ns(max(pc.ns, 1)) {
 #pragma unroll
     for (int i = 0; i < CP; ++i) {
-      const TcAt ch = S::chunk(i);
-      const int m = m0 + ch.row;
-      row_ok[i] = m < pc.rows(g);
-      const int q = row_ok[i] ? m : 0, xq = q % pc.wc, t = q / pc.wc, yq = t % pc.hc;
-      img_row0[i] = t / pc.hc * g.oh, oy0[i] = yq + pc.dy, ox0[i] = xq + pc.dx;
-      k[i].start(k_begin + ch.k, ns, g.c_out);
+      const int m = m0 + S::chunk(i).row;
+      const bool ok = m < pc.rows(g);
+      const int q = ok ? m : 0, xq = q % pc.wc, t = q / pc.wc, yq = t % pc.hc;
+      ox0[i] = xq + pc.dx, oy0[i] = ok ? yq + pc.dy : kOutside;
+      corner[i] = (t / pc.hc * g.oh + yq + pc.dy) * g.ow + ox0[i];
     }
+    k.start(k_begin + S::chunk(0).k, ns, g.c_out);
+    tap = -(k.major * g.ow + k.middle);
   }
-  __device__ const T* pixel(int i, int a, int b) const {
-    const int oy = oy0[i] - a, ox = ox0[i] - b;
-    if (unsigned(oy) >= unsigned(g.oh) || unsigned(ox) >= unsigned(g.ow)) return nullptr;
-    return data + (size_t(img_row0[i] + oy) * g.ow + ox) * pitch;
+  __device__ bool inside(int i, int a, int b) const {
+    return unsigned(oy0[i] - a) < unsigned(g.oh) && unsigned(ox0[i] - b) < unsigned(g.ow);
   }
   __device__ const T* base() const { return data; }
   __device__ const T* vec_ptr(int i) const {
-    const T* p = row_ok[i] && k[i].pos < k_size ? pixel(i, k[i].major, k[i].middle) : nullptr;
-    return p ? p + k[i].minor : nullptr;
+    return k.major < nr && inside(i, k.major, k.middle) ? data + size_t(corner[i] + tap) * pitch + k.minor : nullptr;
   }
   __device__ void gather(int i, T (&v)[V]) const {
-    Cursor3 e = k[i];
+    Cursor3 e = k;
 #pragma unroll
     for (int j = 0; j < V; ++j, e.step(1, ns, g.c_out)) {
-      const T* p = row_ok[i] && e.pos < k_size ? pixel(i, e.major, e.middle) : nullptr;
-      v[j] = p ? p[e.minor] : T{};
+      const bool ok = e.major < nr && inside(i, e.major, e.middle);
+      v[j] = ok ? data[size_t(corner[i] - e.major * g.ow - e.middle) * pitch + e.minor] : T{};
     }
   }
   __device__ void advance() {
-#pragma unroll
-    for (int i = 0; i < CP; ++i) k[i].step(Tc<T>::BK, ns, g.c_out);
+    k.step(Tc<T>::BK, ns, g.c_out);
+    tap = -(k.major * g.ow + k.middle);
   }
 };
 
@@ -132,30 +143,28 @@ struct BackwardDataWeights {
   static constexpr int CP = S::chunks_per_thread, V = S::V;
   const ConvGeom& g;
   const T* weights;
-  int ry0, rx0, ns, k_size;
-  int ci[CP];
-  Cursor3 k[CP];  // (jr, js, co)
+  int ry0, rx0, nr, ns;  // as in BackwardDataGrad
+  int ci;                // the chunks' first column: MN-major chunks t, t + 256, ... share their rows
+  Cursor3 k[CP];         // (jr, js, co)
 
   __device__ BackwardDataWeights(const ConvGeom& geom, const ParityClass& pc, const T* w, int n0, int k_begin)
-      : g(geom), weights(w), ry0(pc.ry0), rx0(pc.rx0), ns(max(pc.ns, 1)), k_size(pc.k_size(geom)) {
+      : g(geom), weights(w), ry0(pc.ry0), rx0(pc.rx0), nr(pc.ns > 0 ? pc.nr : 0), ns(max(pc.ns, 1)) {
+    static_assert(kThreads % (R / V) == 0);
+    ci = n0 + S::chunk(0).row;
 #pragma unroll
-    for (int i = 0; i < CP; ++i) {
-      const TcAt ch = S::chunk(i);
-      ci[i] = n0 + ch.row;
-      k[i].start(k_begin + ch.k, ns, g.c_out);
-    }
+    for (int i = 0; i < CP; ++i) k[i].start(k_begin + S::chunk(i).k, ns, g.c_out);
   }
   __device__ const T* row(int i) const {
     const int r = ry0 + g.stride * k[i].major, s = rx0 + g.stride * k[i].middle;
     return weights + ((size_t(k[i].minor) * g.k + r) * g.k + s) * g.c_in;
   }
   __device__ const T* base() const { return weights; }
-  __device__ const T* vec_ptr(int i) const { return k[i].pos < k_size && ci[i] < g.c_in ? row(i) + ci[i] : nullptr; }
+  __device__ const T* vec_ptr(int i) const { return k[i].major < nr && ci < g.c_in ? row(i) + ci : nullptr; }
   __device__ void gather(int i, T (&v)[V]) const {
-    const bool ok = k[i].pos < k_size;
+    const bool ok = k[i].major < nr;
     const T* p = ok ? row(i) : nullptr;
 #pragma unroll
-    for (int e = 0; e < V; ++e) v[e] = ok && ci[i] + e < g.c_in ? p[ci[i] + e] : T{};
+    for (int e = 0; e < V; ++e) v[e] = ok && ci + e < g.c_in ? p[ci + e] : T{};
   }
   __device__ void advance() {
 #pragma unroll
@@ -170,28 +179,27 @@ template <typename T, int R>
 struct BackwardWeightsInput {
   using S = Smem<T, false, R>;
   static constexpr int CP = S::chunks_per_thread, V = S::V;
-  static constexpr int kOutside = -(1 << 28);  // a tap offset no pixel brings back into the image
   const ConvGeom& g;
   const T* data;
-  int pitch, pixels;
+  int pitch;
   int dy[CP], dx[CP], ci[CP];  // the chunk's first column
   Cursor3 k[CP];               // (b, oy, ox)
 
   __device__ BackwardWeightsInput(const ConvGeom& geom, NhwcView<const T> in, int n0, int k_begin)
-      : g(geom), data(in.data), pitch(in.stride), pixels(geom.n * geom.oh * geom.ow) {
+      : g(geom), data(in.data), pitch(in.stride) {
 #pragma unroll
     for (int i = 0; i < CP; ++i) {
       const TcAt ch = S::chunk(i);
       Cursor3 col;
       col.start(n0 + ch.row, g.k, g.c_in);
-      const bool ok = col.pos < g.k * g.k * g.c_in;
+      const bool ok = col.major < g.k;
       dy[i] = ok ? col.major - g.pad : kOutside, dx[i] = col.middle - g.pad, ci[i] = col.minor;
       k[i].start(k_begin + ch.k, g.oh, g.ow);
     }
   }
   __device__ const T* pixel(int i, int ddy, int ddx) const {
     const int iy = k[i].middle * g.stride + ddy, ix = k[i].minor * g.stride + ddx;
-    if (k[i].pos >= pixels || unsigned(iy) >= unsigned(g.h) || unsigned(ix) >= unsigned(g.w)) return nullptr;
+    if (k[i].major >= g.n || unsigned(iy) >= unsigned(g.h) || unsigned(ix) >= unsigned(g.w)) return nullptr;
     return data + (size_t(k[i].major * g.h + iy) * g.w + ix) * pitch;
   }
   __device__ const T* base() const { return data; }

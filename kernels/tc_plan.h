@@ -77,10 +77,11 @@ constexpr int tc_code_arch(int cc) { return cc >= 90 ? 90 : cc >= 80 ? 80 : 75; 
 // its registers within 65536 / (blocks * 256): every GPU here has 64K registers per SM), which
 // the planner takes as the register limit. tools/occupancy_check.sh holds them against the
 // registers ptxas gave each kernel, per architecture: exactly these many blocks fit, and no local
-// memory (spills). Backward data's loaders (parity class and per-chunk tap positions) do not fit
-// two 128x128 blocks (ptxas spilled at 128 registers), nor does sm_80's TF32 128x128 main loop.
+// memory (spills). Two 128x128 blocks fit with cp.async (the K-major loaders share one cursor
+// among a thread's chunks; backward data spilled at 128 registers before), except sm_80's TF32
+// main loop; the register-staged pipeline holds a stage in registers too: one block.
 constexpr int tc_min_blocks(TcPass pass, int bm, bool async, int elem, int code_arch) {
-  if (bm == 128) return async && pass != TcPass::BackwardData && !(elem == 4 && code_arch == 80) ? 2 : 1;
+  if (bm == 128) return async && !(elem == 4 && code_arch == 80) ? 2 : 1;
   switch (pass) {
     case TcPass::Forward: return async ? 4 : 3;
     case TcPass::BackwardData: return async ? 3 : 2;

@@ -335,19 +335,23 @@ __device__ __forceinline__ void mainloop_async(LA& la, LB& lb, int k_begin, int 
     }
     mma::cp_async_commit();  // empty groups keep the count uniform
   }
+  // The buffers stage kt and stage kt + S - 1 use, as element offsets stepped round the ring (a
+  // modulo by 3 every stage would cost the loop a multiply-high and its fix-ups).
+  int read_at = 0, write_at = (S - 1) * per_stage;
   for (int kt = 0; kt < tiles; ++kt) {
     mma::cp_async_wait<S - 2>();  // this thread's copies of stage kt have landed
     __syncthreads();              // everyone's have; and stage kt - 1's buffer is free again
-    const int next = kt + S - 1;
-    if (next < tiles) {
-      T* stage = base + (next % S) * per_stage;
+    if (kt + S - 1 < tiles) {
+      T* stage = base + write_at;
       issue_stage<T, AK, BM>(la, stage, a_to);
       issue_stage<T, BKm, BN>(lb, stage + SA::elements, b_to);
       la.advance(), lb.advance();
     }
     mma::cp_async_commit();
-    const T* stage = base + (kt % S) * per_stage;
+    const T* stage = base + read_at;
     compute_stage<T, AK, BKm>(stage, stage + SA::elements, w, fragments, acc);
+    write_at = read_at;  // stage kt's buffer takes stage kt + S
+    read_at = read_at == (S - 1) * per_stage ? 0 : read_at + per_stage;
   }
   mma::cp_async_wait<0>();
 }
