@@ -14,6 +14,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -198,6 +199,71 @@ std::vector<TcConvCase> conv_cases() {
   return cases;
 }
 
+// An Inf reaches exactly the outputs that read it: every other output keeps the bits it had with
+// a 0 in its place, and each output that reads it is not finite. Catches a loader that reads real
+// pixels where the reduction is padded past its end (3 x 3 x 8 = 72 and 3 x 3 x 16 = 144 are not
+// whole 32-element stages: the padding's positions name the row below a receptive field), which
+// zero-padded weights hide from finite inputs.
+template <typename T>
+void check_inf_reach(Device device) {
+  const Conv2dShape s{1, 9, 9, 8, 16, 3, 1};
+  Rng rng;
+  CAPTURE(rng.seed());
+  CAPTURE(precision_name(tc_precision<T>()));
+  const T inf = from_float<T>(std::numeric_limits<float>::infinity());
+  NhwcBuffer<T> in = random_buffer<T>(rng, s.n, s.h, s.w, s.c_in, 0, 0);
+  NhwcBuffer<T> grad_out = random_buffer<T>(rng, s.n, s.h, s.w, s.c_out, 0, 0);
+  const std::vector<T> weights = stored<T>(rng.floats(s.weight_count(), -0.5f, 0.5f));
+  DeviceArray<T> d_in(device, in.data), d_grad(device, grad_out.data), d_w(device, weights);
+  const int y0 = 6, x0 = 4;  // the Inf's pixel: an input pixel (forward), an output pixel (backward data)
+  // A pixel (y, x) of the result reads the Inf's pixel when it lies within the 3 x 3 window.
+  auto reads = [&](size_t i, int channels) {
+    const int pixel = int(i / size_t(channels)), y = pixel / s.w, x = pixel % s.w;
+    return std::abs(y - y0) <= 1 && std::abs(x - x0) <= 1;
+  };
+  auto compare = [&](const std::vector<T>& finite, const std::vector<T>& with_inf, int channels) {
+    size_t kept = 0, reached = 0, reading = 0;
+    for (size_t i = 0; i < finite.size(); ++i) {
+      if (reads(i, channels)) {
+        ++reading;
+        reached += !std::isfinite(to_float(with_inf[i]));
+      } else {
+        kept += finite[i].bits == with_inf[i].bits;
+      }
+    }
+    CHECK(kept == finite.size() - reading);
+    CHECK(reached == reading);
+  };
+  {
+    INFO("forward");
+    DeviceArray<T> d_out(device, size_t(s.n) * s.h * s.w * s.c_out);
+    auto run = [&](T value) {
+      in.data[(size_t(y0) * s.w + x0) * s.c_in + 2] = value;
+      d_in.upload(in.data);
+      conv2d_forward_tc<T>(s, in.cview(d_in.data()), d_w.data(), nullptr, nhwc(d_out.data(), s.n, s.h, s.w, s.c_out),
+                           nullptr, 0, nullptr);
+      return d_out.download();
+    };
+    REQUIRE(conv2d_forward_tc_workspace_bytes<T>(s) == 0);
+    const std::vector<T> finite = run(from_float<T>(0.0f)), with_inf = run(inf);
+    compare(finite, with_inf, s.c_out);
+  }
+  {
+    INFO("backward data");
+    DeviceArray<T> d_grad_in(device, size_t(s.n) * s.h * s.w * s.c_in);
+    auto run = [&](T value) {
+      grad_out.data[(size_t(y0) * s.w + x0) * s.c_out + 3] = value;
+      d_grad.upload(grad_out.data);
+      conv2d_backward_data_tc<T>(s, grad_out.cview(d_grad.data()), d_w.data(),
+                                 nhwc(d_grad_in.data(), s.n, s.h, s.w, s.c_in), false, nullptr, 0, nullptr);
+      return d_grad_in.download();
+    };
+    REQUIRE(conv2d_backward_data_tc_workspace_bytes<T>(s) == 0);
+    const std::vector<T> finite = run(from_float<T>(0.0f)), with_inf = run(inf);
+    compare(finite, with_inf, s.c_in);
+  }
+}
+
 }  // namespace
 
 TEST_CASE("kernel: conv2d on tensor cores, TF32, every pass against the FP64 reference") {
@@ -215,6 +281,12 @@ TEST_CASE("kernel: conv2d on tensor cores, BF16, every pass against the FP64 ref
 TEST_CASE("kernel: conv2d on tensor cores, FP16, every pass against the FP64 reference") {
   KERNEL_TEST_DEVICE(device);
   check_cases<Fp16>(device, conv_cases());
+}
+
+TEST_CASE("kernel: conv2d on tensor cores: an Inf reaches exactly the outputs that read it (padded reductions)") {
+  KERNEL_TEST_DEVICE(device);
+  if (current_compute_capability() >= 80) check_inf_reach<Bf16>(device);
+  check_inf_reach<Fp16>(device);
 }
 
 #if YOLO_EMULATED_KERNELS
