@@ -204,7 +204,9 @@ section_nccl2() {
 # was within 5% of the fastest, and the model's rms log error); the planner's table for this GPU;
 # then Nsight Compute on the bf16 forward and backward-data kernels at 52x52 128->256, whose
 # shared-memory wavefronts the bank model (tests/test_kernel_tc_banks.cpp) predicts free of
-# conflicts (the layout before had 36% and 26% excess, ncu_*.txt in the 2026-12-04 results).
+# conflicts (the layout before had 36% and 26% excess, ncu_*.txt in the 2026-12-04 results), and
+# whose global sectors the 16-byte epilogue stores should bring near their ideal (27% and 30%
+# excess before, split-K partials included).
 section_tune() {
   if [[ ! -x build/bench_kernels ]]; then
     record "tune" "unavailable" "build/bench_kernels not built"
@@ -227,6 +229,8 @@ section_tune() {
       --section MemoryWorkloadAnalysis_Tables --section SourceCounters \
       build/bench_kernels --filter "conv $pass bf16 52x52 128->256 3x3 s1" --repeats 1
     summary[-1]+=" | $(grep -o 'uncoalesced shared accesses resulting in a total of [0-9]* excessive wavefronts ([0-9]*% of the' \
+      "$OUT/ncu_$kernel.txt" | head -1 || true)"
+    summary[-1]+=" | $(grep -o 'uncoalesced global accesses resulting in a total of [0-9]* excessive sectors ([0-9]*% of the' \
       "$OUT/ncu_$kernel.txt" | head -1 || true) | $(grep -m1 'Registers Per Thread' "$OUT/ncu_$kernel.txt" | tr -s ' ')"
   done
 }
