@@ -15,6 +15,7 @@
 #include "kernels/conv.h"
 #include "kernels/conv_geometry.cuh"
 #include "kernels/conv_small_c.h"
+#include "kernels/tc_epilogue.cuh"
 #include "kernels/tc_tiles.cuh"
 
 namespace yolo {

@@ -13,6 +13,7 @@
 
 #include "kernels/gemm.h"
 #include "kernels/gemm_tiles.cuh"
+#include "kernels/tc_epilogue.cuh"
 #include "kernels/tc_tiles.cuh"
 
 namespace yolo {
