@@ -7,6 +7,7 @@
 
 #include "kernels/channel_moments.cuh"
 #include "kernels/conv_geometry.cuh"
+#include "kernels/gemm_tiles.cuh"
 #include "kernels/half_types.h"
 #include "kernels/tc_plan.h"
 
@@ -189,15 +190,6 @@ __global__ void __launch_bounds__(kThreads, 2)
     partials[size_t(blockIdx.x) * g.c_out * field_n + i] = s_sum[i];
 }
 
-// dW[i] = the slices' partials[s][i] summed in slice order.
-__global__ void sum_slices_kernel(const float* partials, int slice_count, int outputs, float* grad_weights) {
-  const int i = int(blockIdx.x * blockDim.x + threadIdx.x);
-  if (i >= outputs) return;
-  float sum = 0.0f;
-  for (int s = 0; s < slice_count; ++s) sum += partials[size_t(s) * outputs + i];
-  grad_weights[i] = sum;
-}
-
 size_t forward_shared_bytes(const Conv2dShape& s) {
   return (size_t(s.c_out) * padded_field(field_size(s)) + moments::kScratchFloats) * sizeof(float);
 }
@@ -236,8 +228,8 @@ void backward_weights(const Conv2dShape& s, NhwcView<const T> in, NhwcView<const
   float* partials = static_cast<float*>(workspace);
   LAUNCH(weights_kernel<T>, dim3(unsigned(slice_count)), dim3(kThreads), weights_shared_bytes(s), stream,
          geometry(s), in, grad_out, slice_count, partials);
-  LAUNCH(sum_slices_kernel, dim3(ceil_div(size_t(outputs), 256)), dim3(256), 0, stream, partials, slice_count,
-         outputs, grad_weights);
+  // dW = the slices' partials summed in slice order (the split reductions' second pass).
+  tiled::launch_sum_splits(partials, slice_count, 1, outputs, grad_weights, outputs, false, nullptr, stream);
 }
 
 #define YOLO_SMALL_C(T)                                                                                           \

@@ -238,7 +238,7 @@ struct ClassRows {
   bool accumulate;
   using OutType = Out;
   __device__ Out* row(int m) const { return m < rows ? base + pc.input_pixel(g, m) * pitch : nullptr; }
-  __device__ bool vec() const { return reinterpret_cast<uintptr_t>(base) % 16 == 0 && pitch * sizeof(Out) % 16 == 0; }
+  __device__ bool vec() const { return rows_aligned(base, pitch); }
 };
 
 // ---- kernels: grid (M tiles, N tiles, splits [x classes]) -----------------------------------------

@@ -41,6 +41,12 @@ __device__ __forceinline__ uint3 block_index_anew() {
 //   bool vec() const;             every row pointer is 16-byte aligned (chunk stores allowed)
 //   const float* bias;            added per column before rounding, or null
 //   bool accumulate;              dst = dst + value (in FP32, rounded once) instead of dst = value
+// Whether rows at base + r * pitch all start 16-byte aligned.
+template <typename Out>
+__device__ __forceinline__ bool rows_aligned(const Out* base, long long pitch) {
+  return reinterpret_cast<uintptr_t>(base) % 16 == 0 && pitch * sizeof(Out) % 16 == 0;
+}
+
 template <typename Out>
 struct TileRows {
   Out* base;
@@ -50,7 +56,7 @@ struct TileRows {
   bool accumulate = false;
   using OutType = Out;
   __device__ Out* row(int r) const { return r < rows ? base + r * pitch : nullptr; }
-  __device__ bool vec() const { return reinterpret_cast<uintptr_t>(base) % 16 == 0 && pitch * sizeof(Out) % 16 == 0; }
+  __device__ bool vec() const { return rows_aligned(base, pitch); }
 };
 
 // 16-bit values from one 32-bit word (element 0 in the low half), to FP32.
