@@ -8,8 +8,9 @@
 //   - the relative norm ||out - ref|| / ||ref|| at most 1e-3 (TF32) or 1e-2 (BF16, FP16);
 //   - nothing written outside an output's channel slice; the same bits on a second run;
 // on fresh random inputs with odd sizes, the 3-channel first layer, stride 2, 1x1 kernels,
-// channel slices at unaligned offsets, every tile, split counts and both pipelines. Precisions a
-// device cannot run are refused (BF16/TF32 on sm_75).
+// channel slices at unaligned offsets, every tile, split counts and both pipelines; inputs of up
+// to 4 channels take kernels/conv_small_c.cu (CUDA cores) through the same entry points. Precisions
+// a device cannot run are refused (BF16/TF32 on sm_75).
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -189,9 +190,10 @@ std::vector<TcConvCase> conv_cases() {
   });
   add(Conv2dShape{1, 9, 7, 64, 72, 3, 1}, [](TcConvCase& c) { c.tile = 1; c.splits = 2; c.pipeline = 2; });
   add(Conv2dShape{2, 5, 5, 40, 8, 5, 1});
-  // Few input channels: the forward and weight gradient on CUDA cores (conv2d_tc_small_channels),
-  // c_in 1 to 4, odd output channels, 1x1 to 5x5, the image as a 3-channel view of a wider
-  // buffer, an output slice, and enough pixels for several slices of several 256-pixel chunks.
+  // Few input channels: the forward and weight gradient on CUDA cores (kernels/conv_small_c.cu,
+  // chosen by conv2d_tc_small_channels), c_in 1 to 4, odd output channels, 1x1 to 5x5, the image
+  // as a 3-channel view of a wider buffer, an output slice, and enough pixels for several slices
+  // of several 256-pixel chunks.
   add(Conv2dShape{3, 9, 7, 1, 13, 3, 2});
   add(Conv2dShape{1, 8, 9, 4, 50, 1, 1}, [](TcConvCase& c) { c.bias = false; });
   add(Conv2dShape{1, 7, 6, 1, 24, 5, 1}, [](TcConvCase& c) { c.out_stride = 31, c.out_offset = 5; });
