@@ -1,0 +1,160 @@
+// The executor's private state, shared by its source files (executor*.cpp) and by no one else:
+// where each node's buffers live, the activation plan, and Executor::Impl.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "graph/executor.h"
+#include "kernels/ops.h"
+#include "runtime/communicator.h"
+#include "runtime/memory.h"
+
+namespace yolo::graph {
+namespace detail {
+
+// Where a node's output lives: its own buffer, or a channel slice of another node's (a route
+// its producer writes into directly, or a one-input route that is its input).
+struct Alias {
+  int root = -1;    // node owning the storage (itself when not aliased)
+  int channel = 0;  // first channel within the root's pixels
+};
+
+struct NodeBuffers {
+  Act out;                 // micro-batch view (possibly a slice)
+  float* pre = nullptr;    // conv with BatchNorm: the convolution's output (BN's input)
+  int* argmax = nullptr;   // maxpool
+  float* grad = nullptr;   // d loss / d out (dense, c channels)
+  bool first_writer_pending = true;
+  // Parameters (offsets into the flat buffers; -1 when absent).
+  int64_t w = -1, b = -1, s = -1, mean = -1, var = -1, saved = -1;
+  size_t param_begin = 0, param_end = 0;  // this layer's range of the flat buffers
+};
+
+inline double now_ms() {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// Every activation-sized buffer of a step, packed by liveness (plan.h).
+struct ActivationPlan {
+  std::vector<Alias> alias;
+  std::vector<PlannedBuffer> buffers;
+  std::vector<int> out_buffer, pre_buffer, argmax_buffer, grad_buffer;  // per node, index into buffers or -1
+  size_t bytes = 0, unplanned = 0;
+};
+
+ActivationPlan plan_activations(const Graph& graph, int n, size_t elem);
+
+// The largest workspace any op of the graph needs on the current device (the CPU ops only
+// use one for BatchNorm).
+size_t workspace_bytes(const Graph& graph, int n, bool kernels, Precision precision);
+
+// A dense view of a node's gradient (c channels, no slice).
+inline Act grad_view(float* grad, const Act& out) { return Act{grad, out.n, out.h, out.w, out.c, out.c}; }
+
+// A flat array as an NHWC view, for the element-wise ops (1 x 1 x count x 1).
+inline Act flat(float* data, size_t count) { return Act{data, 1, 1, static_cast<int>(count), 1, 1}; }
+
+}  // namespace detail
+
+struct Executor::Impl {
+  bool kernels = false;  // the device runs the CUDA kernels (a GPU or an emulated one)
+  std::unique_ptr<Arena> arena;
+  float* params = nullptr;
+  float* grads = nullptr;
+  float* micro_grads = nullptr;
+  float* momentum = nullptr;
+  float* stats = nullptr;   // running mean and variance of every BN layer
+  float* saved = nullptr;   // batch mean and variance of the last forward
+  float* ones = nullptr;    // micro_batch ones (bias gradients of connected layers)
+  // bf16/fp16 (stores_16_bits): the 16-bit copies the ops read. Typed float like the views (ops.h).
+  bool half = false;
+  size_t elem = sizeof(float);  // bytes of one stored activation
+  float* weights16 = nullptr;   // the conv/connected weights, indexed like params
+  float* ones16 = nullptr;      // micro_batch ones
+  float* input16 = nullptr;     // the micro-batch's images
+  DeviceMemory widened;         // output(): a 16-bit output widened to FP32
+  float loss_scale = 1.0f;      // the losses' gradients are multiplied by this (fp16)
+  float* loss_scale_at = nullptr;  // GPUs: its device copy, which the loss kernels read when they run
+  void* workspace = nullptr;
+  size_t workspace_bytes = 0;
+  Precision precision = Precision::Fp32;
+  YoloLossStats* yolo_stats = nullptr;  // one per node (only [yolo] entries used)
+  float* softmax_loss = nullptr;
+  const float* current_images = nullptr;  // the micro-batch being trained (for the first layer's backward)
+  // The micro-batch's inputs the queued work reads: the caller's buffers, or (stage_inputs) the
+  // fixed buffers below, whose addresses a captured step keeps.
+  const float* in_images = nullptr;
+  const YoloTruth* in_truths = nullptr;
+  const int* in_counts = nullptr;
+  const int* in_labels = nullptr;
+  // GPUs: BatchNorm's statistics from the conv's epilogue (kernels/conv.h ConvMoments), for the
+  // layer being run (consumed by its BatchNorm right after): the largest layer's blocks.
+  float* moment_partials = nullptr;
+  float* moment_counts = nullptr;
+  float* staged_images = nullptr;  // GPUs: the largest planned input size
+  YoloTruth* staged_truths = nullptr;
+  int* staged_counts = nullptr;
+  int* staged_labels = nullptr;
+  size_t staged_bytes = 0;
+  int* bad_label = nullptr;
+  int* zero_labels = nullptr;  // inference: the softmax op wants labels even when it computes no loss
+  // The optimizer's per-step values (learning rate, gradient scale, non-finite flag) in device
+  // memory, read by the kernels when they run (kernels/sgd.h), and their host copy.
+  SgdLive* live = nullptr;
+  SgdLive live_host;
+  size_t stat_count = 0;
+  std::vector<detail::NodeBuffers> nodes;
+  std::vector<detail::Alias> alias;
+  detail::ActivationPlan plan;
+  char* block = nullptr;  // the activations
+  std::vector<SgdSegment> segments;
+  SgdSegment* device_segments = nullptr;
+  std::vector<float> host_params, host_stats;
+  LossSums loss;
+  // Tracing
+  std::vector<Event> events;  // two per node and phase
+  // The trace's host clock origin: set by a host function on the compute stream when the device
+  // reaches the traced micro-batch, so that host-timed events (the all-reduces, from the comm
+  // stream's host functions) line up with the layer events; hence atomic.
+  std::atomic<double> trace_origin{0};
+  // --sync-bn: BatchNorm statistics over every replica, all-reduced on the comm stream (one
+  // communicator, one stream: every rank issues the same collectives in the same order).
+  Communicator* bn_comm = nullptr;
+  Stream* bn_comm_stream = nullptr;
+  DeviceMemory bn_scratch;  // 4 x the widest BN layer's channels: sums, squares / sums2
+  std::vector<Event> bn_events;  // compute -> comm, comm -> compute
+  // Forward/backward time of the micro-batches since take_phase_times, timed by events.
+  // Timing events (record_timing: replayed graphs record them too): forward start, forward end,
+  // backward end; update start, update end. Read after each micro-batch's loss and after the
+  // update's flag, when the host has waited for them anyway.
+  std::vector<Event> marks;
+  bool update_marked = false;  // marks 3 and 4 recorded since the last update_applied
+  PhaseTimes phases;           // since take_phase_times
+
+  Stream* stream = nullptr;  // the executor's compute stream
+
+  OpContext context(Stream& on) const { return OpContext{&on, workspace, workspace_bytes, precision}; }
+  // For the FP32 parameter-space ops (gradient accumulation) in every precision.
+  OpContext fp32_context(Stream& on) const { return OpContext{&on, workspace, workspace_bytes, Precision::Fp32}; }
+  // `count` stored activations past p (pointer arithmetic in the storage type's bytes).
+  float* advance(float* p, int64_t count) const {
+    return reinterpret_cast<float*>(reinterpret_cast<char*>(p) + count * static_cast<int64_t>(elem));
+  }
+  const float* advance(const float* p, int64_t count) const { return advance(const_cast<float*>(p), count); }
+  // The weights the conv/connected ops multiply by: the 16-bit copy with bf16/fp16.
+  const float* weights_at(int64_t offset) const { return half ? advance(weights16, offset) : params + offset; }
+  // Refreshes the 16-bit weight copy from the FP32 masters (after any upload of parameters).
+  void refresh_weight_copy(size_t count) {
+    if (half) to_storage(context(*stream), params, weights16, count);
+  }
+  // A copy between host and device memory in the stream's order, done when it returns.
+  void copy(void* dst, const void* src, size_t bytes) { copy_and_wait(dst, src, bytes, *stream); }
+  void zero(void* dst, size_t bytes) { fill_bytes(dst, 0, bytes, *stream); }
+  void synchronize() { stream->synchronize(); }
+};
+
+}  // namespace yolo::graph
