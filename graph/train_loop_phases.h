@@ -1,0 +1,102 @@
+// run_loop's inside (see train_loop.h), private to train_loop*.cpp: one object holds what the
+// loop keeps across steps, and each phase of a step is a named member. The step itself
+// (micro-batches, graphs, all-reduces, the update's outcome) is in train_loop.cpp; what the loop
+// reports and keeps (progress lines, epochs, validation, results.csv, saves, the end) in
+// train_loop_report.cpp.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "graph/device_idle.h"
+#include "graph/divergence.h"
+#include "graph/step_graphs.h"
+#include "graph/train_loop.h"
+
+namespace yolo::graph {
+
+struct CommTrace;
+
+class TrainLoop {
+ public:
+  TrainLoop(const Graph& graph, Executor& executor, Source& source, const TrainOptions& options, int batch,
+            int subdivisions, const Start& start, DataParallel* dp);
+  TrainResult run();
+
+ private:
+  // What one step keeps between its phases.
+  struct Step {
+    int64_t iteration = 0;
+    bool check = false;  // the per-layer check of a diverging run
+    bool trace = false;  // --trace: this step is traced
+    NonFinite found;
+    bool forward_checked = false;
+    float loss_scale = 1;
+    float lr = 0;
+    std::shared_ptr<CommTrace> comm_trace;
+    std::vector<TraceEvent> host_events;  // host clock (Executor::clock_ms), converted after the step
+    double start_ms = 0;
+    StepSplit split;
+    bool updated = false;
+    LossSums loss;
+  };
+
+  // train_loop.cpp: the step.
+  Step begin_step(int64_t iteration);
+  void run_micro_batch(Step& step, int s);
+  void queue_micro_batch(Step& step, int s, bool last);
+  void end_step(Step& step);
+  void check_replicas(Step& step);
+  void write_step_trace(Step& step);
+  void watch_divergence(Step& step);
+  bool stop_requested(int64_t iteration) const;
+  void host_span(Step& step, const char* name, double start_ms) const;
+
+  // train_loop_report.cpp: what the loop reports and keeps.
+  void check_output_folder_fits();
+  void announce_graphs_and_idle();
+  void print_progress(const Step& step);
+  void end_epoch_if_due(const Step& step);
+  bool stop_after(const Step& step);  // a signal's stop; sets the result's stop
+  void record_epoch(double epoch, int64_t iteration, float rate, const StepSplit& split, const LossSums& sums,
+                    double map50);
+  void write_chart();
+  void settle_idle(size_t keep_open);
+  void save(int64_t iteration);
+  TrainResult finish();
+
+  const Graph& graph_;
+  Executor& executor_;
+  Source& source_;
+  const TrainOptions& options_;
+  const int batch_, subdivisions_;
+  const int64_t start_iteration_;
+  DataParallel* dp_;
+  const int rank_;
+  const bool leader_;  // prints, validates and saves
+  const NetParams& net_;
+  uint64_t seen_;
+  LossScaler scaler_;  // fp16: dynamic loss scaling, decided on the reduced gradients
+  int64_t max_batches_ = 0;
+  NetParams schedule_;  // policy=poly decays to 0 at the run's end
+  TrainResult result_;
+  bool tty_ = false;
+  std::chrono::steady_clock::time_point t_start_, t_print_, t_chart_;
+  int64_t images_this_run_ = 0;
+  int64_t last_epoch_reported_ = 0;
+  StepSplit epoch_split_;  // since the last epoch summary
+  LossSums epoch_loss_;    // likewise
+  // results.csv (graph/run_record.h), appended each epoch by rank 0, and chart.png from it: drawn
+  // at most every 10 s and at the end (its PNG takes 30 ms to encode, which the demo's 50 short
+  // epochs made 1.5 s of the run).
+  std::string results_csv_, chart_png_;
+  bool records_written_ = false, chart_due_ = false;
+  std::unique_ptr<StepGraphs> graphs_;
+  std::unique_ptr<DeviceIdle> idle_;  // the device's busy and idle time inside each micro-batch
+  DivergenceWatch divergence_;
+};
+
+}  // namespace yolo::graph
