@@ -23,8 +23,9 @@
 #              Nsight Compute's shared-memory wavefronts and occupancy of the bf16 forward and
 #              backward-data kernels at 52x52 128->256 (the bank model's check)          <= 3 min
 #   peer       ours side by side with the PyTorch peer (tools/peer/torch_yolov3.py): YOLOv3-416
-#              batch 16 and the demo net, each precision; a table of images/s        <= 4 min
-#              (PEER_BUDGET seconds, 240: every step's timeout is what is left of it)
+#              batch 16 and the demo net, each precision, eager; YOLOv3 bf16 under torch.compile
+#              too; a table of images/s at the median step                           <= 6 min
+#              (PEER_BUDGET seconds, 360: every step's timeout is what is left of it)
 # Writes full logs to OUTDIR and prints a summary table last. A tool that is missing is
 # reported as unavailable, not as a failure. Needs the binaries built beforehand (here or
 # elsewhere: `make ARCH=90 all build/tests`).
@@ -274,51 +275,57 @@ section_tc() {
 # synthetic set's 3 classes; the peer gets --classes 3, the same network), plus random=0: one
 # input size, 416, for both. Ours: fp32, tf32, bf16 and fp16 (dynamic loss scaling from 2^16:
 # its first steps skip for overflow), 36 steps (demo: 120) on runs/shapes (200 images: epochs
-# of 12 steps), images/s over the epochs after the first (epoch 1 holds the warm-up), data
+# of 12 steps), the median step of the epochs after the first (epoch 1 holds the warm-up), data
 # loading included. The peer: fp32 (no TF32), tf32, bf16 autocast, fp16 autocast with
 # GradScaler; 5 warm-up steps (cudnn.benchmark picks its algorithms there), then 30 (YOLOv3) or
 # 50 (demo) steps timed with CUDA events, on one batch of random images and boxes already on
-# the GPU. The whole section keeps within
-# PEER_BUDGET seconds (240): each step's timeout is what is left (a step with under 15 s left is
+# the GPU, the median step; then YOLOv3 in bf16 under torch.compile (--compile: its first step
+# compiles, reported apart). The whole section keeps within
+# PEER_BUDGET seconds (360): each step's timeout is what is left (a step with under 15 s left is
 # skipped), and the peer skips the precisions that would overrun
 # (--budget-s).
-declare -A peer_ours=() peer_torch=()
+declare -A peer_ours=() peer_torch=() peer_compiled=()
 peer_deadline=0
 peer_step() {  # name, log file, timeout seconds, command...: run_step within the section's budget
   local name=$1 log=$2 limit=$3
   shift 3
   local left=$((peer_deadline - SECONDS))
   if ((left < ${peer_min:-15})); then
-    record "$name" "skipped" "the section's ${PEER_BUDGET:-240} s are spent"
+    record "$name" "skipped" "the section's ${PEER_BUDGET:-360} s are spent"
     return 124
   fi
   ((limit > left)) && limit=$left
   run_step "$name" "$log" "$limit" "$@"
 }
-# Our images/s, ms per step and data wait from a training log: epochs >= 2 of
+# Our images/s, ms per step and data wait from a training log, as medians over the epochs >= 2 of
 # "train_yolo: epoch N: loss L; X img/s; a step T ms = data wait D + ...", else the final
 # "train_yolo: the last K steps: X img/s; a step T ms = data wait D + ..."; nothing if neither.
 ours_rate() {  # log, batch
   awk -v batch="$2" '
-    /^train_yolo: epoch [0-9]+: loss [^;]+; [0-9.e+]+ img\/s; a step / { if ($3 + 0 >= 2) { n++; ms += $10; dw += $15 }; next }
+    function median(a, n,   i, j, t) {
+      for (i = 2; i <= n; i++) for (j = i; j > 1 && a[j - 1] > a[j]; j--) { t = a[j]; a[j] = a[j - 1]; a[j - 1] = t }
+      return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
+    }
+    /^train_yolo: epoch [0-9]+: loss [^;]+; [0-9.e+]+ img\/s; a step / { if ($3 + 0 >= 2) { n++; ms[n] = $10; dw[n] = $15 }; next }
     /^train_yolo: the last [0-9]+ steps: [0-9.e+]+ img\/s; a step / { last = $6; lms = $10; ldw = $15 }
     END {
-      if (n) printf "%.1f %.1f %.1f\n", batch * 1000 / (ms / n), ms / n, dw / n
+      if (n) { m = median(ms, n); printf "%.1f %.1f %.1f\n", batch * 1000 / m, m, median(dw, n) }
       else if (last != "") printf "%.1f %.1f %.1f\n", last, lms, ldw
     }' "$1"
 }
-# The peer's "peer: PRECISION X img/s (T ms/step) ..." line: "X T", or its skip/failure reason.
-peer_rate() {  # log, precision
+# The peer's "peer: PRECISION X img/s (T ms/step) ... median M ms" line: "R M" (R: images/s at the
+# median step time, batch $3), or its skip/failure reason. PRECISION may be e.g. bf16+compile.
+peer_rate() {  # log, precision, batch
   local line
-  line=$(grep -m1 "^peer: $2 " "$1" 2>/dev/null) || return 0
-  if [[ $line =~ ^peer:\ $2\ ([0-9.]+)\ img/s\ \(([0-9.]+)\ ms/step\) ]]; then
-    echo "${BASH_REMATCH[1]} ${BASH_REMATCH[2]}"
+  line=$(grep -m1 -F "peer: $2 " "$1" 2>/dev/null) || return 0
+  if [[ $line =~ img/s\ \(([0-9.]+)\ ms/step\).*median\ ([0-9.]+)\ ms ]]; then
+    awk -v b="$3" -v m="${BASH_REMATCH[2]}" 'BEGIN { printf "%.1f %.2f\n", (m > 0 ? b * 1000 / m : 0), m }'
   elif [[ $line == *skipped* ]]; then echo "skipped"
   else echo "failed"; fi
 }
-peer_net() {  # name, our cfg, size, our steps, peer steps, seconds to leave for what follows, peer cfg args...
-  local net=$1 cfg=$2 size=$3 our_steps=$4 steps=$5 reserve=$6
-  shift 6
+peer_net() {  # name, our cfg, size, our steps, peer steps, seconds to leave for what follows, compile (0/1), peer cfg args...
+  local net=$1 cfg=$2 size=$3 our_steps=$4 steps=$5 reserve=$6 compile=$7
+  shift 7
   local prec log status
   for prec in fp32 tf32 bf16 fp16; do
     log="peer_ours_${net}_$prec.log"
@@ -345,35 +352,48 @@ peer_net() {  # name, our cfg, size, our steps, peer steps, seconds to leave for
   elif [[ -f "$OUT/$log" ]]; then
     summary[-1]+=" | $(grep -m1 -o 'loss [a-z]*[^;]*' "$OUT/$log" | cut -c1-60)"
   fi
-  for prec in fp32 tf32 bf16 fp16; do peer_torch[$net.$prec]=$(peer_rate "$OUT/$log" "$prec"); done
+  for prec in fp32 tf32 bf16 fp16; do peer_torch[$net.$prec]=$(peer_rate "$OUT/$log" "$prec" 16); done
+  ((compile)) || return
+  # torch.compile in bf16 (the issue's yardstick); its compile time is reported apart.
+  log="peer_torch_compiled_$net.log"
+  left=$((peer_deadline - SECONDS - reserve))
+  ((left < 15)) && left=15
+  peer_step "peer $net (torch.compile)" "$log" "$left" python3 tools/peer/torch_yolov3.py "$@" --size "$size" \
+    --batch 16 --device cuda --precisions bf16 --compile --warmup 5 --steps "$steps"
+  [[ -f "$OUT/$log" ]] && summary[-1]+=" | $(grep -m1 -o 'compiled (default) in [0-9.]* s' "$OUT/$log")"
+  peer_compiled[$net.bf16]=$(peer_rate "$OUT/$log" "bf16+compile" 16)
 }
 section_peer() {
   [[ -x ./train_yolo ]] || { record "peer" "unavailable" "./train_yolo not built"; return; }
-  peer_deadline=$((SECONDS + ${PEER_BUDGET:-240}))
+  peer_deadline=$((SECONDS + ${PEER_BUDGET:-360}))
   sed 's/^classes=80/classes=3/; s/^filters=255/filters=24/; s/^random=1/random=0/' models/yolov3.cfg \
     >"$OUT/yolov3-peer.cfg"
-  peer_net yolov3 "$OUT/yolov3-peer.cfg" 416 36 30 50 --cfg models/yolov3.cfg --classes 3
-  peer_net demo models/demo.cfg 160 120 50 0 --cfg models/demo.cfg
+  peer_net yolov3 "$OUT/yolov3-peer.cfg" 416 36 30 50 1 --cfg models/yolov3.cfg --classes 3
+  peer_net demo models/demo.cfg 160 120 50 0 0 --cfg models/demo.cfg
   {
-    echo "ours vs PyTorch (tools/peer/torch_yolov3.py): full training steps, batch 16; ratio = ours / PyTorch"
-    printf '%-7s %-9s %12s %14s %8s   %-26s %s\n' net precision "ours img/s" "PyTorch img/s" ratio \
-      "ours ms/step (data wait)" "PyTorch ms/step"
-    local net prec ours torch o_rate o_ms o_dw t_rate t_ms ratio
+    echo "ours vs PyTorch (tools/peer/torch_yolov3.py): full training steps, batch 16, images/s at the median" \
+      "step; ratio = ours / PyTorch (eager; compiled: torch.compile, bf16)"
+    printf '%-7s %-9s %11s %11s %7s %13s %7s   %-24s %s\n' net precision "ours img/s" "eager img/s" ratio \
+      "compiled" ratio "ours ms/step (data wait)" "eager / compiled ms/step"
+    local net prec ours torch comp o_rate o_ms o_dw t_rate t_ms c_rate c_ms ratio c_ratio
+    ratio_of() { [[ $1 =~ ^[0-9.]+$ && $2 =~ ^[0-9.]+$ ]] && awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", (b > 0 ? a / b : 0) }' || echo -; }
     for net in yolov3 demo; do
       for prec in fp32 tf32 bf16 fp16; do
-        ours=${peer_ours[$net.$prec]:-} torch=${peer_torch[$net.$prec]:-}
+        ours=${peer_ours[$net.$prec]:-} torch=${peer_torch[$net.$prec]:-} comp=${peer_compiled[$net.$prec]:-}
         [[ -z $ours && -z $torch ]] && continue
         read -r o_rate o_ms o_dw <<<"${ours:--}"
         read -r t_rate t_ms <<<"${torch:--}"
-        ratio=-
-        [[ $o_rate =~ ^[0-9.]+$ && $t_rate =~ ^[0-9.]+$ ]] && ratio=$(awk -v a="$o_rate" -v b="$t_rate" 'BEGIN { printf "%.2f", (b > 0 ? a / b : 0) }')
-        printf '%-7s %-9s %12s %14s %8s   %-26s %s\n' "$net" "$prec" "$o_rate" "$t_rate" "$ratio" \
-          "${o_ms:+$o_ms ($o_dw)}" "${t_ms:-}"
-        record "side by side $net $prec" "table" "img/s ours ${o_rate} | PyTorch ${t_rate} | ratio ${ratio}"
+        read -r c_rate c_ms <<<"${comp:--}"
+        ratio=$(ratio_of "$o_rate" "$t_rate")
+        c_ratio=$(ratio_of "$o_rate" "$c_rate")
+        printf '%-7s %-9s %11s %11s %7s %13s %7s   %-24s %s\n' "$net" "$prec" "$o_rate" "$t_rate" "$ratio" \
+          "$c_rate" "$c_ratio" "${o_ms:+$o_ms ($o_dw)}" "${t_ms:-} / ${c_ms:-}"
+        record "side by side $net $prec" "table" \
+          "img/s ours ${o_rate} | eager ${t_rate} | ratio ${ratio} | compiled ${c_rate} | ratio ${c_ratio}"
       done
     done
-    echo "ours: epochs >= 2 (12 steps each) on runs/shapes, data loading included; PyTorch: eager, one batch" \
-      "resident on the GPU (logs: $OUT/peer_*.log)"
+    echo "ours: median over epochs >= 2 (12 steps each) on runs/shapes, data loading included; PyTorch: median" \
+      "step, one batch resident on the GPU (logs: $OUT/peer_*.log)"
   } >"$OUT/peer_table.txt"
   rm -rf "$OUT/peer_runs"
 }

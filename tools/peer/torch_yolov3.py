@@ -34,7 +34,9 @@ Examples:
   python3 tools/peer/torch_yolov3.py --cfg models/yolov3.cfg --summary            # layer table, like ours
   python3 tools/peer/torch_yolov3.py --cfg models/demo.cfg --weights runs/demo/last.weights \\
       --forward-check ref.npy [--forward-input input.npy]
-Output: one line per precision, `peer: <precision> <images/s> img/s (<ms> ms/step) [<device>]`,
+  python3 tools/peer/torch_yolov3.py --cfg models/yolov3.cfg --classes 3 --precisions bf16 --compile
+Output: one line per precision, `peer: <precision> <images/s> img/s (<ms> ms/step) [<device>]`
+(<precision>+compile with --compile),
 then one JSON line (starts with '{') with everything.
 """
 import argparse
@@ -616,22 +618,28 @@ def benchmark(precision, base_model, net, layers, images, truths, valid, args, d
             else torch.cuda.amp.GradScaler()
     batch = images.shape[0]
 
+    def forward_loss(x):
+        with torch.autocast(device.type, dtype=amp_dtype, enabled=amp_dtype is not None):
+            outs = model(x)
+        if args.loss == "yolo":
+            total, parts = zip(*(yolo_loss(o, l, truths, valid, net["width"], net["height"])
+                                 for o, l in zip(outs, heads)))
+            return sum(total), sum(parts), outs
+        loss = sum(0.5 * o.float().pow(2).sum() for o in outs)
+        return loss, loss.detach().view(1), outs
+
+    # --compile: the forward pass and the loss as one compiled graph (its backward compiled with
+    # it by AOTAutograd); the optimizer stays eager (foreach SGD).
+    if args.compile:
+        forward_loss = torch.compile(forward_loss, mode=args.compile)
+
     def step(iteration):
         for g in opt.param_groups:
             g["lr"] = learning_rate(net, iteration)
         opt.zero_grad(set_to_none=True)
-        with torch.autocast(device.type, dtype=amp_dtype, enabled=amp_dtype is not None):
-            outs = model(images)
+        loss, parts, outs = forward_loss(images)
         if iteration == 0:
             check_head_shapes(outs, heads, batch)
-        if args.loss == "yolo":
-            total, parts = zip(*(yolo_loss(o, l, truths, valid, net["width"], net["height"])
-                                 for o, l in zip(outs, heads)))
-            loss = sum(total)
-            parts = sum(parts)
-        else:
-            loss = sum(0.5 * o.float().pow(2).sum() for o in outs)
-            parts = loss.detach().view(1)
         scaled = loss / batch  # our optimizer divides the summed gradients by the batch
         if scaler is not None:
             scaler.scale(scaled).backward()
@@ -642,6 +650,14 @@ def benchmark(precision, base_model, net, layers, images, truths, valid, args, d
             opt.step()
         return loss.detach(), parts
 
+    # The first step compiles (--compile): timed apart, and not part of the warm-up's count.
+    compile_s = None
+    if args.compile:
+        t0 = time.monotonic()
+        step(0)
+        if cuda:
+            torch.cuda.synchronize()
+        compile_s = time.monotonic() - t0
     for it in range(args.warmup):
         loss, parts = step(it)
     if cuda:
@@ -661,12 +677,15 @@ def benchmark(precision, base_model, net, layers, images, truths, valid, args, d
             per_step.append((time.perf_counter() - t0) * 1000)
     total_ms = sum(per_step)
     ms = total_ms / len(per_step)
-    result = {"precision": precision, "img_s": batch * len(per_step) / (total_ms / 1000), "ms_step": ms,
+    result = {"precision": precision + ("+compile" if args.compile else ""), "img_s": batch * len(per_step) / (total_ms / 1000), "ms_step": ms,
               "ms_median": sorted(per_step)[len(per_step) // 2], "ms_min": min(per_step),
               "loss_last": float(loss) / batch, "loss_parts_last": [float(v) / batch for v in parts]}
     result.update(flags)
     if scaler is not None:
         result["loss_scale"] = float(scaler.get_scale())
+    if compile_s is not None:
+        result["compile"] = args.compile
+        result["compile_s"] = compile_s
     if cuda:
         result["max_memory_gib"] = torch.cuda.max_memory_allocated(device) / 2 ** 30
         torch.cuda.reset_peak_memory_stats(device)
@@ -738,6 +757,11 @@ def main(argv=None):
     ap.add_argument("--forward-batch", type=int, default=1, help="images of the pattern input (1)")
     ap.add_argument("--forward-dump", metavar="OUT.npy", help="write this forward pass's heads in that format")
     ap.add_argument("--tolerance", type=float, default=1e-3, help="--forward-check: largest relative norm (1e-3)")
+    ap.add_argument("--compile", nargs="?", const="default", metavar="MODE",
+                    choices=("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"),
+                    help="torch.compile the forward pass and the loss (MODE: default, reduce-overhead, max-autotune, "
+                         "max-autotune-no-cudagraphs; without MODE: default); the first step compiles, timed apart "
+                         "as compile_s; the precisions print as PRECISION+compile")
     ap.add_argument("--no-bench", action="store_true", help="skip the timing (with --forward-check etc.)")
     ap.add_argument("--budget-s", type=float, default=0,
                     help="skip the precisions that would end after S seconds from the start (estimated from the "
@@ -881,7 +905,9 @@ def main(argv=None):
                 continue
             result["results"].append(r)
             extra = f", loss scale {r['loss_scale']:g}" if "loss_scale" in r else ""
-            print(f"peer: {p} {r['img_s']:.1f} img/s ({r['ms_step']:.2f} ms/step) [{label}] median "
+            if "compile_s" in r:
+                extra += f", compiled ({args.compile}) in {r['compile_s']:.1f} s"
+            print(f"peer: {r['precision']} {r['img_s']:.1f} img/s ({r['ms_step']:.2f} ms/step) [{label}] median "
                   f"{r['ms_median']:.2f} ms, loss {r['loss_last']:.3f} per image{extra}; {r['wall_s']:.1f} s "
                   f"with warm-up")
             sys.stdout.flush()
