@@ -124,7 +124,8 @@ class Executor {
   //   --sync-bn first with the communicator's deadline), added to what take_loss returns.
   void read_micro_batch_loss();
   //   set_step_values: the learning rate and gradient scale to device memory, in stream order
-  //   (outside a capture: the copy reads host memory).
+  //   (outside a capture: the copy reads host memory). It opens the step's update: the update
+  //   queued or replayed after it is the one update_applied times (take_phase_times).
   void set_step_values(float learning_rate, float grad_scale);
   //   queue_update: the non-finite check and the update, reading those values; no host wait.
   void queue_update(float momentum, float decay);

@@ -132,7 +132,12 @@ struct Executor::Impl {
   // backward end; update start, update end. Read after each micro-batch's loss and after the
   // update's flag, when the host has waited for them anyway.
   std::vector<Event> marks;
-  bool update_marked = false;  // marks 3 and 4 recorded since the last update_applied
+  // Marks 3 and 4 are recorded (or will be, by work already queued) since the last
+  // update_applied. A replayed graph records them without queue_update running on the host, so
+  // set_step_values, which opens every step's update, sets this too once an update has been
+  // queued (the events exist in the graphs from then on).
+  bool update_marked = false;
+  bool update_queued = false;  // queue_update has run at least once
   PhaseTimes phases;           // since take_phase_times
 
   Stream* stream = nullptr;  // the executor's compute stream

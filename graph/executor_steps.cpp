@@ -145,6 +145,8 @@ void Executor::set_step_values(float learning_rate, float grad_scale) {
   set_current_device(device_);
   m.live_host = SgdLive{learning_rate, grad_scale, 0};
   copy_bytes(m.live, &m.live_host, sizeof(SgdLive), stream_.get());
+  // The update that follows, queued or replayed, is timed (its phase times were 0 under replay).
+  if (m.update_queued) m.update_marked = true;
 }
 
 void Executor::queue_update(float momentum, float decay) {
@@ -159,7 +161,7 @@ void Executor::queue_update(float momentum, float decay) {
   sgd_update(c, m.params, m.grads, m.momentum, m.device_segments, static_cast<int>(m.segments.size()), 0, param_count_,
              hyper, m.half ? m.weights16 : nullptr);
   stream_->record_timing(m.marks[4]);
-  m.update_marked = true;
+  m.update_marked = m.update_queued = true;
 }
 
 bool Executor::update_applied() {

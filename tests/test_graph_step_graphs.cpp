@@ -13,6 +13,7 @@
 #include "data/synthetic.h"
 #include "data/transform.h"
 #include "graph/cfg.h"
+#include "graph/run_record.h"
 #include "graph/train.h"
 #include "runtime/fault.h"
 #include "tests/emu_fixtures.h"
@@ -135,6 +136,34 @@ TEST_CASE("graphs on emu:0,1 (overlapped all-reduces, --sync-bn): replayed steps
   runs.o.batch = 4;
   runs.o.sync_bn = true;  // BatchNorm's all-reduces inside the graphs too
   check_replayed(runs.train(two, "eager", false, 6), runs.train(two, "graphs", true, 6), 6, 1, "emu:0,1");
+}
+
+TEST_CASE("replayed steps time their update: every step's optimizer time in results.csv is above 0") {
+  // One step an epoch (2 images, batch 2), so results.csv has a row per step: step 1 runs eagerly,
+  // step 2 is captured, steps 3-5 replay. The update's time came from host-side bookkeeping that
+  // only queue_update did, and read 0 for every replayed step.
+  TempDir dir;
+  data::SyntheticOptions shapes;
+  shapes.train_images = 2;
+  shapes.valid_images = 1;
+  shapes.width = 80;
+  shapes.height = 60;
+  const data::Dataset dataset = data::open_dataset(data::write_synthetic_dataset(dir / "shapes", shapes).data_file);
+  TrainOptions o;
+  o.threads = 1;
+  o.progress_in_place = false;
+  o.batch = 2;
+  o.max_batches = 5;
+  o.valid_every = 0;
+  o.out_dir = dir / "run";
+  const TrainResult r = train_detector(yolo::testing::tiny_detector_spec(), dataset, Device::emu(0), o);
+  REQUIRE(r.graph_launches == 2 * 5 - 2);
+  const std::vector<EpochRecord> rows = read_results(o.out_dir + "/results.csv");
+  REQUIRE(rows.size() == 5);
+  for (const EpochRecord& row : rows) {
+    CAPTURE(row.iteration);
+    CHECK(row.optimizer_ms > 0);
+  }
 }
 
 #if YOLO_EMU
