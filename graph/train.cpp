@@ -450,9 +450,9 @@ TrainResult train_detector_replica(const ModelSpec& spec, const data::Dataset& d
   source.steps_per_epoch = loader.steps_per_epoch();
   source.next = [&]() {
     const data::DeviceBatch& db = feeder.next(executor.compute_stream());
-    executor.set_input_size(db.host->net_w, db.host->net_h);
-    return MicroBatch{db.images, db.truths, db.truth_counts, nullptr};
+    return MicroBatch{db.images, db.truths, db.truth_counts, nullptr, db.host->net_w, db.host->net_h};
   };
+  source.fetch_ahead = true;  // the feeder's two buffers (data/feeder.h)
   source.state = [&]() { return loader.state(); };
   // --trace: the copies' spans, timed on the copy stream by host functions (shared: the feeder's
   // queued host functions may outlive this frame's other locals).

@@ -4,6 +4,7 @@
 #include "graph/train_loop.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <memory>
 #include <mutex>
@@ -115,6 +116,39 @@ TrainResult TrainLoop::run() {
   return finish();
 }
 
+// The micro-batch to run: the one taken ahead, or the source's next (the wait is the step's data time).
+MicroBatch TrainLoop::take_micro_batch(Step& step) {
+  if (ahead_) {
+    consumed_.reset();
+    return *std::exchange(ahead_, std::nullopt);
+  }
+  const double t = Executor::clock_ms();
+  MicroBatch mb = source_.next();
+  step.split.data_ms += Executor::clock_ms() - t;
+  host_span(step, "data wait", t);
+  return mb;
+}
+
+// After micro-batch s is queued and before its loss is read: the next micro-batch's copy starts
+// now, under the device's work, where the source allows it and a next one will run (a traced
+// step's trace shows that copy).
+void TrainLoop::fetch_ahead(Step& step, int s) {
+  if (!source_.fetch_ahead) return;
+  if (s == subdivisions_ - 1 && step.iteration + 1 >= max_batches_) return;
+  // The wait counts as the step's data wait only from when the device ran out of work (stamped
+  // on the host clock as the compute stream reaches this point): before, it was hidden.
+  auto device_done = std::make_shared<std::atomic<double>>(0.0);
+  executor_.compute_stream().enqueue([device_done] { device_done->store(Executor::clock_ms()); });
+  consumed_ = source_.state();
+  const double t = Executor::clock_ms();
+  ahead_ = source_.next();
+  const double end = Executor::clock_ms(), done = device_done->load();
+  if (done > 0) step.split.data_ms += end - std::max(t, done);
+  host_span(step, "take the next micro-batch (under the device's work)", t);
+}
+
+data::LoaderState TrainLoop::loader_state() const { return consumed_ ? *consumed_ : source_.state(); }
+
 bool TrainLoop::stop_requested(int64_t iteration) const {
   return options_.stop_requested ? options_.stop_requested(rank_, iteration) : stop_signal() != 0;
 }
@@ -152,11 +186,9 @@ void TrainLoop::run_micro_batch(Step& step, int s) {
       if (!step.forward_checked) step.found = find_non_finite_forward(graph_, executor_), step.forward_checked = true;
     });
   executor_.set_tracing(step.trace && s == 0);  // the step's first micro-batch
+  const MicroBatch mb = take_micro_batch(step);
+  if (mb.width) executor_.set_input_size(mb.width, mb.height);
   double t = Executor::clock_ms();
-  MicroBatch mb = source_.next();
-  step.split.data_ms += Executor::clock_ms() - t;
-  host_span(step, "data wait", t);
-  t = Executor::clock_ms();
   idle_->open_window();
   if (replay)
     executor_.stage_inputs(mb.images, mb.truths, mb.truth_counts, mb.labels);
@@ -176,6 +208,7 @@ void TrainLoop::run_micro_batch(Step& step, int s) {
     queue();
   }
   host_span(step, "queue micro-batch (host)", t);
+  fetch_ahead(step, s);
   t = Executor::clock_ms();
   if (last && dp_) dp_->comm->wait(executor_.compute_stream());  // the step's collectives, with the deadline
   executor_.read_micro_batch_loss();

@@ -26,10 +26,15 @@ struct MicroBatch {
   const YoloTruth* truths = nullptr;
   const int* truth_counts = nullptr;
   const int* labels = nullptr;
+  int width = 0, height = 0;  // the input size it was made at (multi-scale); 0: the graph's
 };
 
 struct Source {
   std::function<MicroBatch()> next;
+  // The loop may take the next micro-batch before it reads the current one's loss (its copy then
+  // overlaps the device's work): the source keeps a micro-batch's buffers until the call after the
+  // next one, and reads nothing of the previous one's host state.
+  bool fetch_ahead = false;
   std::function<data::LoaderState()> state;
   std::function<std::string(int64_t epoch)> epoch_summary;  // "" when there is nothing to say
   std::function<double()> validate;                         // mAP@0.5 on the validation split (optional)

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -52,6 +53,9 @@ class TrainLoop {
   void check_replicas(Step& step);
   void write_step_trace(Step& step);
   void watch_divergence(Step& step);
+  MicroBatch take_micro_batch(Step& step);
+  void fetch_ahead(Step& step, int s);
+  data::LoaderState loader_state() const;
   bool stop_requested(int64_t iteration) const;
   void host_span(Step& step, const char* name, double start_ms) const;
 
@@ -97,6 +101,10 @@ class TrainLoop {
   std::unique_ptr<StepGraphs> graphs_;
   std::unique_ptr<DeviceIdle> idle_;  // the device's busy and idle time inside each micro-batch
   DivergenceWatch divergence_;
+  // The micro-batch taken ahead (Source::fetch_ahead), and the loader's state before it was taken:
+  // what the steps so far consumed, which checkpoints, epochs and the progress line report.
+  std::optional<MicroBatch> ahead_;
+  std::optional<data::LoaderState> consumed_;
 };
 
 }  // namespace yolo::graph

@@ -169,7 +169,7 @@ void TrainLoop::save(int64_t iteration) {
   ckpt.cfg_digest = cfg_digest(graph_);
   ckpt.iteration = iteration;
   ckpt.seen = seen_;
-  ckpt.loader = source_.state();
+  ckpt.loader = loader_state();
   ckpt.seed = options_.seed;
   ckpt.tensors.emplace_back("params", executor_.download("params"));
   ckpt.tensors.emplace_back("momentum", executor_.download("momentum"));
@@ -192,7 +192,7 @@ void TrainLoop::print_progress(const Step& step) {
   if (!leader_ || !(seconds_since(t_print_) >= (tty_ ? 0.25 : 2.0) || last || iteration == start_iteration_)) return;
   t_print_ = std::chrono::steady_clock::now();
   double eta = (max_batches_ - iteration - 1) * static_cast<double>(batch_) / std::max(rate, 1e-9);
-  data::LoaderState st = source_.state();
+  data::LoaderState st = loader_state();
   double epoch = st.epoch + static_cast<double>(st.step) / std::max<int64_t>(source_.steps_per_epoch, 1);
   char line[400];
   if (graph_.detection) {
@@ -218,7 +218,7 @@ void TrainLoop::print_progress(const Step& step) {
 // rank validates, on its own replica; rank 0 reports and keeps best.weights: the others would
 // otherwise wait for rank 0 in the next all-reduce, possibly past --comm-timeout); results.csv.
 void TrainLoop::end_epoch_if_due(const Step& step) {
-  const int64_t epoch_now = source_.state().epoch;
+  const int64_t epoch_now = loader_state().epoch;
   if (epoch_now == last_epoch_reported_) return;
   settle_idle(0);
   // Epochs are counted as completed ones, as the progress line's fraction and results.csv count
@@ -273,7 +273,7 @@ TrainResult TrainLoop::finish() {
   settle_idle(0);
   // The partial last epoch gets its row too (epoch fractional).
   if (leader_ && epoch_split_.steps > 0) {
-    const data::LoaderState st = source_.state();
+    const data::LoaderState st = loader_state();
     record_epoch(st.epoch + static_cast<double>(st.step) / std::max<int64_t>(source_.steps_per_epoch, 1),
                  result_.iterations,
                  learning_rate_at(schedule_, std::max<int64_t>(result_.iterations - 1, 0), options_.seed), epoch_split_,

@@ -178,7 +178,7 @@ void check_train_detector_replicas(DeviceKind kind) {
   CHECK(comm[1] == 3);
   CHECK(host[0] >= 3);  // data wait, forward + backward, wait for all-reduce, optimizer, hash check
   CHECK(host[1] >= 3);
-  CHECK(copy[0] == 1);  // one micro-batch per step
+  CHECK(copy[0] == 1);  // one micro-batch per step: the next step's, taken while this one runs
   CHECK(copy[1] == 1);
   MESSAGE("first all-reduce at " << first_comm << " us, backward ends at " << backward_end << " us");
   // The naive schedule gives the same parameters as the overlapped one (same sums, same order).
