@@ -72,8 +72,9 @@ double ring_allreduce_ms(double bytes, int ranks, const Link& link) {
 }
 
 DevicePreset device_preset(const std::string& name) {
-  if (name == "t4") return DevicePreset{"t4", 8.1, 320};  // datasheet figures: no T4 was measured
-  if (name == "h200") return DevicePreset{"h200", 60.6, 4260};  // measured, docs/perf.md "Device ceilings"
+  if (name == "t4") return DevicePreset{"t4", 8.1, 320, 65};  // datasheet figures: no T4 was measured
+  // Measured, docs/perf.md "Device ceilings"; bf16: cuBLAS's rate (gpu-results/2026-12-04-h200).
+  if (name == "h200") return DevicePreset{"h200", 60.6, 4260, 790};
   throw Error("unknown device '" + name + "' (known: t4, h200)");
 }
 
@@ -94,26 +95,59 @@ double optimizer_ms_estimate(int64_t trainable, const DevicePreset& device) {
   return 20.0 * static_cast<double>(trainable) / (device.memory_GBs * 1e6);
 }
 
-Profile profile_from_flops(const Graph& graph, int batch, const DevicePreset& device, double efficiency) {
+Profile profile_from_flops(const Graph& graph, int batch, const DevicePreset& device, double efficiency,
+                           ProfileMath math) {
   check_batch(batch);
   if (!(efficiency > 0 && efficiency <= 1))
     throw Error("scaling model: efficiency " + number_text(efficiency) + " is not in (0, 1]");
-  if (!(device.peak_tflops > 0)) throw Error("device '" + device.name + "': peak TFLOP/s must be > 0");
-  double flops_per_ms = efficiency * device.peak_tflops * 1e9;
+  const bool tensor = math == ProfileMath::Tensor16;
+  const double peak = tensor ? device.tensor_tflops : device.peak_tflops;
+  if (!(peak > 0))
+    throw Error("device '" + device.name + "': " + (tensor ? "16-bit tensor-core" : "peak") +
+                " TFLOP/s must be > 0");
+  if (tensor && !(device.memory_GBs > 0)) throw Error("device '" + device.name + "': memory bandwidth must be > 0");
+  const double flops_per_ms = efficiency * peak * 1e9, bytes_per_ms = device.memory_GBs * 1e6;
+  // A layer's forward time: its FLOPs; with Tensor16, at least its 16-bit bytes' time.
+  auto forward_ms = [&](const Node& node) {
+    const double compute = node.flops * batch / flops_per_ms;
+    if (!tensor) return compute;
+    const double bytes =
+        2.0 * (static_cast<double>(batch) * static_cast<double>(node.in.elements() + node.out.elements()) +
+               static_cast<double>(node.weights));
+    return std::max(compute, bytes / bytes_per_ms);
+  };
   Profile profile;
   profile.batch = batch;
-  char source[200];
-  std::snprintf(source, sizeof source,
-                "FLOP-derived (not measured): %s, %.1f TFLOP/s FP32 x efficiency %.2f, backward = 2 x forward",
-                device.name.c_str(), device.peak_tflops, efficiency);
+  char source[240];
+  if (tensor)
+    std::snprintf(source, sizeof source,
+                  "FLOP-derived (not measured): %s, %.0f TFLOP/s 16-bit tensor cores x efficiency %.2f, at least "
+                  "16-bit bytes at %.0f GB/s, backward = 2 x forward",
+                  device.name.c_str(), peak, efficiency, device.memory_GBs);
+  else
+    std::snprintf(source, sizeof source,
+                  "FLOP-derived (not measured): %s, %.1f TFLOP/s FP32 x efficiency %.2f, backward = 2 x forward",
+                  device.name.c_str(), peak, efficiency);
   profile.source = source;
-  for (const Node& node : graph.nodes) profile.forward_ms += node.flops * batch / flops_per_ms;
+  for (const Node& node : graph.nodes)
+    if (node.flops > 0 || node.trainable() > 0) profile.forward_ms += forward_ms(node);
   for (auto it = graph.nodes.rbegin(); it != graph.nodes.rend(); ++it) {
     if (it->flops <= 0 && it->trainable() == 0) continue;
     profile.backward.push_back(LayerCost{std::to_string(it->index) + " " + layer_type_name(it->spec.type),
-                                         2 * it->flops * batch / flops_per_ms, 4 * it->trainable()});
+                                         2 * forward_ms(*it), 4 * it->trainable()});
   }
   profile.optimizer_ms = optimizer_ms_estimate(graph.trainable, device);
+  return profile;
+}
+
+Profile scale_compute(Profile profile, double factor) {
+  if (!(factor > 0) || !std::isfinite(factor))
+    throw Error("scaling model: compute scale " + number_text(factor) + " is not a positive factor");
+  profile.forward_ms *= factor;
+  for (LayerCost& layer : profile.backward) layer.backward_ms *= factor;
+  char note[96];
+  std::snprintf(note, sizeof note, "; forward and backward x %g (--compute-scale)", factor);
+  profile.source += note;
   return profile;
 }
 

@@ -29,12 +29,21 @@ double ring_allreduce_ms(double bytes, int ranks, const Link& link);
 // What the FLOP-derived profile assumes of a GPU.
 struct DevicePreset {
   std::string name;
-  double peak_tflops = 0;  // FP32
-  double memory_GBs = 0;   // for the optimizer's pass over the parameters
+  double peak_tflops = 0;    // FP32
+  double memory_GBs = 0;     // the optimizer's pass over the parameters; 16-bit layers' floor
+  double tensor_tflops = 0;  // 16-bit (fp16/bf16) on tensor cores; 0: none
 };
-// "t4" (8.1 TFLOP/s, 320 GB/s: datasheet) or "h200" (60.6 TFLOP/s, 4260 GB/s: measured,
-// docs/perf.md); else throws.
+// "t4" (8.1 TFLOP/s FP32, 65 fp16 on tensor cores, 320 GB/s: datasheet, no T4 was measured) or
+// "h200" (60.6 TFLOP/s FP32, 4260 GB/s, 790 bf16: cuBLAS's, all measured, docs/perf.md); else
+// throws.
 DevicePreset device_preset(const std::string& name);
+
+// The arithmetic a FLOP-derived profile assumes.
+enum class ProfileMath {
+  Fp32,      // a layer's time: its FLOPs at the FP32 rate x efficiency
+  Tensor16,  // fp16/bf16 on tensor cores: the larger of its FLOPs at the tensor rate x efficiency
+             // and its bytes (16-bit activations and weights) at the memory bandwidth
+};
 
 // One layer's backward, in the order backward runs.
 struct LayerCost {
@@ -58,8 +67,15 @@ struct Profile {
 double optimizer_ms_estimate(int64_t trainable, const DevicePreset& device);
 
 // Forward ms of a layer = flops x batch / (efficiency x peak); backward = 2 x forward.
-// Throws for efficiency outside (0, 1] or batch < 1.
-Profile profile_from_flops(const Graph& graph, int batch, const DevicePreset& device, double efficiency);
+// Tensor16: forward ms = max(flops x batch / (efficiency x tensor peak), bytes / bandwidth) with
+// bytes = 2 x (batch x (input + output elements) + weights), backward = 2 x forward.
+// Throws for efficiency outside (0, 1], batch < 1, or Tensor16 on a device without tensor cores.
+Profile profile_from_flops(const Graph& graph, int batch, const DevicePreset& device, double efficiency,
+                           ProfileMath math = ProfileMath::Fp32);
+
+// The same step with its forward and backward times multiplied by `factor` (> 0): a step that
+// kernels made faster (0.5: twice as fast). The optimizer and the gradient bytes stay.
+Profile scale_compute(Profile profile, double factor);
 
 // From a Chrome trace of one step as `train_yolo --trace` writes it (complete events "ph":"X",
 // "cat" "forward"/"backward", "name" "<layer> <type>", "dur" in us) of `graph` at `batch`.

@@ -2,6 +2,7 @@
 // and without overlap on a hand profile, the loader bound, and profiles from a trace or FLOPs.
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <string>
 
 #include "graph/scaling.h"
@@ -276,4 +277,43 @@ TEST_CASE("profile from FLOPs: a tiny cfg by hand, YOLOv3's gradient bytes and p
   CHECK(device_preset("t4").peak_tflops == 8.1);
   CHECK_THROWS_WITH_AS(profile_from_flops(yolo, 16, device, 0), doctest::Contains("efficiency 0 "), Error);
   CHECK_THROWS_WITH_AS(profile_from_flops(yolo, 0, device, 0.5), doctest::Contains("batch 0"), Error);
+}
+
+TEST_CASE("profile from FLOPs on 16-bit tensor cores: the tensor rate, floored by the layer's 16-bit bytes") {
+  // Tensor rate 0.002 TFLOP/s x 0.5 = 1e6 FLOPs per ms; 1 GB/s = 1e6 bytes per ms; batch 2.
+  DevicePreset device{"hand", 0.001, 1, 0.002};
+  Profile p = profile_from_flops(tiny_graph(), 2, device, 0.5, ProfileMath::Tensor16);
+  REQUIRE(p.backward.size() == 2);
+  // The conv: 2 x 13,824 FLOPs = 0.027648 ms; bytes 2 x (2 x (192 + 256) + 108) = 2,008: 0.002008 ms.
+  CHECK(p.backward[1].name == "0 conv");
+  CHECK(p.backward[1].backward_ms == near(2 * 0.027648));
+  // The connected layer: 2 x 2,560 FLOPs = 0.00512 ms; bytes 2 x (2 x (256 + 5) + 1,280) = 3,604:
+  // 0.003604 ms: FLOPs bind both at this rate; at a 10x faster tensor rate the bytes bind it.
+  CHECK(p.backward[0].backward_ms == near(2 * 0.00512));
+  CHECK(p.forward_ms == near(0.027648 + 0.00512));
+  device.tensor_tflops = 0.02;
+  Profile fast = profile_from_flops(tiny_graph(), 2, device, 0.5, ProfileMath::Tensor16);
+  CHECK(fast.backward[0].backward_ms == near(2 * 0.003604));   // bytes bind
+  CHECK(fast.backward[1].backward_ms == near(2 * 0.0027648));  // FLOPs still bind the conv
+  CHECK(fast.source.find("16-bit tensor cores") != std::string::npos);
+  // FP32 on the same device ignores the tensor rate and the bytes.
+  CHECK(profile_from_flops(tiny_graph(), 2, device, 0.5).forward_ms == near((13824 + 2560) * 2 / 5e5));
+  CHECK(device_preset("t4").tensor_tflops == 65);
+  CHECK_THROWS_WITH_AS(profile_from_flops(tiny_graph(), 2, DevicePreset{"none", 1, 1, 0}, 0.5, ProfileMath::Tensor16),
+                       doctest::Contains("16-bit tensor-core TFLOP/s must be > 0"), Error);
+}
+
+TEST_CASE("a faster step: scale_compute multiplies forward and backward, not the optimizer or the gradients") {
+  const Profile p = hand_profile();
+  const Profile half = scale_compute(p, 0.5);
+  CHECK(half.forward_ms == near(5));
+  CHECK(half.backward_ms() == near(3));
+  CHECK(half.optimizer_ms == near(1));
+  CHECK(half.gradient_bytes() == p.gradient_bytes());
+  REQUIRE(half.backward.size() == p.backward.size());
+  for (size_t i = 0; i < p.backward.size(); ++i)
+    CHECK(half.backward[i].backward_ms == near(p.backward[i].backward_ms / 2));
+  CHECK(half.source.find("x 0.5") != std::string::npos);
+  CHECK_THROWS_WITH_AS(scale_compute(p, 0), doctest::Contains("compute scale 0 "), Error);
+  CHECK_THROWS_WITH_AS(scale_compute(p, std::nan("")), doctest::Contains("not a positive factor"), Error);
 }

@@ -1,7 +1,8 @@
 // scaling_model: predicts data-parallel step time, exposed communication and efficiency on
 // 1..N GPUs, with and without overlap, for several bucket sizes, and which resource binds.
-//   scaling_model [--cfg FILE] [--size N] [--batch N] [--trace FILE | --device t4|h200 [--efficiency X]]
-//                 [--optimizer-ms X] [--link pcie3|nvlink4|custom] [--latency-us X] [--bandwidth-gbs X]
+//   scaling_model [--cfg FILE] [--size N] [--batch N]
+//                 [--trace FILE | --device t4|h200 [--precision fp32|fp16|bf16] [--efficiency X]]
+//                 [--compute-scale F] [--optimizer-ms X] [--link pcie3|nvlink4|custom] [--latency-us X] [--bandwidth-gbs X]
 //                 [--loader-ips N | --loader-threads T] [--gpus N | --gpus 1,2,4,8] [--buckets 0,1,4,16,25,64]
 #include <algorithm>
 #include <cmath>
@@ -9,6 +10,7 @@
 #include <cstdlib>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "graph/cfg.h"
@@ -27,7 +29,8 @@ constexpr double kLoaderImagesPerThread = 315;
 
 const char* kUsage =
     "usage: scaling_model [--cfg FILE] [--size N] [--batch N]\n"
-    "                     [--trace FILE | --device t4|h200 [--efficiency X]] [--optimizer-ms X]\n"
+    "                     [--trace FILE | --device t4|h200 [--precision fp32|fp16|bf16] [--efficiency X]]\n"
+    "                     [--compute-scale F] [--optimizer-ms X]\n"
     "                     [--link pcie3|nvlink4|custom] [--latency-us X] [--bandwidth-gbs X]\n"
     "                     [--loader-ips N | --loader-threads T] [--gpus N | --gpus 1,2,4,8]\n"
     "                     [--buckets 0,1,4,16,25,64]   (bucket MB = 2^20 bytes; 0 = one layer each)\n";
@@ -66,6 +69,8 @@ struct Options {
   std::string cfg = "models/yolov3.cfg", trace, device = "h200", link;
   int size = 0, batch = 16;
   double efficiency = -1, optimizer_ms = -1, latency_us = -1, bandwidth_gbs = -1;
+  double compute_scale = 1;
+  std::string precision = "fp32";  // the FLOP-derived profile's arithmetic
   double loader_ips = -1;
   int loader_threads = 0;  // 0: not given
   std::vector<int> gpus = {1, 2, 3, 4, 5, 6, 7, 8};
@@ -91,6 +96,11 @@ Options parse_options(int argc, char** argv) {
       o.device = value();
       o.device_given = true;
     } else if (arg == "--efficiency") o.efficiency = parse_number(arg, value(), 0.001, 1);
+    else if (arg == "--precision") {
+      o.precision = value();
+      if (o.precision != "fp32" && o.precision != "fp16" && o.precision != "bf16")
+        throw Error("--precision '" + o.precision + "': expected fp32, fp16 or bf16");
+    } else if (arg == "--compute-scale") o.compute_scale = parse_number(arg, value(), 0.001, 1000);
     else if (arg == "--optimizer-ms") o.optimizer_ms = parse_number(arg, value(), 0, 1e6);
     else if (arg == "--link") o.link = value();
     else if (arg == "--latency-us") o.latency_us = parse_number(arg, value(), 0, 1e6);
@@ -115,6 +125,8 @@ Options parse_options(int argc, char** argv) {
   }
   if (!o.trace.empty() && o.efficiency >= 0)
     throw Error("--efficiency applies to the FLOP-derived profile, not to --trace (a measured one)");
+  if (!o.trace.empty() && o.precision != "fp32")
+    throw Error("--precision applies to the FLOP-derived profile, not to --trace (measured in its own precision)");
   if (o.loader_ips >= 0 && o.loader_threads > 0) throw Error("--loader-ips and --loader-threads: give one");
   if (o.link == "custom" && (o.latency_us < 0 || o.bandwidth_gbs < 0))
     throw Error("--link custom needs --latency-us and --bandwidth-gbs");
@@ -159,9 +171,11 @@ int main(int argc, char** argv) {
       throw Error(std::string("--device: ") + e.what());
     }
     Graph graph = build_graph(read_model(o.cfg), o.size, o.size);
+    const ProfileMath math = o.precision == "fp32" ? ProfileMath::Fp32 : ProfileMath::Tensor16;
     Profile profile = o.trace.empty()
-                          ? profile_from_flops(graph, o.batch, device, o.efficiency)
+                          ? profile_from_flops(graph, o.batch, device, o.efficiency, math)
                           : read_trace_profile(o.trace, graph, o.batch, optimizer_ms_estimate(graph.trainable, device));
+    if (o.compute_scale != 1) profile = scale_compute(std::move(profile), o.compute_scale);
     std::string optimizer_note = "estimated: 20 bytes/parameter at " +
                                  std::to_string(static_cast<int>(device.memory_GBs)) + " GB/s (" + device.name + ")";
     if (o.optimizer_ms >= 0) {
