@@ -25,7 +25,14 @@ void DeviceIdle::open_window() {
 }
 
 void DeviceIdle::close_window(bool ends_step) {
-  if (recorder_) windows_.push_back(Window{open_begin_, recorder_->now_ns(), ends_step});
+  if (!recorder_) return;
+  windows_.push_back(Window{open_begin_, recorder_->now_ns(), ends_step, steps_closed_});
+  steps_closed_ += ends_step ? 1 : 0;
+}
+
+void DeviceIdle::keep_timeline(int64_t first, int64_t count) {
+  timeline_first_ = first;
+  timeline_count_ = count;
 }
 
 StepSplit DeviceIdle::settle(size_t keep_open) {
@@ -43,6 +50,8 @@ StepSplit DeviceIdle::settle(size_t keep_open) {
     inside.clear();
     for (const ActivitySpan& span : pool_)
       if (span.start_ns < w.end && span.end_ns > w.begin) inside.push_back(span);
+    if (w.step >= timeline_first_ && w.step < timeline_first_ + timeline_count_)
+      timeline_.push_back(TimelineWindow{w.step, w.begin, w.end, inside});
     const IdleTime time = idle_time(inside, w.begin, w.end);
     ++settled_windows_;
     if (time.busy_ms == 0) ++empty_windows_;

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "graph/train.h"
@@ -39,10 +40,21 @@ class DeviceIdle {
 
   static constexpr size_t kKeepOpen = 8, kSettleEvery = 64;
 
+  // --timeline: the windows of steps [first, first + count) of this run (0-based, counted by the
+  // windows that end steps) and the device's spans that overlap them, kept as they settle.
+  struct TimelineWindow {
+    int64_t step = 0;        // 0-based within this run
+    int64_t begin = 0, end = 0;  // the recorder's clock (ns): from queueing to the loss read
+    std::vector<ActivitySpan> spans;
+  };
+  void keep_timeline(int64_t first, int64_t count);
+  std::vector<TimelineWindow> take_timeline() { return std::exchange(timeline_, {}); }
+
  private:
   struct Window {
     int64_t begin = 0, end = 0;
     bool ends_step = false;
+    int64_t step = 0;  // the step it belongs to (0-based within this run)
   };
   std::optional<ActivityRecorder> recorder_;
   std::string why_not_;
@@ -52,6 +64,9 @@ class DeviceIdle {
   int64_t lost_at_start_ = 0;
   bool noticed_ = false;
   int64_t empty_windows_ = 0, settled_windows_ = 0;
+  int64_t steps_closed_ = 0;  // windows that ended steps so far
+  int64_t timeline_first_ = 0, timeline_count_ = 0;
+  std::vector<TimelineWindow> timeline_;
 };
 
 }  // namespace yolo::graph

@@ -37,6 +37,7 @@ struct TrainOptions {
   int load_layers = -1;         // only the first N layers of `weights`
   bool resume = false;          // continue from out_dir/last.ckpt
   std::string trace_file;       // Chrome trace of one step's layers
+  std::string timeline_file;    // Chrome trace of the device's activity in three steps (graph/device_idle.h)
   int checkpoint_every = 0;     // also write the checkpoint every N steps (0: only at the end)
   int valid_every = 0;          // detector: mAP@0.5 on the validation split every N epochs; best.weights kept
   // Data parallel (several devices): gradient buckets of at most bucket_mb MiB (0: one layer each;

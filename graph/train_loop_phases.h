@@ -70,6 +70,7 @@ class TrainLoop {
   void write_chart();
   void settle_idle(size_t keep_open);
   void save(int64_t iteration);
+  void write_timeline();
   TrainResult finish();
 
   const Graph& graph_;
@@ -100,6 +101,7 @@ class TrainLoop {
   bool records_written_ = false, chart_due_ = false;
   std::unique_ptr<StepGraphs> graphs_;
   std::unique_ptr<DeviceIdle> idle_;  // the device's busy and idle time inside each micro-batch
+  bool timeline_ = false;             // --timeline: idle_ keeps three steps' spans
   DivergenceWatch divergence_;
   // The micro-batch taken ahead (Source::fetch_ahead), and the loader's state before it was taken:
   // what the steps so far consumed, which checkpoints, epochs and the progress line report.

@@ -8,6 +8,8 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <set>
+#include <tuple>
 
 #include "data/image.h"
 #include "graph/checkpoint_files.h"
@@ -113,6 +115,48 @@ void TrainLoop::announce_graphs_and_idle() {
   idle_ = std::make_unique<DeviceIdle>(executor_.device(), options_.device_activity && executor_.device().runs_kernels());
   if (leader_ && executor_.device().runs_kernels() && !idle_->available() && options_.device_activity)
     std::printf("train_yolo: device idle time is not measured: %s\n", idle_->why_not().c_str());
+  if (options_.timeline_file.empty()) return;
+  if (!idle_->available()) {
+    const std::string why =
+        executor_.device().runs_kernels() ? idle_->why_not() : "the CPU backend runs its ops on the host";
+    if (leader_) std::printf("train_yolo: --timeline: no device timeline is recorded: %s\n", why.c_str());
+    return;
+  }
+  // The run's 4th to 6th steps: by then every kind of micro-batch ran eagerly once and was
+  // captured (CUDA Graphs), so these are replays. Shorter runs: their last three.
+  const int64_t steps = max_batches_ - start_iteration_;
+  const int64_t count = std::min<int64_t>(3, steps);
+  idle_->keep_timeline(std::min<int64_t>(3, steps - count), count);
+  timeline_ = true;
+}
+
+// --timeline: each kept micro-batch's window (host lane: from queueing to its loss read) and the
+// device's spans in it (device lane), on the recorder's clock; a span that two windows overlap once.
+void TrainLoop::write_timeline() {
+  if (!timeline_) return;
+  RankTrace trace{rank_, executor_.device().name(), {}};
+  std::set<std::tuple<int64_t, int64_t, uint32_t>> written;
+  int64_t first = -1, last = -1;
+  for (const DeviceIdle::TimelineWindow& w : idle_->take_timeline()) {
+    const int64_t step = start_iteration_ + w.step + 1;
+    first = first < 0 ? step : first;
+    last = step;
+    trace.events.push_back(TraceEvent{"step " + std::to_string(step) + ": queued .. loss read", "host",
+                                      static_cast<double>(w.begin) * 1e-6, static_cast<double>(w.end) * 1e-6});
+    for (const ActivitySpan& s : w.spans)
+      if (written.emplace(s.start_ns, s.end_ns, s.name).second)
+        trace.events.push_back(TraceEvent{activity_name(s.name), "device", static_cast<double>(s.start_ns) * 1e-6,
+                                          static_cast<double>(s.end_ns) * 1e-6});
+  }
+  if (first < 0) {
+    if (leader_) std::printf("train_yolo: --timeline: nothing to write: the run ended before its steps were kept\n");
+    return;
+  }
+  const std::string path = rank_trace_path(options_.timeline_file, rank_);
+  write_trace(path, {trace});
+  if (leader_)
+    std::printf("train_yolo: --timeline: steps %lld-%lld, %zu device spans, in %s\n", static_cast<long long>(first),
+                static_cast<long long>(last), written.size(), path.c_str());
 }
 
 void TrainLoop::settle_idle(size_t keep_open) {
@@ -271,6 +315,7 @@ bool TrainLoop::stop_after(const Step& step) {
 TrainResult TrainLoop::finish() {
   if (tty_ && leader_) std::printf("\n");
   settle_idle(0);
+  write_timeline();
   // The partial last epoch gets its row too (epoch fractional).
   if (leader_ && epoch_split_.steps > 0) {
     const data::LoaderState st = loader_state();

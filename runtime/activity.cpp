@@ -6,6 +6,8 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdlib>
+#include <deque>
+#include <string>
 #include <filesystem>
 #include <map>
 #include <mutex>
@@ -16,6 +18,7 @@
 #if YOLO_CUDA && __has_include(<cupti.h>)
 #define YOLO_HAVE_CUPTI 1
 #include <cupti.h>
+#include <cxxabi.h>
 #else
 #define YOLO_HAVE_CUPTI 0
 #endif
@@ -31,6 +34,10 @@ struct SpanBook {
   std::map<std::pair<int, int>, std::vector<ActivitySpan>> spans;
   std::map<std::pair<int, int>, int> recorders;  // recorders alive per device
   int64_t lost = 0;  // CUPTI records dropped or without valid times, since the process started
+  // The spans' names: a deque, so that a name's reference stays valid as names are added; keyed
+  // by what they were made from (a kernel's mangled name, a copy kind, a queue's name).
+  std::deque<std::string> names{""};
+  std::map<std::string, uint32_t> ids;
 };
 
 SpanBook& book() {
@@ -39,6 +46,14 @@ SpanBook& book() {
 }
 
 std::pair<int, int> key_of(Device d) { return {static_cast<int>(d.kind), d.index}; }
+
+// The id of the name made from `key` (the book's lock held): made once per key.
+template <typename MakeName>
+uint32_t intern(SpanBook& b, const std::string& key, MakeName make_name) {
+  auto [it, inserted] = b.ids.try_emplace(key, static_cast<uint32_t>(b.names.size()));
+  if (inserted) b.names.push_back(make_name());
+  return it->second;
+}
 
 // Emulated devices being recorded (bit i: emu:i; devices past 63 are not recorded), read by every
 // emulated queue item: one relaxed load when nobody records.
@@ -81,8 +96,29 @@ void CUPTIAPI buffer_requested(uint8_t** buffer, size_t* size, size_t* max_recor
 
 // The record's span for a device with a live recorder (the book's lock held). CUPTI records every
 // device of the process; a record without valid times (CUPTI short of device memory) is lost.
+// A kernel's function name from its mangled symbol: demangled, without the parameter list.
+std::string kernel_name(const char* mangled) {
+  if (!mangled) return "kernel";
+  int status = 0;
+  char* plain = abi::__cxa_demangle(mangled, nullptr, nullptr, &status);
+  std::string name = status == 0 && plain ? plain : mangled;
+  std::free(plain);
+  if (size_t paren = name.find('('); paren != std::string::npos && paren > 0) name.resize(paren);
+  return name;
+}
+
+const char* memcpy_name(uint8_t kind) {
+  switch (kind) {
+    case CUPTI_ACTIVITY_MEMCPY_KIND_HTOD: return "memcpy HtoD";
+    case CUPTI_ACTIVITY_MEMCPY_KIND_DTOH: return "memcpy DtoH";
+    case CUPTI_ACTIVITY_MEMCPY_KIND_DTOD: return "memcpy DtoD";
+    case CUPTI_ACTIVITY_MEMCPY_KIND_PTOP: return "memcpy PtoP";
+    default: return "memcpy";
+  }
+}
+
 template <typename Record>
-void add_span(SpanBook& b, const Record* r) {
+void add_span(SpanBook& b, const Record* r, uint32_t name) {
   static_assert(offsetof(Record, start) == 16 && offsetof(Record, end) == 24, "CUPTI record layout");
   if (r->start == 0 || r->end < r->start) {
     ++b.lost;
@@ -90,7 +126,7 @@ void add_span(SpanBook& b, const Record* r) {
   }
   const std::pair<int, int> key{static_cast<int>(DeviceKind::Cuda), static_cast<int>(r->deviceId)};
   if (auto it = b.recorders.find(key); it == b.recorders.end() || it->second == 0) return;
-  b.spans[key].push_back(ActivitySpan{static_cast<int64_t>(r->start), static_cast<int64_t>(r->end)});
+  b.spans[key].push_back(ActivitySpan{static_cast<int64_t>(r->start), static_cast<int64_t>(r->end), name});
 }
 
 void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, size_t valid) {
@@ -100,17 +136,25 @@ void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, siz
     while (g_cupti.ActivityGetNextRecord(buffer, valid, &record) == CUPTI_SUCCESS) {
       switch (record->kind) {
         case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL:
-        case CUPTI_ACTIVITY_KIND_KERNEL:
-          add_span(book(), reinterpret_cast<const CUpti_ActivityKernel10*>(record));
+        case CUPTI_ACTIVITY_KIND_KERNEL: {
+          const auto* kernel = reinterpret_cast<const CUpti_ActivityKernel10*>(record);
+          const char* mangled = kernel->name ? kernel->name : "";
+          add_span(book(), kernel, intern(book(), std::string("k ") + mangled, [&] { return kernel_name(mangled); }));
           break;
-        case CUPTI_ACTIVITY_KIND_MEMCPY:
-          add_span(book(), reinterpret_cast<const CUpti_ActivityMemcpy6*>(record));
+        }
+        case CUPTI_ACTIVITY_KIND_MEMCPY: {
+          const auto* copy = reinterpret_cast<const CUpti_ActivityMemcpy6*>(record);
+          const char* name = memcpy_name(copy->copyKind);
+          add_span(book(), copy, intern(book(), name, [&] { return std::string(name); }));
           break;
+        }
         case CUPTI_ACTIVITY_KIND_MEMCPY2:
-          add_span(book(), reinterpret_cast<const CUpti_ActivityMemcpyPtoP4*>(record));
+          add_span(book(), reinterpret_cast<const CUpti_ActivityMemcpyPtoP4*>(record),
+                   intern(book(), "memcpy PtoP", [] { return std::string("memcpy PtoP"); }));
           break;
         case CUPTI_ACTIVITY_KIND_MEMSET:
-          add_span(book(), reinterpret_cast<const CUpti_ActivityMemset4*>(record));
+          add_span(book(), reinterpret_cast<const CUpti_ActivityMemset4*>(record),
+                   intern(book(), "memset", [] { return std::string("memset"); }));
           break;
         default:
           break;
@@ -204,9 +248,15 @@ bool emulated_activity_on(int emulated_device) {
          (g_emulated_on.load(std::memory_order_relaxed) >> emulated_device & 1) != 0;
 }
 
-void record_emulated_activity(int emulated_device, int64_t start_ns, int64_t end_ns) {
+void record_emulated_activity(int emulated_device, int64_t start_ns, int64_t end_ns, const std::string& queue) {
   std::lock_guard lock(book().mutex);
-  book().spans[key_of(Device::emu(emulated_device))].push_back(ActivitySpan{start_ns, end_ns});
+  const uint32_t name = intern(book(), "q " + queue, [&] { return "emu " + queue; });
+  book().spans[key_of(Device::emu(emulated_device))].push_back(ActivitySpan{start_ns, end_ns, name});
+}
+
+const std::string& activity_name(uint32_t name) {
+  std::lock_guard lock(book().mutex);
+  return name < book().names.size() ? book().names[name] : book().names[0];
 }
 
 ActivityRecorder::ActivityRecorder(Device device) : device_(device) {

@@ -17,10 +17,14 @@
 
 namespace yolo {
 
-// One activity on the device, in the recorder's clock (nanoseconds).
+// One activity on the device, in the recorder's clock (nanoseconds); `name` indexes the names
+// activity_name() gives: a kernel's function (CUPTI), "memcpy HtoD", "memset", an emulated
+// queue's work ("emu compute"); 0 is "".
 struct ActivitySpan {
   int64_t start_ns = 0, end_ns = 0;
+  uint32_t name = 0;
 };
+const std::string& activity_name(uint32_t name);
 
 // Records one device's activity while it lives; several may live at once (one per device of the
 // process). CUPTI is process-wide: the first recorder enables it, the last disables it.
@@ -60,7 +64,8 @@ IdleTime idle_time(std::vector<ActivitySpan> spans, int64_t begin, int64_t end);
 // Emulated GPUs' queues (stream_queue.cpp): whether `emulated_device`'s work is being recorded,
 // and a span of it.
 bool emulated_activity_on(int emulated_device);
-void record_emulated_activity(int emulated_device, int64_t start_ns, int64_t end_ns);
+// `queue`: the emulated stream's name (the span is named "emu QUEUE").
+void record_emulated_activity(int emulated_device, int64_t start_ns, int64_t end_ns, const std::string& queue);
 int64_t emulated_activity_now_ns();
 
 }  // namespace yolo

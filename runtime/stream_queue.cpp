@@ -369,7 +369,7 @@ void StreamQueue::run() {
     } catch (...) {
       error = std::current_exception();
     }
-    if (timed) record_emulated_activity(emulated_device_, started, emulated_activity_now_ns());
+    if (timed) record_emulated_activity(emulated_device_, started, emulated_activity_now_ns(), name_);
     t_running = nullptr;
     lock.lock();
     if (error && !first_error_) first_error_ = error;

@@ -6,10 +6,12 @@
 // reason and the same bits; the CPU backend runs eagerly and says why.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <string>
 #include <vector>
 
+#include "data/json.h"
 #include "data/synthetic.h"
 #include "data/transform.h"
 #include "graph/cfg.h"
@@ -111,6 +113,27 @@ void check_replayed(const TrainResult& eager, const TrainResult& replayed, int64
   }
 }
 
+// Two training images: with batch 2 (2 micro-batches of 1, the tiny cfg's subdivisions), an epoch
+// is one step, so results.csv has a row per step.
+data::Dataset two_image_dataset(const std::string& root) {
+  data::SyntheticOptions shapes;
+  shapes.train_images = 2;
+  shapes.valid_images = 1;
+  shapes.width = 80;
+  shapes.height = 60;
+  return data::open_dataset(data::write_synthetic_dataset(root, shapes).data_file);
+}
+
+TrainOptions one_step_epochs(const std::string& out_dir, int64_t steps) {
+  TrainOptions o;
+  o.threads = 1;
+  o.progress_in_place = false;
+  o.batch = 2;
+  o.max_batches = steps;
+  o.out_dir = out_dir;
+  return o;
+}
+
 }  // namespace
 
 // (Named without "emu:" or "emulated" so that tools/adversarial_tests.sh leaves it out: CI time; the data-parallel
@@ -145,19 +168,8 @@ TEST_CASE("replayed steps time their update: every step's optimizer time in resu
   // step 2 is captured, steps 3-5 replay. The update's time came from host-side bookkeeping that
   // only queue_update did, and read 0 for every replayed step.
   TempDir dir;
-  data::SyntheticOptions shapes;
-  shapes.train_images = 2;
-  shapes.valid_images = 1;
-  shapes.width = 80;
-  shapes.height = 60;
-  const data::Dataset dataset = data::open_dataset(data::write_synthetic_dataset(dir / "shapes", shapes).data_file);
-  TrainOptions o;
-  o.threads = 1;
-  o.progress_in_place = false;
-  o.batch = 2;
-  o.max_batches = 5;
-  o.valid_every = 0;
-  o.out_dir = dir / "run";
+  const data::Dataset dataset = two_image_dataset(dir / "shapes");
+  TrainOptions o = one_step_epochs(dir / "run", 5);
   const TrainResult r = train_detector(yolo::testing::tiny_detector_spec(), dataset, Device::emu(0), o);
   REQUIRE(r.graph_launches == 2 * 5 - 2);
   const std::vector<EpochRecord> rows = read_results(o.out_dir + "/results.csv");
@@ -166,6 +178,48 @@ TEST_CASE("replayed steps time their update: every step's optimizer time in resu
     CAPTURE(row.iteration);
     CHECK(row.optimizer_ms > 0);
   }
+}
+
+TEST_CASE("--timeline: the device's activity in the run's 4th to 6th steps, replayed, inside their windows") {
+  TempDir dir;
+  const data::Dataset dataset = two_image_dataset(dir / "shapes");
+  TrainOptions o = one_step_epochs(dir / "run", 6);
+  o.timeline_file = dir / "timeline.json";
+  const TrainResult r = train_detector(yolo::testing::tiny_detector_spec(), dataset, Device::emu(0), o);
+  REQUIRE(r.graph_launches == 2 * 6 - 2);  // steps 3-6 replayed
+  const data::JsonValue trace = data::read_json_file(o.timeline_file);
+  std::vector<std::pair<double, double>> windows;
+  std::vector<std::string> window_names;
+  std::vector<std::pair<double, double>> spans;
+  for (const data::JsonValue& e : trace.find("traceEvents")->items) {
+    const data::JsonValue* cat = e.find("cat");
+    if (!cat) continue;
+    const double ts = e.find("ts")->number, end = ts + e.find("dur")->number;
+    if (cat->string == "host") {
+      windows.emplace_back(ts, end);
+      window_names.push_back(e.find("name")->string.substr(0, 7));
+      CHECK(e.find("tid")->number == 3);
+    } else {
+      REQUIRE(cat->string == "device");
+      CHECK(e.find("tid")->number == 4);
+      CHECK(e.find("name")->string.rfind("emu ", 0) == 0);  // emulated spans are named by their queue
+      spans.emplace_back(ts, end);
+    }
+  }
+  CHECK(window_names == std::vector<std::string>{"step 4:", "step 4:", "step 5:", "step 5:", "step 6:", "step 6:"});
+  REQUIRE(!spans.empty());
+  // Every window holds device work, and every span kept overlaps a window.
+  for (const auto& [begin, end] : windows)
+    CHECK(std::any_of(spans.begin(), spans.end(), [&](const auto& s) { return s.first < end && s.second > begin; }));
+  for (const auto& [begin, end] : spans)
+    CHECK(std::any_of(windows.begin(), windows.end(), [&](const auto& w) { return begin < w.second && end > w.first; }));
+
+  // The CPU backend has no device activity: it says so and writes nothing. (The planted fault:
+  // kept windows counted from the run's first step, not its 4th: the names read step 1 to 3.)
+  o.out_dir = dir / "cpu";
+  o.timeline_file = dir / "cpu_timeline.json";
+  train_detector(yolo::testing::tiny_detector_spec(), dataset, Device::cpu(), o);
+  CHECK(!std::filesystem::exists(o.timeline_file));
 }
 
 #if YOLO_EMU

@@ -280,7 +280,9 @@ section_tc() {
 # GradScaler; 5 warm-up steps (cudnn.benchmark picks its algorithms there), then 30 (YOLOv3) or
 # 50 (demo) steps timed with CUDA events, on one batch of random images and boxes already on
 # the GPU, the median step; then YOLOv3 in bf16 under torch.compile (--compile: its first step
-# compiles, reported apart). The whole section keeps within
+# compiles, reported apart). Our runs write --timeline (the 4th-6th steps' kernels from CUPTI,
+# replayed graphs) and tools/timeline_summary.py says the device's busy and idle time in each
+# and the gap at each step boundary (timeline_NET_PREC.txt; the gaps on the summary line). The whole section keeps within
 # PEER_BUDGET seconds (360): each step's timeout is what is left (a step with under 15 s left is
 # skipped), and the peer skips the precisions that would overrun
 # (--budget-s).
@@ -297,20 +299,23 @@ peer_step() {  # name, log file, timeout seconds, command...: run_step within th
   ((limit > left)) && limit=$left
   run_step "$name" "$log" "$limit" "$@"
 }
-# Our images/s, ms per step and data wait from a training log, as medians over the epochs >= 2 of
-# "train_yolo: epoch N: loss L; X img/s; a step T ms = data wait D + ...", else the final
-# "train_yolo: the last K steps: X img/s; a step T ms = data wait D + ..."; nothing if neither.
+# Our images/s, ms per step, data wait and "other" from a training log, as medians over the epochs
+# >= 2 of "train_yolo: epoch N: loss L; X img/s; a step T ms = data wait D + ... + other R", else
+# the final "train_yolo: the last K steps: X img/s; a step T ms = ..."; nothing if neither.
 ours_rate() {  # log, batch
   awk -v batch="$2" '
     function median(a, n,   i, j, t) {
       for (i = 2; i <= n; i++) for (j = i; j > 1 && a[j - 1] > a[j]; j--) { t = a[j]; a[j] = a[j - 1]; a[j - 1] = t }
       return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
     }
-    /^train_yolo: epoch [0-9]+: loss [^;]+; [0-9.e+]+ img\/s; a step / { if ($3 + 0 >= 2) { n++; ms[n] = $10; dw[n] = $15 }; next }
-    /^train_yolo: the last [0-9]+ steps: [0-9.e+]+ img\/s; a step / { last = $6; lms = $10; ldw = $15 }
+    /^train_yolo: epoch [0-9]+: loss [^;]+; [0-9.e+]+ img\/s; a step / {
+      if ($3 + 0 >= 2) { n++; ms[n] = $10; dw[n] = $15; ot[n] = $31 + 0 }
+      next
+    }
+    /^train_yolo: the last [0-9]+ steps: [0-9.e+]+ img\/s; a step / { last = $6; lms = $10; ldw = $15; lot = $31 + 0 }
     END {
-      if (n) { m = median(ms, n); printf "%.1f %.1f %.1f\n", batch * 1000 / m, m, median(dw, n) }
-      else if (last != "") printf "%.1f %.1f %.1f\n", last, lms, ldw
+      if (n) { m = median(ms, n); printf "%.1f %.1f %.1f %.1f\n", batch * 1000 / m, m, median(dw, n), median(ot, n) }
+      else if (last != "") printf "%.1f %.1f %.1f %.1f\n", last, lms, ldw, lot
     }' "$1"
 }
 # The peer's "peer: PRECISION X img/s (T ms/step) ... median M ms" line: "R M" (R: images/s at the
@@ -330,10 +335,17 @@ peer_net() {  # name, our cfg, size, our steps, peer steps, seconds to leave for
   for prec in fp32 tf32 bf16 fp16; do
     log="peer_ours_${net}_$prec.log"
     peer_step "ours $net $prec" "$log" 60 ./train_yolo --cfg "$cfg" --size "$size" --batch 16 --subdivisions 1 \
-      --max-batches "$our_steps" --precision "$prec" --out "$OUT/peer_runs/${net}_$prec"
+      --max-batches "$our_steps" --precision "$prec" --out "$OUT/peer_runs/${net}_$prec" \
+      --timeline "$OUT/timeline_${net}_$prec.json"
+    # The replayed steps' device timeline: kernels, idle inside, the gap at each step boundary.
+    if [[ -f "$OUT/timeline_${net}_$prec.json" ]] && command -v python3 >/dev/null; then
+      python3 tools/timeline_summary.py "$OUT/timeline_${net}_$prec.json" >"$OUT/timeline_${net}_$prec.txt" 2>&1
+      summary[-1]+=" | step boundary gap $(awk 'NR > 1 && $5 != "-" { g = g (g ? ", " : "") $5 } END { print (g ? g : "-") }' \
+        "$OUT/timeline_${net}_$prec.txt") ms"
+    fi
     if [[ -f "$OUT/$log" ]]; then
       peer_ours[$net.$prec]=$(ours_rate "$OUT/$log" 16)
-      [[ -n ${peer_ours[$net.$prec]} ]] && summary[-1]+=" | $(awk '{printf "%s img/s, %s ms/step (data wait %s)", $1, $2, $3}' <<<"${peer_ours[$net.$prec]}")"
+      [[ -n ${peer_ours[$net.$prec]} ]] && summary[-1]+=" | $(awk '{printf "%s img/s, %s ms/step (data wait %s, other %s)", $1, $2, $3, $4}' <<<"${peer_ours[$net.$prec]}")"
     fi
     rm -f "$OUT/peer_runs/${net}_$prec/"*.weights "$OUT/peer_runs/${net}_$prec/"*.ckpt
   done
@@ -373,21 +385,21 @@ section_peer() {
   {
     echo "ours vs PyTorch (tools/peer/torch_yolov3.py): full training steps, batch 16, images/s at the median" \
       "step; ratio = ours / PyTorch (eager; compiled: torch.compile, bf16)"
-    printf '%-7s %-9s %11s %11s %7s %13s %7s   %-24s %s\n' net precision "ours img/s" "eager img/s" ratio \
-      "compiled" ratio "ours ms/step (data wait)" "eager / compiled ms/step"
-    local net prec ours torch comp o_rate o_ms o_dw t_rate t_ms c_rate c_ms ratio c_ratio
+    printf '%-7s %-9s %11s %11s %7s %13s %7s   %-32s %s\n' net precision "ours img/s" "eager img/s" ratio \
+      "compiled" ratio "ours ms/step (data wait, other)" "eager / compiled ms/step"
+    local net prec ours torch comp o_rate o_ms o_dw o_other t_rate t_ms c_rate c_ms ratio c_ratio
     ratio_of() { [[ $1 =~ ^[0-9.]+$ && $2 =~ ^[0-9.]+$ ]] && awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", (b > 0 ? a / b : 0) }' || echo -; }
     for net in yolov3 demo; do
       for prec in fp32 tf32 bf16 fp16; do
         ours=${peer_ours[$net.$prec]:-} torch=${peer_torch[$net.$prec]:-} comp=${peer_compiled[$net.$prec]:-}
         [[ -z $ours && -z $torch ]] && continue
-        read -r o_rate o_ms o_dw <<<"${ours:--}"
+        read -r o_rate o_ms o_dw o_other <<<"${ours:--}"
         read -r t_rate t_ms <<<"${torch:--}"
         read -r c_rate c_ms <<<"${comp:--}"
         ratio=$(ratio_of "$o_rate" "$t_rate")
         c_ratio=$(ratio_of "$o_rate" "$c_rate")
-        printf '%-7s %-9s %11s %11s %7s %13s %7s   %-24s %s\n' "$net" "$prec" "$o_rate" "$t_rate" "$ratio" \
-          "$c_rate" "$c_ratio" "${o_ms:+$o_ms ($o_dw)}" "${t_ms:-} / ${c_ms:-}"
+        printf '%-7s %-9s %11s %11s %7s %13s %7s   %-32s %s\n' "$net" "$prec" "$o_rate" "$t_rate" "$ratio" \
+          "$c_rate" "$c_ratio" "${o_ms:+$o_ms ($o_dw, $o_other)}" "${t_ms:-} / ${c_ms:-}"
         record "side by side $net $prec" "table" \
           "img/s ours ${o_rate} | eager ${t_rate} | ratio ${ratio} | compiled ${c_rate} | ratio ${c_ratio}"
       done

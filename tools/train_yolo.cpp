@@ -69,6 +69,8 @@ const char* kUsage =
     "  --cache-mb M       keep decoded training images in memory, at most M MiB (default: a quarter of\n"
     "                     the machine's memory, at most 4096); 0: decode each image every epoch\n"
     "  --trace FILE       Chrome-trace JSON of one step's layers (forward/backward)\n"
+    "  --timeline FILE    Chrome-trace JSON of the device's kernels and copies in three steps as they\n"
+    "                     run (replayed graphs included; the run's 4th to 6th), from CUPTI's records\n"
     "  --valid-every N    mAP@0.5 on the validation split every N epochs; keeps best.weights\n"
     "  --bucket-mb M      data parallel: gradient all-reduce buckets of at most M MiB (4, or a quarter of the\n"
     "                     gradients when smaller; 0 = one layer each)\n"
@@ -127,7 +129,7 @@ struct Options {
   std::string data;
   yolo::data::OpenOptions open;
   int size = 0, batch = 0, threads = 0, epochs = 0;
-  std::string cfg, weights, out, trace;
+  std::string cfg, weights, out, trace, timeline;
   int load_layers = -1, subdivisions = 0, checkpoint_every = 0, max_skipped_steps = 10;
   int64_t image_cache_mb = -1;    // --cache-mb; -1: the default
   std::vector<std::string> argv;  // as given, for the --resume command printed after a stop
@@ -215,6 +217,8 @@ Options parse(int argc, char** argv) {
       options.resume = true;
     } else if (arg == "--trace") {
       options.trace = value();
+    } else if (arg == "--timeline") {
+      options.timeline = value();
     } else if (arg == "--bucket-mb") {
       options.bucket_mb = to_float(arg, value(), 0, 4096);
     } else if (arg == "--no-overlap") {
@@ -745,6 +749,7 @@ int train(const Options& options, const yolo::GpuDiscovery& found) {
   to.load_layers = options.load_layers;
   to.resume = options.resume;
   to.trace_file = options.trace;
+  to.timeline_file = options.timeline;
   to.checkpoint_every = options.checkpoint_every;
   to.max_skipped_steps = options.max_skipped_steps;
   to.valid_every = options.valid_every;
