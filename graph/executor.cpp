@@ -203,6 +203,7 @@ Executor::Executor(const Graph& graph, Device device, int micro_batch, uint64_t 
   if (m.half) to_storage(m.context(*stream_), m.ones, m.ones16, ones.size());
   m.refresh_weight_copy(param_count_);
   m.zero(m.zero_labels, static_cast<size_t>(n) * sizeof(int));
+  m.zero(m.yolo_stats, static_cast<size_t>(L) * sizeof(YoloLossStats));  // read in one copy, heads and all between
   sgd_check_segments(m.segments.data(), static_cast<int>(m.segments.size()), 0, param_count_);
   m.copy(m.device_segments, m.segments.data(), m.segments.size() * sizeof(SgdSegment));
   if (m.loss_scale_at) m.copy(m.loss_scale_at, &m.loss_scale, sizeof(float));

@@ -81,12 +81,24 @@ void Executor::read_micro_batch_loss() {
   if (m.bn_comm) m.bn_comm->wait(*stream_);
   LossSums sums;
   sums.images = micro_batch_;
+  // Every head's statistics in one copy, from the first head's entry to the last's (one wait for
+  // the stream, not one a head; the entries between are zeroed at construction).
+  int first_head = -1, last_head = -1;
+  for (const Node& node : graph_.nodes)
+    if (node.spec.type == LayerType::Yolo) {
+      if (first_head < 0) first_head = node.index;
+      last_head = node.index;
+    }
+  std::vector<YoloLossStats> stats(first_head < 0 ? 0 : static_cast<size_t>(last_head - first_head + 1));
+  if (!stats.empty()) {
+    const size_t bytes = stats.size() * sizeof(YoloLossStats);
+    // A planted fault (emulated build only): a copy that is not ordered after the stream.
+    if (fault_injected(Fault::LossReadWithoutSync)) copy_bytes(stats.data(), m.yolo_stats + first_head, bytes);
+    else m.copy(stats.data(), m.yolo_stats + first_head, bytes);
+  }
   for (const Node& node : graph_.nodes) {
     if (node.spec.type == LayerType::Yolo) {
-      YoloLossStats s;
-      // A planted fault (emulated build only): a copy that is not ordered after the stream.
-      if (fault_injected(Fault::LossReadWithoutSync)) copy_bytes(&s, m.yolo_stats + node.index, sizeof s);
-      else m.copy(&s, m.yolo_stats + node.index, sizeof s);
+      const YoloLossStats& s = stats[static_cast<size_t>(node.index - first_head)];
       sums.box += s.box_loss;
       sums.obj += s.obj_loss;
       sums.noobj += s.noobj_loss;
