@@ -148,11 +148,13 @@ Executor::Executor(const Graph& graph, Device device, int micro_batch, uint64_t 
   m.stats = arena.allocate_array<float>(std::max<size_t>(m.stat_count, 1), "bn statistics");
   m.saved = arena.allocate_array<float>(std::max<size_t>(m.stat_count, 1), "bn batch statistics");
   m.ones = arena.allocate_array<float>(static_cast<size_t>(n), "ones");
-  m.yolo_stats = arena.allocate_array<YoloLossStats>(static_cast<size_t>(L), "loss statistics");
-  m.softmax_loss = arena.allocate_array<float>(1, "softmax loss");
-  m.bad_label = arena.allocate_array<int>(1, "bad label");
+  for (Impl::ResultSlot& r : m.slots) {
+    r.yolo_stats = arena.allocate_array<YoloLossStats>(static_cast<size_t>(L), "loss statistics");
+    r.softmax_loss = arena.allocate_array<float>(1, "softmax loss");
+    r.bad_label = arena.allocate_array<int>(1, "bad label");
+    r.live = arena.allocate_array<SgdLive>(1, "optimizer step values");
+  }
   m.zero_labels = arena.allocate_array<int>(static_cast<size_t>(n), "inference labels");
-  m.live = arena.allocate_array<SgdLive>(1, "optimizer step values");
   if (moment_blocks) {
     m.moment_partials = arena.allocate_array<float>(moment_floats, "BatchNorm moments");
     m.moment_counts = arena.allocate_array<float>(moment_blocks, "BatchNorm moment counts");
@@ -203,11 +205,13 @@ Executor::Executor(const Graph& graph, Device device, int micro_batch, uint64_t 
   if (m.half) to_storage(m.context(*stream_), m.ones, m.ones16, ones.size());
   m.refresh_weight_copy(param_count_);
   m.zero(m.zero_labels, static_cast<size_t>(n) * sizeof(int));
-  m.zero(m.yolo_stats, static_cast<size_t>(L) * sizeof(YoloLossStats));  // read in one copy, heads and all between
+  for (Impl::ResultSlot& r : m.slots)  // read in one copy, heads and all between
+    m.zero(r.yolo_stats, static_cast<size_t>(L) * sizeof(YoloLossStats));
   sgd_check_segments(m.segments.data(), static_cast<int>(m.segments.size()), 0, param_count_);
   m.copy(m.device_segments, m.segments.data(), m.segments.size() * sizeof(SgdSegment));
   if (m.loss_scale_at) m.copy(m.loss_scale_at, &m.loss_scale, sizeof(float));
-  for (int k = 0; k < 5; ++k) m.marks.emplace_back(device_);
+  for (Impl::ResultSlot& r : m.slots)
+    for (int k = 0; k < 5; ++k) r.marks.emplace_back(device_);
   m.synchronize();
 }
 

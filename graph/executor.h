@@ -132,6 +132,14 @@ class Executor {
   //   update_applied: whether the last update ran (false: a gradient was NaN or infinite, and
   //   nothing changed); waits.
   bool update_applied();
+  // Two steps in flight (the loop's look-ahead): set_result_slot(s), s 0 or 1, makes the work
+  // queued from now on write its loss statistics, step values, update flag and timing marks to
+  // slot s (a captured graph keeps the slot it was captured in). read_micro_batch_loss(s) and
+  // update_applied(s) read slot s once the work that wrote it is done (its marks), not waiting for
+  // what was queued after it. Detectors only (a softmax head's accuracy reads activations).
+  void set_result_slot(int slot);
+  void read_micro_batch_loss(int slot);
+  bool update_applied(int slot);
 
   // Parameters <-> host, in our layouts, for .weights files and checkpoints.
   std::vector<LayerParams> download_parameters();  // views into a host mirror, valid until the next call
@@ -177,6 +185,8 @@ class Executor {
   void forward(bool training);  // reads the inputs of use_inputs / stage_inputs
   void backward(bool accumulate);
   void sync_batchnorm_sums(float* data, int count);
+  void read_loss(int slot, bool stream_order);
+  bool read_update(int slot, bool stream_order);
 
   Graph graph_;
   Device device_;

@@ -109,7 +109,7 @@ void Executor::forward(bool training) {
         config.grad_scale = m.loss_scale;
         config.grad_scale_at = m.loss_scale_at;  // GPUs: read when the kernel runs (a replayed graph)
         yolo_loss(c, in, config, truths, truth_counts, kYoloMaxTruths, grad_view(producer.grad, producer.out),
-                  m.yolo_stats + node.index);
+                  m.queued().yolo_stats + node.index);
         break;
       }
       case LayerType::Connected: {
@@ -122,10 +122,11 @@ void Executor::forward(bool training) {
       case LayerType::Softmax: {
         NodeBuffers& producer = m.nodes[node.inputs[0]];
         if (training)
-          softmax_cross_entropy(c, in.data, labels, n, node.out.c, m.softmax_loss, producer.grad, nb.out.data,
-                                m.bad_label, m.loss_scale, m.loss_scale_at);
+          softmax_cross_entropy(c, in.data, labels, n, node.out.c, m.queued().softmax_loss, producer.grad,
+                                nb.out.data, m.queued().bad_label, m.loss_scale, m.loss_scale_at);
         else  // the op wants labels even when it computes no loss
-          softmax_cross_entropy(c, in.data, m.zero_labels, n, node.out.c, nullptr, nullptr, nb.out.data, m.bad_label);
+          softmax_cross_entropy(c, in.data, m.zero_labels, n, node.out.c, nullptr, nullptr, nb.out.data,
+                                m.queued().bad_label);
         break;
       }
     }

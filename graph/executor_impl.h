@@ -82,8 +82,6 @@ struct Executor::Impl {
   void* workspace = nullptr;
   size_t workspace_bytes = 0;
   Precision precision = Precision::Fp32;
-  YoloLossStats* yolo_stats = nullptr;  // one per node (only [yolo] entries used)
-  float* softmax_loss = nullptr;
   const float* current_images = nullptr;  // the micro-batch being trained (for the first layer's backward)
   // The micro-batch's inputs the queued work reads: the caller's buffers, or (stage_inputs) the
   // fixed buffers below, whose addresses a captured step keeps.
@@ -100,11 +98,9 @@ struct Executor::Impl {
   int* staged_counts = nullptr;
   int* staged_labels = nullptr;
   size_t staged_bytes = 0;
-  int* bad_label = nullptr;
   int* zero_labels = nullptr;  // inference: the softmax op wants labels even when it computes no loss
   // The optimizer's per-step values (learning rate, gradient scale, non-finite flag) in device
   // memory, read by the kernels when they run (kernels/sgd.h), and their host copy.
-  SgdLive* live = nullptr;
   SgdLive live_host;
   size_t stat_count = 0;
   std::vector<detail::NodeBuffers> nodes;
@@ -127,18 +123,28 @@ struct Executor::Impl {
   Stream* bn_comm_stream = nullptr;
   DeviceMemory bn_scratch;  // 4 x the widest BN layer's channels: sums, squares / sums2
   std::vector<Event> bn_events;  // compute -> comm, comm -> compute
-  // Forward/backward time of the micro-batches since take_phase_times, timed by events.
-  // Timing events (record_timing: replayed graphs record them too): forward start, forward end,
-  // backward end; update start, update end. Read after each micro-batch's loss and after the
-  // update's flag, when the host has waited for them anyway.
-  std::vector<Event> marks;
-  // Marks 3 and 4 are recorded (or will be, by work already queued) since the last
-  // update_applied. A replayed graph records them without queue_update running on the host, so
-  // set_step_values, which opens every step's update, sets this too once an update has been
-  // queued (the events exist in the graphs from then on).
-  bool update_marked = false;
-  bool update_queued = false;  // queue_update has run at least once
-  PhaseTimes phases;           // since take_phase_times
+  // What queued work writes for the host to read back, in two slots (set_result_slot): the loop
+  // may queue a step before it reads the one before.
+  struct ResultSlot {
+    YoloLossStats* yolo_stats = nullptr;  // one per node (only [yolo] entries used)
+    float* softmax_loss = nullptr;
+    int* bad_label = nullptr;
+    SgdLive* live = nullptr;  // the optimizer's step values and non-finite flag (kernels/sgd.h)
+    // Timing events (record_timing: replayed graphs record them too): forward start, forward end,
+    // backward end; update start, update end. Read after each micro-batch's loss and after the
+    // update's flag, when the host has waited for them anyway.
+    std::vector<Event> marks;
+    // Marks 3 and 4 are recorded (or will be, by work already queued) since the last
+    // update_applied. A replayed graph records them without queue_update running on the host, so
+    // set_step_values, which opens every step's update, sets this too once an update has been
+    // queued (the events exist in the graphs from then on).
+    bool update_marked = false;
+    bool update_queued = false;  // queue_update has run at least once
+  };
+  ResultSlot slots[2];
+  int slot = 0;  // where the work queued now writes
+  ResultSlot& queued() { return slots[slot]; }
+  PhaseTimes phases;  // since take_phase_times
 
   Stream* stream = nullptr;  // the executor's compute stream
 

@@ -65,20 +65,42 @@ void Executor::queue_micro_batch(bool accumulate) {
   if (!m.in_images) throw Error("queue_micro_batch: no inputs (use_inputs or stage_inputs first)");
   set_current_device(device_);
   if (tracing_) stream_->enqueue([&m] { m.trace_origin = now_ms(); });
-  m.zero(m.bad_label, sizeof(int));
-  stream_->record_timing(m.marks[0]);
+  Impl::ResultSlot& r = m.queued();
+  m.zero(r.bad_label, sizeof(int));
+  stream_->record_timing(r.marks[0]);
   forward(true);
-  stream_->record_timing(m.marks[1]);
+  stream_->record_timing(r.marks[1]);
   backward(accumulate);
-  stream_->record_timing(m.marks[2]);
+  stream_->record_timing(r.marks[2]);
 }
 
-void Executor::read_micro_batch_loss() {
+void Executor::set_result_slot(int slot) {
+  if (slot != 0 && slot != 1) throw Error("set_result_slot: slot " + std::to_string(slot) + " is not 0 or 1");
+  impl_->slot = slot;
+}
+
+void Executor::read_micro_batch_loss() { read_loss(impl_->slot, true); }
+
+void Executor::read_micro_batch_loss(int slot) {
+  if (slot != 0 && slot != 1) throw Error("read_micro_batch_loss: slot " + std::to_string(slot) + " is not 0 or 1");
+  if (!graph_.detection) throw Error("read_micro_batch_loss(slot): the look-ahead reads detectors only");
+  read_loss(slot, false);
+}
+
+// stream_order: the copies wait for everything queued on the compute stream; else only for the
+// slot's backward-end mark (work queued after it goes on).
+void Executor::read_loss(int slot, bool stream_order) {
   Impl& m = *impl_;
+  Impl::ResultSlot& r = m.slots[slot];
   set_current_device(device_);
   // The read-back below waits for the compute stream, which (--sync-bn) waits for other ranks:
   // wait for it first with the communicator's deadline.
   if (m.bn_comm) m.bn_comm->wait(*stream_);
+  if (!stream_order) r.marks[2].synchronize();
+  auto read = [&](void* dst, const void* src, size_t bytes) {
+    if (stream_order) m.copy(dst, src, bytes);
+    else copy_bytes(dst, src, bytes);
+  };
   LossSums sums;
   sums.images = micro_batch_;
   // Every head's statistics in one copy, from the first head's entry to the last's (one wait for
@@ -93,8 +115,8 @@ void Executor::read_micro_batch_loss() {
   if (!stats.empty()) {
     const size_t bytes = stats.size() * sizeof(YoloLossStats);
     // A planted fault (emulated build only): a copy that is not ordered after the stream.
-    if (fault_injected(Fault::LossReadWithoutSync)) copy_bytes(stats.data(), m.yolo_stats + first_head, bytes);
-    else m.copy(stats.data(), m.yolo_stats + first_head, bytes);
+    if (fault_injected(Fault::LossReadWithoutSync)) copy_bytes(stats.data(), r.yolo_stats + first_head, bytes);
+    else read(stats.data(), r.yolo_stats + first_head, bytes);
   }
   for (const Node& node : graph_.nodes) {
     if (node.spec.type == LayerType::Yolo) {
@@ -111,8 +133,8 @@ void Executor::read_micro_batch_loss() {
     } else if (node.spec.type == LayerType::Softmax) {
       float loss = 0;
       int bad = 0;
-      m.copy(&loss, m.softmax_loss, sizeof loss);
-      m.copy(&bad, m.bad_label, sizeof bad);  // CUDA kernels report a bad label here; the CPU op throws
+      read(&loss, r.softmax_loss, sizeof loss);
+      read(&bad, r.bad_label, sizeof bad);  // CUDA kernels report a bad label here; the CPU op throws
       if (bad) throw Error("label of sample " + std::to_string(bad - 1) + " is outside [0, " +
                            std::to_string(node.out.c) + ")");
       sums.total += loss;
@@ -120,8 +142,8 @@ void Executor::read_micro_batch_loss() {
       // Accuracy: argmax of the probabilities against the labels.
       std::vector<float> probs(static_cast<size_t>(micro_batch_) * node.out.c);
       std::vector<int> host_labels(static_cast<size_t>(micro_batch_));
-      m.copy(probs.data(), m.nodes[node.index].out.data, probs.size() * sizeof(float));
-      m.copy(host_labels.data(), m.in_labels, host_labels.size() * sizeof(int));
+      read(probs.data(), m.nodes[node.index].out.data, probs.size() * sizeof(float));
+      read(host_labels.data(), m.in_labels, host_labels.size() * sizeof(int));
       for (int b = 0; b < micro_batch_; ++b) {
         const float* row = probs.data() + static_cast<size_t>(b) * node.out.c;
         sums.correct += (std::max_element(row, row + node.out.c) - row) == host_labels[b];
@@ -130,8 +152,8 @@ void Executor::read_micro_batch_loss() {
   }
   m.loss += sums;
   // The stream has passed the micro-batch's timing events: its forward and backward time.
-  m.phases.forward_ms += m.marks[1].elapsed_ms_since(m.marks[0]);
-  m.phases.backward_ms += m.marks[2].elapsed_ms_since(m.marks[1]);
+  m.phases.forward_ms += r.marks[1].elapsed_ms_since(r.marks[0]);
+  m.phases.backward_ms += r.marks[2].elapsed_ms_since(r.marks[1]);
 }
 
 void Executor::train_micro_batch(const float* images, const YoloTruth* truths, const int* truth_counts,
@@ -155,10 +177,11 @@ void Executor::infer(const float* images) {
 void Executor::set_step_values(float learning_rate, float grad_scale) {
   Impl& m = *impl_;
   set_current_device(device_);
+  Impl::ResultSlot& r = m.queued();
   m.live_host = SgdLive{learning_rate, grad_scale, 0};
-  copy_bytes(m.live, &m.live_host, sizeof(SgdLive), stream_.get());
+  copy_bytes(r.live, &m.live_host, sizeof(SgdLive), stream_.get());
   // The update that follows, queued or replayed, is timed (its phase times were 0 under replay).
-  if (m.update_queued) m.update_marked = true;
+  if (r.update_queued) r.update_marked = true;
 }
 
 void Executor::queue_update(float momentum, float decay) {
@@ -167,25 +190,40 @@ void Executor::queue_update(float momentum, float decay) {
   const OpContext c = m.context(*stream_);
   // The step's values come from device memory (set_step_values) and the skip is decided there
   // (the update reads the flag), so nothing between the check and the update waits for the host.
-  stream_->record_timing(m.marks[3]);
-  grad_nonfinite_check(c, m.grads, param_count_, &m.live->nonfinite);
-  SgdHyper hyper{0.0f, momentum, decay, 0.0f, m.live};
+  Impl::ResultSlot& r = m.queued();
+  stream_->record_timing(r.marks[3]);
+  grad_nonfinite_check(c, m.grads, param_count_, &r.live->nonfinite);
+  SgdHyper hyper{0.0f, momentum, decay, 0.0f, r.live};
   sgd_update(c, m.params, m.grads, m.momentum, m.device_segments, static_cast<int>(m.segments.size()), 0, param_count_,
              hyper, m.half ? m.weights16 : nullptr);
-  stream_->record_timing(m.marks[4]);
-  m.update_marked = m.update_queued = true;
+  stream_->record_timing(r.marks[4]);
+  r.update_marked = r.update_queued = true;
 }
 
-bool Executor::update_applied() {
+bool Executor::update_applied() { return read_update(impl_->slot, true); }
+
+bool Executor::update_applied(int slot) {
+  if (slot != 0 && slot != 1) throw Error("update_applied: slot " + std::to_string(slot) + " is not 0 or 1");
+  return read_update(slot, false);
+}
+
+// stream_order: as read_loss.
+bool Executor::read_update(int slot, bool stream_order) {
   Impl& m = *impl_;
+  Impl::ResultSlot& r = m.slots[slot];
   set_current_device(device_);
   int flag = 0;
-  m.copy(&flag, &m.live->nonfinite, sizeof flag);
-  if (m.update_marked) {
+  if (stream_order) {
+    m.copy(&flag, &r.live->nonfinite, sizeof flag);
+  } else {
+    r.marks[4].synchronize();
+    copy_bytes(&flag, &r.live->nonfinite, sizeof flag);
+  }
+  if (r.update_marked) {
     // From the last backward's end: what the compute stream waited for (the all-reduces), then the update.
-    m.phases.wait_ms += m.marks[3].elapsed_ms_since(m.marks[2]);
-    m.phases.update_ms += m.marks[4].elapsed_ms_since(m.marks[3]);
-    m.update_marked = false;
+    m.phases.wait_ms += r.marks[3].elapsed_ms_since(r.marks[2]);
+    m.phases.update_ms += r.marks[4].elapsed_ms_since(r.marks[3]);
+    r.update_marked = false;
   }
   return flag == 0;
 }

@@ -68,6 +68,10 @@ struct TrainOptions {
   // and replayed (graph/step_graphs.h); false: every step eager (--no-graph). Several GPUs in one
   // process run eagerly whatever this says (NCCL's warning; the trainer prints it).
   bool graphs = true;
+  // GPUs: queue each step before the previous one's loss and update flag are read, so the device
+  // does not wait for the host between steps (one device, one micro-batch a step, graphs on, no
+  // fp16 loss scaling; graph/train_loop_phases.h). false: --no-look-ahead.
+  bool look_ahead = true;
   // GPUs and emulated GPUs: record the device's activity (runtime/activity.h: CUPTI on GPUs) for
   // the split's device idle time; false: --no-idle.
   bool device_activity = true;
@@ -80,6 +84,8 @@ struct TrainOptions {
   std::function<bool(int rank, int64_t iteration)> stop_requested;
   // Test hook, before each step is queued: plant a fault in the executor's state.
   std::function<void(Executor& executor, int rank, int64_t iteration)> before_step;
+  // Tests: called once step `iteration`'s loss and update flag have been read (look-ahead's order).
+  std::function<void(int rank, int64_t iteration)> step_read;
 };
 
 // Where the steps' time went (milliseconds summed over `steps`): host wall clock for the data

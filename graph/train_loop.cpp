@@ -93,19 +93,53 @@ TrainResult run_loop(const Graph& graph, Executor& executor, Source& source, con
 }
 
 TrainResult TrainLoop::run() {
+  std::optional<Step> ahead;  // the next step, queued before this one's loss was read
+  // A stop decided after a step while the next was queued ahead: it comes after that one.
+  std::optional<TrainStop> pending;
+  std::string pending_message;
   for (int64_t iteration = start_iteration_; iteration < max_batches_; ++iteration) {
-    Step step = begin_step(iteration);
-    for (int s = 0; s < subdivisions_; ++s) run_micro_batch(step, s);
+    Step step = ahead ? std::move(*ahead) : begin_step(iteration);
+    ahead.reset();
+    if (step.queued) step.start_ms = Executor::clock_ms();  // steps' wall times tile the run
+    for (int s = 0; s < subdivisions_; ++s) {
+      if (!step.queued) queue_micro_batch_host(step, s);
+      if (s == subdivisions_ - 1 && !pending && queue_ahead_ok(step)) {
+        ahead = begin_step(iteration + 1);
+        idle_->close_window(true);  // the windows tile: this one ends where the next step's begins
+        step.window_closed = true;
+        queue_micro_batch_host(*ahead, 0);
+        ahead->queued = true;
+      }
+      read_micro_batch(step, s);
+    }
     end_step(step);
     watch_divergence(step);
     print_progress(step);
     end_epoch_if_due(step);
+    if (pending) {  // the step queued ahead is done: now the stop decided before it
+      if (*pending == TrainStop::Diverged) {
+        result_.stop = TrainStop::Diverged;
+        result_.stop_message = pending_message;
+      } else if (iteration + 1 < max_batches_) {
+        signal_stop(iteration + 1);
+      }
+      break;
+    }
     if (divergence_.diverged()) {
       result_.stop = TrainStop::Diverged;
       result_.stop_message = divergence_.message(graph_, dp_ != nullptr);
-      break;
+      if (!ahead) break;
+      pending = TrainStop::Diverged;
+      pending_message = result_.stop_message;
+      result_.stop = TrainStop::Finished;
+      continue;
     }
-    if (stop_after(step)) break;
+    if (stop_after(step)) {
+      if (!ahead) break;
+      pending = TrainStop::Signal;
+      result_.stop = TrainStop::Finished;
+      continue;
+    }
     // Not while steps are being skipped: the failing forward passes may have reached BatchNorm's
     // running statistics, and the checkpoint before them is the last good one.
     const bool last = iteration + 1 == max_batches_;
@@ -118,10 +152,7 @@ TrainResult TrainLoop::run() {
 
 // The micro-batch to run: the one taken ahead, or the source's next (the wait is the step's data time).
 MicroBatch TrainLoop::take_micro_batch(Step& step) {
-  if (ahead_) {
-    consumed_.reset();
-    return *std::exchange(ahead_, std::nullopt);
-  }
+  if (ahead_) return *std::exchange(ahead_, std::nullopt);
   const double t = Executor::clock_ms();
   MicroBatch mb = source_.next();
   step.split.data_ms += Executor::clock_ms() - t;
@@ -139,7 +170,7 @@ void TrainLoop::fetch_ahead(Step& step, int s) {
   // on the host clock as the compute stream reaches this point): before, it was hidden.
   auto device_done = std::make_shared<std::atomic<double>>(0.0);
   executor_.compute_stream().enqueue([device_done] { device_done->store(Executor::clock_ms()); });
-  consumed_ = source_.state();
+  if (s == subdivisions_ - 1) step.loader_after = source_.state();
   const double t = Executor::clock_ms();
   ahead_ = source_.next();
   const double end = Executor::clock_ms(), done = device_done->load();
@@ -163,8 +194,7 @@ TrainLoop::Step TrainLoop::begin_step(int64_t iteration) {
   Step step;
   step.iteration = iteration;
   step.check = divergence_.check_due();
-  step.trace = !options_.trace_file.empty() &&
-               iteration == start_iteration_ + std::min<int64_t>(1, max_batches_ - start_iteration_ - 1);
+  step.trace = trace_due(iteration);
   step.loss_scale = scaler_.scale();
   executor_.set_loss_scale(step.loss_scale);
   step.lr = learning_rate_at(schedule_, iteration, options_.seed);
@@ -175,9 +205,12 @@ TrainLoop::Step TrainLoop::begin_step(int64_t iteration) {
 }
 
 // Micro-batch s of the step: its data, then everything of it that runs on the device, as a graph
-// replay or eagerly; then the wait for its loss.
-void TrainLoop::run_micro_batch(Step& step, int s) {
+// replay or eagerly, and the next micro-batch taken (read_micro_batch waits for its loss).
+void TrainLoop::queue_micro_batch_host(Step& step, int s) {
   const bool last = s == subdivisions_ - 1;
+  // With look-ahead, steps alternate between the executor's two result slots (a graph keeps its
+  // own): before anything of this step is queued (its step values go to its slot too).
+  if (look_ahead_) executor_.set_result_slot(step.slot());
   // A traced step runs eagerly: its per-layer events are timed where they are queued. So does
   // the checked one: its outputs are read back from the host during backward.
   const bool replay = graphs_->on() && !step.trace && !step.check;
@@ -198,7 +231,8 @@ void TrainLoop::run_micro_batch(Step& step, int s) {
   if (last) executor_.set_step_values(step.lr, 1.0f / (static_cast<float>(batch_) * step.loss_scale));
   auto queue = [&] { queue_micro_batch(step, s, last); };
   const std::string key = std::to_string(executor_.graph().input.w) + "x" + std::to_string(executor_.graph().input.h) +
-                          (s > 0 ? " accumulating" : " first") + (last ? " last" : "");
+                          (s > 0 ? " accumulating" : " first") + (last ? " last" : "") +
+                          (look_ahead_ ? " slot " + std::to_string(step.slot()) : "");
   if (replay) {
     if (graphs_->run(key, queue)) ++result_.graph_launches;
     if (std::string why = graphs_->take_notice(); !why.empty() && leader_)
@@ -209,12 +243,38 @@ void TrainLoop::run_micro_batch(Step& step, int s) {
   }
   host_span(step, "queue micro-batch (host)", t);
   fetch_ahead(step, s);
-  t = Executor::clock_ms();
+}
+
+// The wait for micro-batch s's loss.
+void TrainLoop::read_micro_batch(Step& step, int s) {
+  const bool last = s == subdivisions_ - 1;
+  const double t = Executor::clock_ms();
   if (last && dp_) dp_->comm->wait(executor_.compute_stream());  // the step's collectives, with the deadline
-  executor_.read_micro_batch_loss();
+  if (look_ahead_)
+    executor_.read_micro_batch_loss(step.slot());  // not waiting for a step queued after it
+  else
+    executor_.read_micro_batch_loss();
   host_span(step, "wait for the micro-batch (host)", t);
-  idle_->close_window(last);
+  if (!step.window_closed) idle_->close_window(last);
   if (step.check && last) executor_.set_before_backward({});
+}
+
+// Whether the step after `step` (just queued) may be queued before `step`'s loss is read: what the
+// host decides after `step` must not depend on its results or be read from the device then.
+bool TrainLoop::queue_ahead_ok(const Step& step) const {
+  if (!look_ahead_ || !graphs_->on()) return false;
+  const int64_t next = step.iteration + 1;
+  if (next >= max_batches_ || step.trace || step.check || divergence_.skipping()) return false;
+  if (trace_due(next)) return false;                 // a traced step runs eagerly, alone
+  if (stop_requested(step.iteration)) return false;  // a stop after this step: nothing past it
+  if (options_.checkpoint_every > 0 && next % options_.checkpoint_every == 0) return false;  // a save after it
+  // An epoch ends after it: the summary, validation and best.weights read the state after it.
+  return step.loader_after && step.loader_after->epoch == last_epoch_reported_;
+}
+
+bool TrainLoop::trace_due(int64_t iteration) const {
+  return !options_.trace_file.empty() &&
+         iteration == start_iteration_ + std::min<int64_t>(1, max_batches_ - start_iteration_ - 1);
 }
 
 // Everything of micro-batch s that runs on the device, queued without waiting for the host:
@@ -253,7 +313,9 @@ void TrainLoop::queue_micro_batch(Step& step, int s, bool last) {
 // replicas' agreement, the trace, the counters.
 void TrainLoop::end_step(Step& step) {
   if (idle_->due()) settle_idle(DeviceIdle::kKeepOpen);
-  step.updated = executor_.update_applied();
+  step.updated = look_ahead_ ? executor_.update_applied(step.slot()) : executor_.update_applied();
+  consumed_ = step.loader_after ? *step.loader_after : source_.state();
+  if (options_.step_read) options_.step_read(rank_, step.iteration);
   scaler_.update(!step.updated);
   if (dp_) dp_->stream->synchronize();  // done by now; rethrows an error of its host functions
   const PhaseTimes phases = executor_.take_phase_times();

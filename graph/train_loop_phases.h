@@ -43,11 +43,19 @@ class TrainLoop {
     StepSplit split;
     bool updated = false;
     LossSums loss;
+    bool queued = false;         // queued ahead, before the step before it was read
+    bool window_closed = false;  // its device-idle window closed when the next step was queued
+    // The loader's position after this step's micro-batches (before the next was taken ahead).
+    std::optional<data::LoaderState> loader_after;
+    int slot() const { return static_cast<int>(iteration % 2); }  // the executor's result slot
   };
 
   // train_loop.cpp: the step.
   Step begin_step(int64_t iteration);
-  void run_micro_batch(Step& step, int s);
+  void queue_micro_batch_host(Step& step, int s);
+  void read_micro_batch(Step& step, int s);
+  bool queue_ahead_ok(const Step& step) const;
+  bool trace_due(int64_t iteration) const;
   void queue_micro_batch(Step& step, int s, bool last);
   void end_step(Step& step);
   void check_replicas(Step& step);
@@ -65,6 +73,7 @@ class TrainLoop {
   void print_progress(const Step& step);
   void end_epoch_if_due(const Step& step);
   bool stop_after(const Step& step);  // a signal's stop; sets the result's stop
+  void signal_stop(int64_t steps_done);
   void record_epoch(double epoch, int64_t iteration, float rate, const StepSplit& split, const LossSums& sums,
                     double map50);
   void write_chart();
@@ -103,10 +112,14 @@ class TrainLoop {
   std::unique_ptr<DeviceIdle> idle_;  // the device's busy and idle time inside each micro-batch
   bool timeline_ = false;             // --timeline: idle_ keeps three steps' spans
   DivergenceWatch divergence_;
-  // The micro-batch taken ahead (Source::fetch_ahead), and the loader's state before it was taken:
-  // what the steps so far consumed, which checkpoints, epochs and the progress line report.
+  // The micro-batch taken ahead (Source::fetch_ahead), and the loader's position after the last
+  // step read: what the steps so far consumed, which checkpoints, epochs and the progress line report.
   std::optional<MicroBatch> ahead_;
   std::optional<data::LoaderState> consumed_;
+  // Look-ahead: the next step is queued before this one's loss and update flag are read, so the
+  // device is not idle while the host reads them (one device, a detector, one micro-batch a step,
+  // graphs, no fp16 loss scaling: its scale depends on the step before; TrainOptions::look_ahead).
+  bool look_ahead_ = false;
 };
 
 }  // namespace yolo::graph

@@ -88,6 +88,11 @@ TrainLoop::TrainLoop(const Graph& graph, Executor& executor, Source& source, con
   if (leader_ && start_iteration_ == 0) std::filesystem::remove(results_csv_);  // a fresh run starts a fresh record
   check_output_folder_fits();
   announce_graphs_and_idle();
+  look_ahead_ = options.look_ahead && !dp && executor.device().runs_kernels() && subdivisions == 1 &&
+                !scaler_.enabled() && graph.detection && source.fetch_ahead && graphs_->on();
+  if (leader_ && look_ahead_)
+    std::printf("train_yolo: look-ahead: each step is queued before the previous one's loss is read "
+                "(--no-look-ahead: after it)\n");
 }
 
 // Before the first step: the output folder can take what the saves will write.
@@ -306,10 +311,14 @@ bool TrainLoop::stop_after(const Step& step) {
   else
     stop_now = stop_requested(step.iteration);
   if (!stop_now || step.iteration + 1 == max_batches_) return false;
+  signal_stop(step.iteration + 1);
+  return true;
+}
+
+void TrainLoop::signal_stop(int64_t steps_done) {
   result_.stop = TrainStop::Signal;
   result_.stop_signal = stop_signal();
-  result_.stop_message = signal_stop_message(result_.stop_signal, step.iteration + 1, options_.out_dir);
-  return true;
+  result_.stop_message = signal_stop_message(result_.stop_signal, steps_done, options_.out_dir);
 }
 
 TrainResult TrainLoop::finish() {

@@ -5,6 +5,8 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <functional>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -21,24 +23,32 @@ using yolo::testing::TempDir;
 namespace {
 
 struct ScriptedRun {
+  Device device = Device::cpu();
+  bool look_ahead = true;
+  int64_t checkpoint_every = 0;
+  std::function<bool(int64_t iteration)> stop;  // the stop request hook (empty: stop_after)
+  Start start;                                  // where it starts (a resume: with `restore`)
+  std::vector<std::pair<std::string, std::vector<float>>> restore;  // tensors to upload first
   bool fetch_ahead = true;
   int subdivisions = 1;
   int64_t steps = 6;
   int64_t stop_after = 0;          // a stop request after this step (1-based; 0: none)
   int64_t epoch_micro_batches = 3;  // the source's epoch
-  std::vector<std::string> log;     // "step K" as each step begins, "take N" as the loop takes micro-batch N
+  std::vector<std::string> log;     // "step K" as each step begins, "take N" as the loop takes micro-batch N,
+                                    // "read K" once its loss and update flag were read
   TrainResult result;
 
   void run(const std::string& out_dir) {
     Graph graph = build_graph(yolo::testing::tiny_detector_spec());
     const int micro = 2;
-    Executor executor(graph, Device::cpu(), micro, 1);
+    Executor executor(graph, device, micro, 1);
+    for (const auto& [what, values] : restore) executor.upload(what, values);
     std::vector<float> images;
     std::vector<YoloTruth> truths;
     std::vector<int> counts;
     yolo::testing::synthetic_batch(7, 0, micro, graph.input.w, graph.input.h, images, truths, counts);
-    yolo::testing::UploadedBatch batch(Device::cpu(), images, truths, counts);
-    int64_t taken = 0;
+    yolo::testing::UploadedBatch batch(device, images, truths, counts);
+    int64_t taken = start.loader.epoch * epoch_micro_batches + start.loader.step;
     Source source;
     source.steps_per_epoch = epoch_micro_batches;
     source.fetch_ahead = fetch_ahead;
@@ -53,9 +63,19 @@ struct ScriptedRun {
     o.max_batches = steps;
     o.progress_in_place = false;
     o.seed = 1;
+    o.look_ahead = look_ahead;
+    o.checkpoint_every = checkpoint_every;
     o.before_step = [&](Executor&, int, int64_t iteration) { log.push_back("step " + std::to_string(iteration)); };
-    o.stop_requested = [&](int, int64_t iteration) { return iteration + 1 == stop_after; };
-    result = run_loop(graph, executor, source, o, micro * subdivisions, subdivisions, Start{});
+    o.step_read = [&](int, int64_t iteration) { log.push_back("read " + std::to_string(iteration)); };
+    o.stop_requested = [&](int, int64_t iteration) { return stop ? stop(iteration) : iteration + 1 == stop_after; };
+    result = run_loop(graph, executor, source, o, micro * subdivisions, subdivisions, start);
+  }
+  // The log without its "read" entries.
+  std::vector<std::string> takes() const {
+    std::vector<std::string> out;
+    for (const std::string& e : log)
+      if (e.rfind("read ", 0) != 0) out.push_back(e);
+    return out;
   }
   // Where `entry` stands in the log (the log's size when absent).
   size_t at(const std::string& entry) const { return std::find(log.begin(), log.end(), entry) - log.begin(); }
@@ -70,14 +90,14 @@ TEST_CASE("the loop takes the next micro-batch before the current one's loss is 
   ahead.steps = 3;
   ahead.run(dir / "ahead");
   // Step 0 takes 0, then 1 while 0 runs, then 2 (step 1's first) while 1 runs; and so on.
-  CHECK(ahead.log == std::vector<std::string>{"step 0", "take 0", "take 1", "take 2", "step 1", "take 3", "take 4",
+  CHECK(ahead.takes() == std::vector<std::string>{"step 0", "take 0", "take 1", "take 2", "step 1", "take 3", "take 4",
                                                "step 2", "take 5"});
   ScriptedRun in_turn;
   in_turn.fetch_ahead = false;  // a source that cannot (the MNIST one: one set of buffers)
   in_turn.subdivisions = 2;
   in_turn.steps = 3;
   in_turn.run(dir / "in_turn");
-  CHECK(in_turn.log == std::vector<std::string>{"step 0", "take 0", "take 1", "step 1", "take 2", "take 3", "step 2",
+  CHECK(in_turn.takes() == std::vector<std::string>{"step 0", "take 0", "take 1", "step 1", "take 2", "take 3", "step 2",
                                                  "take 4", "take 5"});
   // The same data in the same order: the same losses.
   CHECK(ahead.result.losses == in_turn.result.losses);
@@ -109,3 +129,73 @@ TEST_CASE("taken ahead, a micro-batch is not consumed: epochs, checkpoints and a
   CHECK(at_stop.loader.epoch == 1);
   CHECK(at_stop.loader.step == 1);
 }
+
+#if YOLO_EMULATED_KERNELS
+TEST_CASE("look-ahead (emu:0): the next step is queued before this one is read, except where the host needs it") {
+  TempDir dir;
+  // 7 steps of one micro-batch, an epoch of 4, a checkpoint every 3: no step is queued ahead of
+  // the reads of steps 3 and 6 (a save after each), of step 4's (an epoch ends) or past the last.
+  ScriptedRun ahead;
+  ahead.device = Device::emu(0);
+  ahead.steps = 7;
+  ahead.epoch_micro_batches = 4;
+  ahead.checkpoint_every = 3;
+  ahead.run(dir / "ahead");
+  for (int64_t k : {0, 1, 4}) {
+    CAPTURE(k);
+    CHECK(ahead.at("step " + std::to_string(k + 1)) < ahead.at("read " + std::to_string(k)));
+  }
+  for (int64_t k : {2, 3, 5}) {
+    CAPTURE(k);
+    CHECK(ahead.at("read " + std::to_string(k)) < ahead.at("step " + std::to_string(k + 1)));
+  }
+  CHECK(ahead.result.graphs_captured == 2);  // one kind of micro-batch, two result slots
+  ScriptedRun in_turn = ahead;
+  in_turn.log.clear();
+  in_turn.look_ahead = false;
+  in_turn.run(dir / "in_turn");
+  for (int64_t k = 0; k + 1 < 7; ++k)
+    CHECK(in_turn.at("read " + std::to_string(k)) < in_turn.at("step " + std::to_string(k + 1)));
+  CHECK(in_turn.result.graphs_captured == 1);
+  // The same steps, the same results: losses and the state saved, bit for bit.
+  CHECK(ahead.result.losses == in_turn.result.losses);
+  CHECK(yolo::testing::file_bytes(dir / "ahead/last.ckpt") == yolo::testing::file_bytes(dir / "in_turn/last.ckpt"));
+}
+
+TEST_CASE("look-ahead (emu:0): a stop asked for while the next step is queued comes after that step, and resumes exactly") {
+  TempDir dir;
+  ScriptedRun straight;
+  straight.device = Device::emu(0);
+  straight.steps = 6;
+  straight.epoch_micro_batches = 100;
+  straight.run(dir / "straight");
+  REQUIRE(straight.result.stop == TrainStop::Finished);
+
+  // Asked after step 2 was queued ahead of step 1's read (the hook's first call, before queueing
+  // ahead, says no; its second, after the read, yes): step 2 runs, then the run stops and saves.
+  ScriptedRun stopped = straight;
+  stopped.log.clear();
+  int calls = 0;
+  stopped.stop = [&calls](int64_t iteration) { return iteration == 1 && ++calls == 2; };
+  stopped.run(dir / "stopped");
+  REQUIRE(stopped.at("step 2") < stopped.at("read 1"));
+  CHECK(stopped.result.stop == TrainStop::Signal);
+  CHECK(stopped.result.iterations == 3);
+  CHECK(stopped.result.stop_message.find("after step 3") != std::string::npos);
+  const Checkpoint at_stop = read_checkpoint(dir / "stopped/last.ckpt");
+  CHECK(at_stop.iteration == 3);
+  CHECK(at_stop.loader.step == 3);
+
+  // Resumed from it: the straight run's last state, bit for bit.
+  ScriptedRun resumed = straight;
+  resumed.log.clear();
+  resumed.start.iteration = at_stop.iteration;
+  resumed.start.seen = at_stop.seen;
+  resumed.start.loader = at_stop.loader;
+  resumed.restore = at_stop.tensors;
+  resumed.run(dir / "resumed");
+  CHECK(resumed.result.iterations == 6);
+  CHECK(yolo::testing::file_bytes(dir / "resumed/last.weights") ==
+        yolo::testing::file_bytes(dir / "straight/last.weights"));
+}
+#endif

@@ -328,6 +328,14 @@ peer_rate() {  # log, precision, batch
   elif [[ $line == *skipped* ]]; then echo "skipped"
   else echo "failed"; fi
 }
+# A run's device timeline (--timeline $OUT/NAME.json): tools/timeline_summary.py into NAME.txt, and
+# the gaps at its step boundaries (ms) on the summary line.
+timeline_gaps() {  # name
+  [[ -f "$OUT/$1.json" ]] && command -v python3 >/dev/null || return 0
+  python3 tools/timeline_summary.py "$OUT/$1.json" >"$OUT/$1.txt" 2>&1
+  summary[-1]+=" | step boundary gap $(awk 'NR > 1 && $5 != "-" { g = g (g ? ", " : "") $5 } END { print (g ? g : "-") }' \
+    "$OUT/$1.txt") ms"
+}
 peer_net() {  # name, our cfg, size, our steps, peer steps, seconds to leave for what follows, compile (0/1), peer cfg args...
   local net=$1 cfg=$2 size=$3 our_steps=$4 steps=$5 reserve=$6 compile=$7
   shift 7
@@ -337,18 +345,23 @@ peer_net() {  # name, our cfg, size, our steps, peer steps, seconds to leave for
     peer_step "ours $net $prec" "$log" 60 ./train_yolo --cfg "$cfg" --size "$size" --batch 16 --subdivisions 1 \
       --max-batches "$our_steps" --precision "$prec" --out "$OUT/peer_runs/${net}_$prec" \
       --timeline "$OUT/timeline_${net}_$prec.json"
-    # The replayed steps' device timeline: kernels, idle inside, the gap at each step boundary.
-    if [[ -f "$OUT/timeline_${net}_$prec.json" ]] && command -v python3 >/dev/null; then
-      python3 tools/timeline_summary.py "$OUT/timeline_${net}_$prec.json" >"$OUT/timeline_${net}_$prec.txt" 2>&1
-      summary[-1]+=" | step boundary gap $(awk 'NR > 1 && $5 != "-" { g = g (g ? ", " : "") $5 } END { print (g ? g : "-") }' \
-        "$OUT/timeline_${net}_$prec.txt") ms"
-    fi
+    timeline_gaps "timeline_${net}_$prec"
     if [[ -f "$OUT/$log" ]]; then
       peer_ours[$net.$prec]=$(ours_rate "$OUT/$log" 16)
       [[ -n ${peer_ours[$net.$prec]} ]] && summary[-1]+=" | $(awk '{printf "%s img/s, %s ms/step (data wait %s, other %s)", $1, $2, $3, $4}' <<<"${peer_ours[$net.$prec]}")"
     fi
     rm -f "$OUT/peer_runs/${net}_$prec/"*.weights "$OUT/peer_runs/${net}_$prec/"*.ckpt
   done
+  if ((compile)); then  # look-ahead's effect: the same bf16 run with each step queued after the read
+    log="peer_ours_${net}_bf16_in_turn.log"
+    peer_step "ours $net bf16 --no-look-ahead" "$log" 60 ./train_yolo --cfg "$cfg" --size "$size" --batch 16 \
+      --subdivisions 1 --max-batches "$our_steps" --precision bf16 --no-look-ahead \
+      --out "$OUT/peer_runs/${net}_bf16_in_turn" --timeline "$OUT/timeline_${net}_bf16_in_turn.json"
+    [[ -f "$OUT/$log" ]] && summary[-1]+=" | $(ours_rate "$OUT/$log" 16 |
+      awk '{printf "%s img/s, %s ms/step (data wait %s, other %s)", $1, $2, $3, $4}')"
+    timeline_gaps "timeline_${net}_bf16_in_turn"
+    rm -f "$OUT/peer_runs/${net}_bf16_in_turn/"*.weights "$OUT/peer_runs/${net}_bf16_in_turn/"*.ckpt
+  fi
   if ! command -v python3 >/dev/null; then
     record "peer $net" "unavailable" "python3 not on PATH"
     return
