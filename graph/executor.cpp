@@ -103,7 +103,7 @@ Executor::Executor(const Graph& graph, Device device, int micro_batch, uint64_t 
   for (const Graph& g : candidates)
     if (g.input.h > largest->input.h || g.input.w > largest->input.w)
       throw Error("multi-scale sizes must grow together in width and height");
-  m.plan = plan_activations(*largest, n, m.elem);
+  m.plan = plan_activations(*largest, n, m.elem, m.kernels);
   m.alias = m.plan.alias;
   plan_ = m.plan.buffers;
   const size_t f = sizeof(float);
@@ -113,6 +113,7 @@ Executor::Executor(const Graph& graph, Device device, int micro_batch, uint64_t 
   for (const Graph& g : candidates) workspace = std::max(workspace, workspace_bytes(g, n, m.kernels, precision));
 
   memory_ = estimate_memory(*largest, n, precision);
+  memory_.activations = m.plan.bytes;  // this device's plan
   memory_.workspace = workspace;
   // GPUs: fixed buffers for a micro-batch's inputs, which a captured step reads (stage_inputs).
   size_t moment_blocks = 0, moment_floats = 0;

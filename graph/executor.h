@@ -67,7 +67,9 @@ ModelSpec spec_of(const Graph& graph);
 
 // The memory plan of a replica with `micro_batch` images in `precision` (bf16/fp16 store the
 // activations, their gradients and the input images in 16 bits, plus a 16-bit weight copy),
-// without allocating (workspace left out: it depends on the device). For --summary.
+// without allocating (workspace left out: it depends on the device). For --summary. The
+// activations are the CPU backend's plan, which keeps every BatchNorm output for its backward: on
+// GPUs the executor's own plan is smaller (executor_plan.cpp), and its memory() says so.
 MemoryReport estimate_memory(const Graph& graph, int micro_batch, Precision precision = Precision::Fp32);
 
 class Executor {

@@ -54,19 +54,24 @@ void Executor::backward(bool accumulate) {
           ConstAct pre{nb.pre, n, node.out.h, node.out.w, node.out.c, node.out.c};
           const float* saved_mean = m.saved + nb.saved;
           const float* saved_var = saved_mean + node.out.c;
+          // GPUs recompute the activation's output from pre (its storage may already hold another
+          // layer's: the memory plan); the CPU backend reads it.
+          const ConstAct out = m.kernels ? ConstAct{} : as_const(nb.out);
+          const BatchNormAffine<float> recompute =
+              m.kernels ? BatchNormAffine<float>{p + nb.s, p + nb.b} : BatchNormAffine<float>{};
           if (m.bn_comm) {
             // This replica's gamma/beta gradients stay local (the gradient all-reduce adds them);
             // the copy in sums2 is all-reduced for grad_x.
             const double total = static_cast<double>(pre.pixels()) * m.bn_comm->size();
             float* sums2 = static_cast<float*>(m.bn_scratch.data()) + 2 * node.out.c;
-            batchnorm_activation_backward_sums(c, l.activation, as_const(nb.out), as_const(grad), pre, saved_mean,
-                                               saved_var, g + nb.s, g + nb.b, sums2);
+            batchnorm_activation_backward_sums(c, l.activation, out, as_const(grad), pre, saved_mean, saved_var,
+                                               g + nb.s, g + nb.b, sums2, recompute);
             sync_batchnorm_sums(sums2, 2 * node.out.c);
-            batchnorm_activation_backward_apply(c, l.activation, as_const(nb.out), as_const(grad), pre, p + nb.s,
-                                                saved_mean, saved_var, sums2, total, grad);
+            batchnorm_activation_backward_apply(c, l.activation, out, as_const(grad), pre, p + nb.s, saved_mean,
+                                                saved_var, sums2, total, grad, recompute);
           } else {
-            batchnorm_activation_backward(c, l.activation, as_const(nb.out), as_const(grad), pre, p + nb.s, saved_mean,
-                                          saved_var, grad, g + nb.s, g + nb.b);
+            batchnorm_activation_backward(c, l.activation, out, as_const(grad), pre, p + nb.s, saved_mean, saved_var,
+                                          grad, g + nb.s, g + nb.b, recompute);
           }
         } else if (l.activation != Activation::Linear) {
           activation_backward(c, l.activation, as_const(nb.out), as_const(grad), grad);

@@ -46,7 +46,9 @@ struct ActivationPlan {
   size_t bytes = 0, unplanned = 0;
 };
 
-ActivationPlan plan_activations(const Graph& graph, int n, size_t elem);
+// bn_recomputes_output: the BatchNorm backwards recompute their output from their input (GPUs),
+// so a BatchNorm layer's output lives only as long as its readers need it.
+ActivationPlan plan_activations(const Graph& graph, int n, size_t elem, bool bn_recomputes_output = false);
 
 // The largest workspace any op of the graph needs on the current device (the CPU ops only
 // use one for BatchNorm).

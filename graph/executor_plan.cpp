@@ -29,7 +29,7 @@ std::string MemoryReport::text() const {
 namespace detail {
 
 // elem: bytes of one stored activation (2 with bf16/fp16); softmax probabilities stay FP32.
-ActivationPlan plan_activations(const Graph& graph, int n, size_t elem) {
+ActivationPlan plan_activations(const Graph& graph, int n, size_t elem, bool bn_recomputes_output) {
   const int L = static_cast<int>(graph.nodes.size());
   ActivationPlan plan;
   plan.alias.resize(L);
@@ -71,8 +71,10 @@ ActivationPlan plan_activations(const Graph& graph, int n, size_t elem) {
       LayerType t = graph.nodes[c].spec.type;
       if (t == LayerType::Convolutional || t == LayerType::Connected) out_last[i] = std::max(out_last[i], bwd(c));
     }
+    // An activation's backward reads its output, except BatchNorm's on GPUs (it recomputes it).
     bool needs_own_output = (node.spec.type == LayerType::Convolutional || node.spec.type == LayerType::Connected) &&
-                            node.spec.activation != Activation::Linear;
+                            node.spec.activation != Activation::Linear &&
+                            !(bn_recomputes_output && node.spec.batch_normalize);
     if (needs_own_output) out_last[i] = std::max(out_last[i], bwd(i));
     // Read after the whole forward pass (inference decodes the heads, the classifier's
     // accuracy reads the probabilities): the [yolo] inputs and the softmax output stay whole.

@@ -285,6 +285,17 @@ __global__ void __launch_bounds__(kFinalizeChannels* kFinalizeRows)
   if (ty == 0 && active) out[ch] = v;
 }
 
+// gamma / sqrt(var + eps): the apply's scale, one expression wherever the forward's y is computed
+// (the backward recomputes it from x: the same bits).
+__device__ __forceinline__ float normalize_scale(float gamma, float var) {
+  return gamma / sqrtf(var + kBatchNormEpsilon);
+}
+// The apply's y for one element, before its rounding to T.
+template <Activation A>
+__device__ __forceinline__ float normalized_output(float x, float mean, float scale, float shift) {
+  return activate_rn<A>(__fmaf_rn(__fsub_rn(x, mean), scale, shift));
+}
+
 // y = act((x - mean) * gamma / sqrt(var + eps) + beta), mean/var being the batch's (training)
 // or the running ones (inference), as one FMA after the subtraction in every instantiation
 // (exact_math.cuh). Block b covers pixel range b of apply_pixel_blocks.
@@ -300,7 +311,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
   for (int j = 0; j < V; ++j) {
     mu[j] = mean[ch0 + j];
-    scale[j] = gamma[ch0 + j] / sqrtf(var[ch0 + j] + kBatchNormEpsilon);
+    scale[j] = normalize_scale(gamma[ch0 + j], var[ch0 + j]);
     shift[j] = beta[ch0 + j];
   }
   const int block = int(blockIdx.x);
@@ -309,37 +320,65 @@ __global__ void __launch_bounds__(kThreads)
   auto load = [&](size_t p, size_t, float (&v)[V]) { load_values<T, V>(x.data + p * x.stride + ch0, v); };
   auto transform_and_store = [&](size_t p, float (&v)[V]) {
 #pragma unroll
-    for (int j = 0; j < V; ++j) v[j] = activate_rn<A>(__fmaf_rn(__fsub_rn(v[j], mu[j]), scale[j], shift[j]));
+    for (int j = 0; j < V; ++j) v[j] = normalized_output<A>(v[j], mu[j], scale[j], shift[j]);
     store_values<T, V>(y.data + p * y.stride + ch0, v);
   };
   for_each_thread_pixel<float[V]>(begin, end, ty, rows, load, transform_and_store);
 }
 
 // What the backward reads for V channels of one pixel: g = grad_y * act'(y) (rounded on its own:
-// exact_math.cuh), and x.
+// exact_math.cuh), and x. y is the stored output, or (R, Recompute) the forward's y recomputed
+// from x with the forward's own operations: in FP32 the stored y's bits, in 16-bit its value
+// before the rounding. R is a template argument, not a runtime branch: a branch in the pixel loop
+// let nvcc version the loop differently in the FP32 and 16-bit twins (tools/sass_twins_check.sh).
 template <int V>
 struct GradAndInput {
   float g[V], x[V];
 };
-template <Activation A, typename T, int V>
+template <int V>
+struct Recompute {
+  float mean[V], scale[V], shift[V];
+};
+// The per-channel constants of a recomputing backward for channels ch0..ch0+V-1 (none when !R).
+template <bool R, int V>
+__device__ __forceinline__ Recompute<V> recompute_constants(BatchNormAffine<float> affine, const float* saved_mean,
+                                                           const float* saved_var, int ch0) {
+  Recompute<V> r{};
+  if constexpr (R) {
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      r.mean[j] = saved_mean[ch0 + j];
+      r.scale[j] = normalize_scale(affine.gamma[ch0 + j], saved_var[ch0 + j]);
+      r.shift[j] = affine.beta[ch0 + j];
+    }
+  }
+  return r;
+}
+template <Activation A, bool R, typename T, int V>
 __device__ __forceinline__ void load_grad_and_input(const NhwcView<const T>& y, const NhwcView<const T>& grad_y,
-                                                    const NhwcView<const T>& x, int ch0, size_t p,
-                                                    GradAndInput<V>& item) {
+                                                    const NhwcView<const T>& x, const Recompute<V>& recompute,
+                                                    int ch0, size_t p, GradAndInput<V>& item) {
   load_values<T, V>(grad_y.data + p * grad_y.stride + ch0, item.g);
+  load_values<T, V>(x.data + p * x.stride + ch0, item.x);
   if constexpr (A != Activation::Linear) {
     float out[V];
-    load_values<T, V>(y.data + p * y.stride + ch0, out);
+    if constexpr (R) {
+#pragma unroll
+      for (int j = 0; j < V; ++j)
+        out[j] = normalized_output<A>(item.x[j], recompute.mean[j], recompute.scale[j], recompute.shift[j]);
+    } else {
+      load_values<T, V>(y.data + p * y.stride + ch0, out);
+    }
 #pragma unroll
     for (int j = 0; j < V; ++j) item.g[j] = __fmul_rn(item.g[j], activation_gradient_rn<A>(out[j]));
   }
-  load_values<T, V>(x.data + p * x.stride + ch0, item.x);
 }
 
 // Pass 1 of the backward: per-block sum g and sum g (x - mean) -> partials[b][ch][2].
-template <Activation A, typename T, int V>
+template <Activation A, bool R, typename T, int V>
 __global__ void __launch_bounds__(kThreads)
     backward_stats_kernel(NhwcView<const T> y, NhwcView<const T> grad_y, NhwcView<const T> x, const float* saved_mean,
-                          int pixel_blocks, float* partials) {
+                          const float* saved_var, BatchNormAffine<float> affine, int pixel_blocks, float* partials) {
   __shared__ float s_g[kThreads * 4], s_gx[kThreads * 4];
   const unsigned lanes = blockDim.x, rows = blockDim.y, tx = threadIdx.x, ty = threadIdx.y;
   const int unit = int(blockIdx.y * lanes + tx);
@@ -351,8 +390,9 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
   for (int j = 0; j < V; ++j) sum_g[j] = 0, sum_gx[j] = 0, mu[j] = active ? saved_mean[ch0 + j] : 0.0f;
   if (active) {
+    const Recompute<V> recompute = recompute_constants<R, V>(affine, saved_mean, saved_var, ch0);
     auto load = [&](size_t p, size_t, GradAndInput<V>& item) {
-      load_grad_and_input<A, T, V>(y, grad_y, x, ch0, p, item);
+      load_grad_and_input<A, R, T, V>(y, grad_y, x, recompute, ch0, p, item);
     };
     auto accumulate = [&](size_t, const GradAndInput<V>& item) {
 #pragma unroll
@@ -415,11 +455,12 @@ __global__ void __launch_bounds__(kFinalizeChannels* kFinalizeRows)
 // (a applied last, so g - grad_beta/m cancels exactly where it should, e.g. m = 1: g and
 // grad_beta/m each rounded before the subtraction, then one FMA, in every instantiation). inv_m =
 // 1/m: m is x's pixel count, or the total over the replicas (sync phase 5, with all-reduced sums).
-template <Activation A, typename T, int V>
+template <Activation A, bool R, typename T, int V>
 __global__ void __launch_bounds__(kThreads)
     backward_apply_kernel(NhwcView<const T> y, NhwcView<const T> grad_y, NhwcView<const T> x, NhwcView<T> grad_x,
                           int pixel_blocks, float inv_m, const float* gamma, const float* saved_mean,
-                          const float* saved_var, const float* grad_gamma, const float* grad_beta) {
+                          const float* saved_var, const float* grad_gamma, const float* grad_beta,
+                          BatchNormAffine<float> affine) {
   const unsigned lanes = blockDim.x, rows = blockDim.y, tx = threadIdx.x, ty = threadIdx.y;
   const int unit = int(blockIdx.y * lanes + tx);
   if (unit * V >= x.c) return;
@@ -436,8 +477,9 @@ __global__ void __launch_bounds__(kThreads)
   }
   const int block = int(blockIdx.x);
   const size_t begin = range_begin(pixels, pixel_blocks, block), end = range_begin(pixels, pixel_blocks, block + 1);
+  const Recompute<V> recompute = recompute_constants<R, V>(affine, saved_mean, saved_var, ch0);
   auto load = [&](size_t p, size_t, GradAndInput<V>& item) {
-    load_grad_and_input<A, T, V>(y, grad_y, x, ch0, p, item);
+    load_grad_and_input<A, R, T, V>(y, grad_y, x, recompute, ch0, p, item);
   };
   auto finish = [&](size_t p, GradAndInput<V>& item) {
 #pragma unroll
@@ -561,24 +603,37 @@ void forward_training_cuda(NhwcView<const T> x, const float* gamma, const float*
   launch_apply<A, T>(vec4, x, y, saved_mean, saved_var, gamma, beta, stream);
 }
 
+// Calls f.template operator()<R>() with R whether the backward recomputes y (never for linear,
+// which reads no y).
+template <Activation A, typename F>
+void with_recompute(BatchNormAffine<float> recompute, F&& f) {
+  if constexpr (A == Activation::Linear) f.template operator()<false>();
+  else if (recompute.beta) f.template operator()<true>();
+  else f.template operator()<false>();
+}
+
 template <typename T>
 bool backward_vec4(Activation act, const NhwcView<const T>& y, const NhwcView<const T>& grad_y,
-                   const NhwcView<const T>& x) {
-  return quad_view(grad_y) && quad_view(x) && (act == Activation::Linear || quad_view(y));
+                   const NhwcView<const T>& x, BatchNormAffine<float> recompute) {
+  return quad_view(grad_y) && quad_view(x) && (act == Activation::Linear || recompute.beta || quad_view(y));
 }
 
 // Backward passes 1 and 2: grad_gamma, grad_beta (and sums2 when set) of x's pixels.
 template <Activation A, typename T>
 void backward_sums_cuda(bool vec4, NhwcView<const T> y, NhwcView<const T> grad_y, NhwcView<const T> x,
-                        const float* saved_mean, const float* saved_var, float* grad_gamma, float* grad_beta,
-                        float* sums2, float* partials, cudaStream_t stream) {
+                        const float* saved_mean, const float* saved_var, BatchNormAffine<float> recompute,
+                        float* grad_gamma, float* grad_beta, float* sums2, float* partials, cudaStream_t stream) {
   const Tiling t = tiling_for(x.c, vec4);
   const int blocks = stats_pixel_blocks(x.pixels(), t);
   const dim3 grid(unsigned(blocks), unsigned(t.channel_blocks)), block(unsigned(t.lanes), unsigned(t.rows));
-  if (vec4)
-    LAUNCH((backward_stats_kernel<A, T, 4>), grid, block, 0, stream, y, grad_y, x, saved_mean, blocks, partials);
-  else
-    LAUNCH((backward_stats_kernel<A, T, 1>), grid, block, 0, stream, y, grad_y, x, saved_mean, blocks, partials);
+  with_recompute<A>(recompute, [&]<bool R>() {
+    if (vec4)
+      LAUNCH((backward_stats_kernel<A, R, T, 4>), grid, block, 0, stream, y, grad_y, x, saved_mean, saved_var,
+             recompute, blocks, partials);
+    else
+      LAUNCH((backward_stats_kernel<A, R, T, 1>), grid, block, 0, stream, y, grad_y, x, saved_mean, saved_var,
+             recompute, blocks, partials);
+  });
   LAUNCH(backward_finalize_kernel, dim3(ceil_div(size_t(x.c), kFinalizeChannels)),
          dim3(kFinalizeChannels, kFinalizeRows), 0, stream, x.c, blocks, static_cast<const float*>(partials),
          saved_var, grad_gamma, grad_beta, sums2);
@@ -588,26 +643,30 @@ void backward_sums_cuda(bool vec4, NhwcView<const T> y, NhwcView<const T> grad_y
 template <Activation A, typename T>
 void backward_apply_cuda(bool vec4, NhwcView<const T> y, NhwcView<const T> grad_y, NhwcView<const T> x,
                          NhwcView<T> grad_x, float inv_m, const float* gamma, const float* saved_mean,
-                         const float* saved_var, const float* sum_g_xhat, const float* sum_g, cudaStream_t stream) {
+                         const float* saved_var, const float* sum_g_xhat, const float* sum_g,
+                         BatchNormAffine<float> recompute, cudaStream_t stream) {
   const Tiling t = tiling_for(x.c, vec4);
   const int apply_blocks = apply_pixel_blocks(x.pixels(), t);
   const dim3 grid(unsigned(apply_blocks), unsigned(t.channel_blocks)), block(unsigned(t.lanes), unsigned(t.rows));
-  if (vec4)
-    LAUNCH((backward_apply_kernel<A, T, 4>), grid, block, 0, stream, y, grad_y, x, grad_x, apply_blocks, inv_m, gamma,
-           saved_mean, saved_var, sum_g_xhat, sum_g);
-  else
-    LAUNCH((backward_apply_kernel<A, T, 1>), grid, block, 0, stream, y, grad_y, x, grad_x, apply_blocks, inv_m, gamma,
-           saved_mean, saved_var, sum_g_xhat, sum_g);
+  with_recompute<A>(recompute, [&]<bool R>() {
+    if (vec4)
+      LAUNCH((backward_apply_kernel<A, R, T, 4>), grid, block, 0, stream, y, grad_y, x, grad_x, apply_blocks, inv_m,
+             gamma, saved_mean, saved_var, sum_g_xhat, sum_g, recompute);
+    else
+      LAUNCH((backward_apply_kernel<A, R, T, 1>), grid, block, 0, stream, y, grad_y, x, grad_x, apply_blocks, inv_m,
+             gamma, saved_mean, saved_var, sum_g_xhat, sum_g, recompute);
+  });
 }
 
 template <Activation A, typename T>
 void backward_cuda(NhwcView<const T> y, NhwcView<const T> grad_y, NhwcView<const T> x, const float* gamma,
                    const float* saved_mean, const float* saved_var, NhwcView<T> grad_x, float* grad_gamma,
-                   float* grad_beta, float* partials, cudaStream_t stream) {
-  const bool vec4 = backward_vec4(A, y, grad_y, x) && quad_view(grad_x);
-  backward_sums_cuda<A, T>(vec4, y, grad_y, x, saved_mean, saved_var, grad_gamma, grad_beta, nullptr, partials, stream);
+                   float* grad_beta, BatchNormAffine<float> recompute, float* partials, cudaStream_t stream) {
+  const bool vec4 = backward_vec4(A, y, grad_y, x, recompute) && quad_view(grad_x);
+  backward_sums_cuda<A, T>(vec4, y, grad_y, x, saved_mean, saved_var, recompute, grad_gamma, grad_beta, nullptr,
+                           partials, stream);
   backward_apply_cuda<A, T>(vec4, y, grad_y, x, grad_x, 1.0f / float(x.pixels()), gamma, saved_mean, saved_var,
-                            grad_gamma, grad_beta, stream);
+                            grad_gamma, grad_beta, recompute, stream);
 }
 
 // Sync phases 1 and 2: per-channel sums of x, or of (x - sums/total_pixels)^2 (Centered).
@@ -757,13 +816,14 @@ template <typename T>
 void batchnorm_activation_backward_cuda(Activation act, NhwcView<const T> y, NhwcView<const T> grad_y,
                                         NhwcView<const T> x, const float* gamma, const float* saved_mean,
                                         const float* saved_var, NhwcView<T> grad_x, float* grad_gamma, float* grad_beta,
-                                        void* workspace, size_t workspace_bytes, cudaStream_t stream) {
+                                        void* workspace, size_t workspace_bytes, cudaStream_t stream,
+                                        BatchNormAffine<float> recompute) {
   const char* op = "batchnorm_activation_backward_cuda";
-  check_backward(op, act, y, grad_y, x, gamma, saved_mean, saved_var, grad_x, grad_gamma, grad_beta);
+  check_backward(op, act, y, grad_y, x, gamma, saved_mean, saved_var, grad_x, grad_gamma, grad_beta, recompute);
   check_workspace(op, x, workspace, workspace_bytes);
   if (x.c == 0) return;
   with_activation(act, "batchnorm", [&]<Activation A>() {
-    backward_cuda<A, T>(y, grad_y, x, gamma, saved_mean, saved_var, grad_x, grad_gamma, grad_beta,
+    backward_cuda<A, T>(y, grad_y, x, gamma, saved_mean, saved_var, grad_x, grad_gamma, grad_beta, recompute,
                         static_cast<float*>(workspace), stream);
   });
 }
@@ -808,14 +868,15 @@ template <typename T>
 void batchnorm_activation_backward_sums_cuda(Activation act, NhwcView<const T> y, NhwcView<const T> grad_y,
                                              NhwcView<const T> x, const float* saved_mean, const float* saved_var,
                                              float* grad_gamma, float* grad_beta, float* sums2, void* workspace,
-                                             size_t workspace_bytes, cudaStream_t stream) {
+                                             size_t workspace_bytes, cudaStream_t stream,
+                                             BatchNormAffine<float> recompute) {
   const char* op = "batchnorm_activation_backward_sums_cuda";
-  check_backward_sums(op, act, y, grad_y, x, saved_mean, saved_var, grad_gamma, grad_beta, sums2);
+  check_backward_sums(op, act, y, grad_y, x, saved_mean, saved_var, grad_gamma, grad_beta, sums2, recompute);
   check_workspace(op, x, workspace, workspace_bytes);
   if (x.c == 0) return;
-  const bool vec4 = backward_vec4(act, y, grad_y, x);
+  const bool vec4 = backward_vec4(act, y, grad_y, x, recompute);
   with_activation(act, "batchnorm", [&]<Activation A>() {
-    backward_sums_cuda<A, T>(vec4, y, grad_y, x, saved_mean, saved_var, grad_gamma, grad_beta, sums2,
+    backward_sums_cuda<A, T>(vec4, y, grad_y, x, saved_mean, saved_var, recompute, grad_gamma, grad_beta, sums2,
                              static_cast<float*>(workspace), stream);
   });
 }
@@ -824,14 +885,15 @@ template <typename T>
 void batchnorm_activation_backward_apply_cuda(Activation act, NhwcView<const T> y, NhwcView<const T> grad_y,
                                               NhwcView<const T> x, const float* gamma, const float* saved_mean,
                                               const float* saved_var, const float* sums2, double total_pixels,
-                                              NhwcView<T> grad_x, cudaStream_t stream) {
+                                              NhwcView<T> grad_x, cudaStream_t stream,
+                                              BatchNormAffine<float> recompute) {
   check_backward_apply("batchnorm_activation_backward_apply_cuda", act, y, grad_y, x, gamma, saved_mean, saved_var,
-                       sums2, total_pixels, grad_x);
+                       sums2, total_pixels, grad_x, recompute);
   if (x.c == 0) return;
-  const bool vec4 = backward_vec4(act, y, grad_y, x) && quad_view(grad_x);
+  const bool vec4 = backward_vec4(act, y, grad_y, x, recompute) && quad_view(grad_x);
   with_activation(act, "batchnorm", [&]<Activation A>() {
     backward_apply_cuda<A, T>(vec4, y, grad_y, x, grad_x, float(1.0 / total_pixels), gamma, saved_mean, saved_var,
-                              sums2 + x.c, sums2, stream);
+                              sums2 + x.c, sums2, recompute, stream);
   });
 }
 
@@ -848,7 +910,8 @@ void batchnorm_activation_backward_apply_cuda(Activation act, NhwcView<const T> 
                                                                cudaStream_t);                                          \
   template void batchnorm_activation_backward_cuda<T>(Activation, NhwcView<const T>, NhwcView<const T>,                \
                                                       NhwcView<const T>, const float*, const float*, const float*,     \
-                                                      NhwcView<T>, float*, float*, void*, size_t, cudaStream_t);       \
+                                                      NhwcView<T>, float*, float*, void*, size_t, cudaStream_t,        \
+                                                      BatchNormAffine<float>);                                         \
   template void batchnorm_sums_cuda<T>(NhwcView<const T>, float*, void*, size_t, cudaStream_t);                        \
   template void batchnorm_centered_squares_cuda<T>(NhwcView<const T>, const float*, double, float*, void*, size_t,     \
                                                    cudaStream_t);                                                      \
@@ -857,10 +920,11 @@ void batchnorm_activation_backward_apply_cuda(Activation act, NhwcView<const T> 
                                                                double, float*, float*, float*, float*, cudaStream_t);  \
   template void batchnorm_activation_backward_sums_cuda<T>(Activation, NhwcView<const T>, NhwcView<const T>,           \
                                                            NhwcView<const T>, const float*, const float*, float*,      \
-                                                           float*, float*, void*, size_t, cudaStream_t);               \
+                                                           float*, float*, void*, size_t, cudaStream_t,                \
+                                                           BatchNormAffine<float>);                                    \
   template void batchnorm_activation_backward_apply_cuda<T>(                                                           \
       Activation, NhwcView<const T>, NhwcView<const T>, NhwcView<const T>, const float*, const float*, const float*,   \
-      const float*, double, NhwcView<T>, cudaStream_t);
+      const float*, double, NhwcView<T>, cudaStream_t, BatchNormAffine<float>);
 INSTANTIATE(float)
 INSTANTIATE(Bf16)
 INSTANTIATE(Fp16)

@@ -14,6 +14,10 @@
 //   grad_x = gamma / sqrt(var + eps) * (g - grad_beta/m - xhat grad_gamma/m)  (written =).
 // Aliasing: y may alias x, grad_x may alias grad_y (the same view: in place). grad_y is only read.
 // gamma, beta, the statistics and the gradients of gamma and beta are arrays of c floats.
+// Store or recompute: the CUDA backwards take y, or (y an empty view, `recompute` the forward's
+// gamma and beta) recompute y from x with the forward's own operations, so that nothing needs to
+// keep y for them: both backward passes read two tensors instead of three, and y's memory is free
+// once its readers are done (graph/executor_plan.cpp).
 #pragma once
 #include <cstddef>
 
@@ -35,6 +39,17 @@ constexpr float kBatchNormMomentum = 0.01f;  // weight of the new batch in the r
 // Determinism: the reductions' order is fixed by the shape alone, so the same inputs give the
 // same bits run to run (the CPU versions sum differently from the CUDA ones).
 size_t batchnorm_workspace_bytes(int n, int h, int w, int c);
+
+// The forward's gamma and beta, for a CUDA backward that recomputes y from x (both set) instead of
+// reading it (both null, the default). The recomputed y is the forward's FP32 value before its
+// rounding to T: with FP32 storage the gradients have the stored y's bits; with 16-bit storage
+// act' sees y unrounded (logistic's y (1 - y) may differ in its last bits; leaky's and relu's
+// only where y rounds to 0).
+template <typename P>
+struct BatchNormAffine {
+  const P* gamma = nullptr;
+  const P* beta = nullptr;
+};
 
 // ---- fused batchnorm + activation ------------------------------------------------------------
 
@@ -100,7 +115,8 @@ template <typename T>
 void batchnorm_activation_backward_cuda(Activation act, NhwcView<const T> y, NhwcView<const T> grad_y,
                                         NhwcView<const T> x, const float* gamma, const float* saved_mean,
                                         const float* saved_var, NhwcView<T> grad_x, float* grad_gamma, float* grad_beta,
-                                        void* workspace, size_t workspace_bytes, cudaStream_t stream);
+                                        void* workspace, size_t workspace_bytes, cudaStream_t stream,
+                                        BatchNormAffine<float> recompute = {});
 
 // ---- plain batchnorm (the fused ops with Activation::Linear) ---------------------------------
 
@@ -239,7 +255,8 @@ template <typename T>
 void batchnorm_activation_backward_sums_cuda(Activation act, NhwcView<const T> y, NhwcView<const T> grad_y,
                                              NhwcView<const T> x, const float* saved_mean, const float* saved_var,
                                              float* grad_gamma, float* grad_beta, float* sums2, void* workspace,
-                                             size_t workspace_bytes, cudaStream_t stream);
+                                             size_t workspace_bytes, cudaStream_t stream,
+                                             BatchNormAffine<float> recompute = {});
 
 // Phase 5: grad_x from the all-reduced sums2.
 template <typename T>
@@ -254,6 +271,7 @@ template <typename T>
 void batchnorm_activation_backward_apply_cuda(Activation act, NhwcView<const T> y, NhwcView<const T> grad_y,
                                               NhwcView<const T> x, const float* gamma, const float* saved_mean,
                                               const float* saved_var, const float* sums2, double total_pixels,
-                                              NhwcView<T> grad_x, cudaStream_t stream);
+                                              NhwcView<T> grad_x, cudaStream_t stream,
+                                              BatchNormAffine<float> recompute = {});
 
 }  // namespace yolo

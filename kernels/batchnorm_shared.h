@@ -72,19 +72,33 @@ inline void check_forward_inference(const char* op, NhwcView<const T> x, const P
   check_array(op, "running_var", running_var, x.c);
 }
 
+// Where a backward gets act's output: y, or (recompute set) x with the forward's gamma and beta.
+template <typename T, typename P>
+inline void check_output_source(const char* op, Activation act, NhwcView<const T> y, NhwcView<const T> x,
+                                BatchNormAffine<P> recompute) {
+  if (recompute.gamma || recompute.beta) {
+    check_array(op, "recompute.gamma", recompute.gamma, x.c);
+    check_array(op, "recompute.beta", recompute.beta, x.c);
+    if (y.data) throw Error(std::string(op) + ": y and recompute are both given (an empty y asks for the recompute)");
+    return;
+  }
+  if (act != Activation::Linear) {
+    check_view_arg(y, op, "y");
+    check_same_view_shape(y, x, op, "y", "x");
+  }
+}
+
 template <typename T, typename P>
 inline void check_backward(const char* op, Activation act, NhwcView<const T> y, NhwcView<const T> grad_y,
                            NhwcView<const T> x, const P* gamma, const P* saved_mean, const P* saved_var,
-                           NhwcView<T> grad_x, const P* grad_gamma, const P* grad_beta) {
+                           NhwcView<T> grad_x, const P* grad_gamma, const P* grad_beta,
+                           BatchNormAffine<P> recompute = {}) {
   check_training_input(op, x);
   check_view_arg(grad_y, op, "grad_y");
   check_view_arg(grad_x, op, "grad_x");
   check_same_view_shape(grad_y, x, op, "grad_y", "x");
   check_same_view_shape(grad_x, x, op, "grad_x", "x");
-  if (act != Activation::Linear) {
-    check_view_arg(y, op, "y");
-    check_same_view_shape(y, x, op, "y", "x");
-  }
+  check_output_source(op, act, y, x, recompute);
   check_array(op, "gamma", gamma, x.c);
   check_array(op, "saved_mean", saved_mean, x.c);
   check_array(op, "saved_var", saved_var, x.c);
@@ -131,14 +145,12 @@ inline void check_forward_from_sums(const char* op, NhwcView<const T> x, const P
 // What both backward phases read: x, grad_y, y (unless linear), the saved statistics and sums2.
 template <typename T, typename P>
 inline void check_sync_backward_inputs(const char* op, Activation act, NhwcView<const T> y, NhwcView<const T> grad_y,
-                                       NhwcView<const T> x, const P* saved_mean, const P* saved_var, const P* sums2) {
+                                       NhwcView<const T> x, const P* saved_mean, const P* saved_var, const P* sums2,
+                                       BatchNormAffine<P> recompute) {
   check_training_input(op, x);
   check_view_arg(grad_y, op, "grad_y");
   check_same_view_shape(grad_y, x, op, "grad_y", "x");
-  if (act != Activation::Linear) {
-    check_view_arg(y, op, "y");
-    check_same_view_shape(y, x, op, "y", "x");
-  }
+  check_output_source(op, act, y, x, recompute);
   check_array(op, "saved_mean", saved_mean, x.c);
   check_array(op, "saved_var", saved_var, x.c);
   check_array(op, "sums2", sums2, x.c);
@@ -147,8 +159,8 @@ inline void check_sync_backward_inputs(const char* op, Activation act, NhwcView<
 template <typename T, typename P>
 inline void check_backward_sums(const char* op, Activation act, NhwcView<const T> y, NhwcView<const T> grad_y,
                                 NhwcView<const T> x, const P* saved_mean, const P* saved_var, const P* grad_gamma,
-                                const P* grad_beta, const P* sums2) {
-  check_sync_backward_inputs(op, act, y, grad_y, x, saved_mean, saved_var, sums2);
+                                const P* grad_beta, const P* sums2, BatchNormAffine<P> recompute = {}) {
+  check_sync_backward_inputs(op, act, y, grad_y, x, saved_mean, saved_var, sums2, recompute);
   check_array(op, "grad_gamma", grad_gamma, x.c);
   check_array(op, "grad_beta", grad_beta, x.c);
 }
@@ -156,8 +168,9 @@ inline void check_backward_sums(const char* op, Activation act, NhwcView<const T
 template <typename T, typename P>
 inline void check_backward_apply(const char* op, Activation act, NhwcView<const T> y, NhwcView<const T> grad_y,
                                  NhwcView<const T> x, const P* gamma, const P* saved_mean, const P* saved_var,
-                                 const P* sums2, double total_pixels, NhwcView<T> grad_x) {
-  check_sync_backward_inputs(op, act, y, grad_y, x, saved_mean, saved_var, sums2);
+                                 const P* sums2, double total_pixels, NhwcView<T> grad_x,
+                                 BatchNormAffine<P> recompute = {}) {
+  check_sync_backward_inputs(op, act, y, grad_y, x, saved_mean, saved_var, sums2, recompute);
   check_view_arg(grad_x, op, "grad_x");
   check_same_view_shape(grad_x, x, op, "grad_x", "x");
   check_array(op, "gamma", gamma, x.c);

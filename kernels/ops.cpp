@@ -71,6 +71,12 @@ bool tensor_cores(const OpContext& c, const char* op) {
   return true;
 }
 
+// The CPU backend's batchnorm backwards read a stored y; recomputing it is the GPUs' (batchnorm.h).
+void cpu_keeps_y(const OpContext& c, const char* op, BatchNormAffine<float> recompute) {
+  if ((recompute.gamma || recompute.beta) && c.stream && !c.stream->device().runs_kernels())
+    throw Error(std::string(op) + ": the CPU backend reads the stored y; recomputing it from x is a GPU path");
+}
+
 }  // namespace
 
 namespace {
@@ -216,9 +222,10 @@ void batchnorm_activation_forward_inference(const OpContext& c, Activation act, 
 
 void batchnorm_activation_backward(const OpContext& c, Activation act, ConstAct y, ConstAct grad_y, ConstAct x,
                                    const float* gamma, const float* saved_mean, const float* saved_var, Act grad_x,
-                                   float* grad_gamma, float* grad_beta) {
+                                   float* grad_gamma, float* grad_beta, BatchNormAffine<float> recompute) {
   void* ws = c.workspace;
   size_t wsb = c.workspace_bytes;
+  cpu_keeps_y(c, "batchnorm_activation_backward", recompute);
   dispatch(
       c, "batchnorm_activation_backward",
       [=] {
@@ -228,7 +235,7 @@ void batchnorm_activation_backward(const OpContext& c, Activation act, ConstAct 
       [&](cudaStream_t s) {
         with_storage(c, [&]<typename T>() {
           batchnorm_activation_backward_cuda<T>(act, as<T>(y), as<T>(grad_y), as<T>(x), gamma, saved_mean, saved_var,
-                                                as<T>(grad_x), grad_gamma, grad_beta, ws, wsb, s);
+                                                as<T>(grad_x), grad_gamma, grad_beta, ws, wsb, s, recompute);
         });
       });
 }
@@ -277,9 +284,10 @@ void batchnorm_activation_forward_from_sums(const OpContext& c, Activation act, 
 
 void batchnorm_activation_backward_sums(const OpContext& c, Activation act, ConstAct y, ConstAct grad_y, ConstAct x,
                                         const float* saved_mean, const float* saved_var, float* grad_gamma,
-                                        float* grad_beta, float* sums2) {
+                                        float* grad_beta, float* sums2, BatchNormAffine<float> recompute) {
   void* ws = c.workspace;
   size_t wsb = c.workspace_bytes;
+  cpu_keeps_y(c, "batchnorm_activation_backward_sums", recompute);
   dispatch(
       c, "batchnorm_activation_backward_sums",
       [=] {
@@ -289,14 +297,16 @@ void batchnorm_activation_backward_sums(const OpContext& c, Activation act, Cons
       [&](cudaStream_t s) {
         with_storage(c, [&]<typename T>() {
           batchnorm_activation_backward_sums_cuda<T>(act, as<T>(y), as<T>(grad_y), as<T>(x), saved_mean, saved_var,
-                                                     grad_gamma, grad_beta, sums2, ws, wsb, s);
+                                                     grad_gamma, grad_beta, sums2, ws, wsb, s, recompute);
         });
       });
 }
 
 void batchnorm_activation_backward_apply(const OpContext& c, Activation act, ConstAct y, ConstAct grad_y, ConstAct x,
                                          const float* gamma, const float* saved_mean, const float* saved_var,
-                                         const float* sums2, double total_pixels, Act grad_x) {
+                                         const float* sums2, double total_pixels, Act grad_x,
+                                         BatchNormAffine<float> recompute) {
+  cpu_keeps_y(c, "batchnorm_activation_backward_apply", recompute);
   dispatch(
       c, "batchnorm_activation_backward_apply",
       [=] {
@@ -306,7 +316,7 @@ void batchnorm_activation_backward_apply(const OpContext& c, Activation act, Con
       [&](cudaStream_t s) {
         with_storage(c, [&]<typename T>() {
           batchnorm_activation_backward_apply_cuda<T>(act, as<T>(y), as<T>(grad_y), as<T>(x), gamma, saved_mean,
-                                                      saved_var, sums2, total_pixels, as<T>(grad_x), s);
+                                                      saved_var, sums2, total_pixels, as<T>(grad_x), s, recompute);
         });
       });
 }

@@ -76,9 +76,10 @@ void batchnorm_centered_squares_from_moments(const OpContext& c, int channels, c
 void batchnorm_activation_forward_inference(const OpContext& c, Activation act, ConstAct x, const float* gamma,
                                             const float* beta, const float* running_mean, const float* running_var,
                                             Act y);
+// The backwards' `recompute` (GPUs only; batchnorm.h): y empty, recomputed from x.
 void batchnorm_activation_backward(const OpContext& c, Activation act, ConstAct y, ConstAct grad_y, ConstAct x,
                                    const float* gamma, const float* saved_mean, const float* saved_var, Act grad_x,
-                                   float* grad_gamma, float* grad_beta);
+                                   float* grad_gamma, float* grad_beta, BatchNormAffine<float> recompute = {});
 void batchnorm_sums(const OpContext& c, ConstAct x, float* sums);
 void batchnorm_centered_squares(const OpContext& c, ConstAct x, const float* sums, double total_pixels, float* squares);
 void batchnorm_activation_forward_from_sums(const OpContext& c, Activation act, ConstAct x, const float* gamma,
@@ -87,10 +88,11 @@ void batchnorm_activation_forward_from_sums(const OpContext& c, Activation act, 
                                             float* running_mean, float* running_var);
 void batchnorm_activation_backward_sums(const OpContext& c, Activation act, ConstAct y, ConstAct grad_y, ConstAct x,
                                         const float* saved_mean, const float* saved_var, float* grad_gamma,
-                                        float* grad_beta, float* sums2);
+                                        float* grad_beta, float* sums2, BatchNormAffine<float> recompute = {});
 void batchnorm_activation_backward_apply(const OpContext& c, Activation act, ConstAct y, ConstAct grad_y, ConstAct x,
                                          const float* gamma, const float* saved_mean, const float* saved_var,
-                                         const float* sums2, double total_pixels, Act grad_x);
+                                         const float* sums2, double total_pixels, Act grad_x,
+                                         BatchNormAffine<float> recompute = {});
 
 // ---- conv.h, gemm.h -------------------------------------------------------------------------
 // moments (GPUs only): also BatchNorm's statistics of the output, from the epilogue (conv.h).

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "graph/executor.h"
+#include "graph/executor_impl.h"
 #include "graph/graph.h"
 #include "graph/weights.h"
 #include "runtime/check.h"
@@ -105,6 +106,30 @@ TEST_CASE("memory plan of YOLOv3: no two live buffers overlap, and liveness save
   CHECK(report.activations < report.activations_unplanned * 2 / 3);
   CHECK(report.parameters == 61949149ull * 4);
   CHECK(report.text().find("activations") != std::string::npos);
+}
+
+TEST_CASE("memory plan on GPUs: a BatchNorm output lives until its last reader, not its own backward (recomputed)") {
+  Graph graph = build_graph(read_model("models/yolov3.cfg"));  // 416 x 416
+  const int L = static_cast<int>(graph.nodes.size());
+  const detail::ActivationPlan kept = detail::plan_activations(graph, 16, 2, false),
+                               recomputed = detail::plan_activations(graph, 16, 2, true);
+  MESSAGE("YOLOv3-416 batch 16, bf16 activations: " << kept.bytes / 1048576.0 << " MiB keeping BatchNorm outputs, "
+                                                    << recomputed.bytes / 1048576.0 << " MiB recomputing them");
+  CHECK(recomputed.bytes < kept.bytes);
+  int shortcut_fed = 0;
+  for (const Node& node : graph.nodes) {
+    const int i = node.index;
+    if (node.spec.type != LayerType::Convolutional || !node.spec.batch_normalize || node.consumers.size() != 1 ||
+        graph.nodes[node.consumers[0]].spec.type != LayerType::Shortcut)
+      continue;
+    CAPTURE(i);
+    ++shortcut_fed;
+    REQUIRE(kept.out_buffer[i] >= 0);
+    REQUIRE(recomputed.out_buffer[i] >= 0);
+    CHECK(kept.buffers[kept.out_buffer[i]].last == 2 * L - 1 - i);  // its own backward read it
+    CHECK(recomputed.buffers[recomputed.out_buffer[i]].last == node.consumers[0]);
+  }
+  CHECK(shortcut_fed == 23);  // every residual block's second convolution
 }
 
 TEST_CASE("memory plan of YOLOv3-416 in bf16/fp16: activations at most 55% of fp32's, plus the 16-bit weight copy") {

@@ -5,6 +5,8 @@
 //   bn fwd (train or infer), bn+leaky fwd: x read + y written                 = 2E
 //   bn bwd:                               grad_y, x read + grad_x written     = 3E
 //   bn+leaky bwd:                         y, grad_y, x read + grad_x written  = 4E
+//   bn+leaky bwd recompute (GPUs):        grad_y, x read + grad_x written     = 3E (y recomputed
+//                                         from x: batchnorm.h, BatchNormAffine)
 //   leaky fwd: 2E;  leaky bwd: y, grad_y read + grad_x written                = 3E
 // The per-channel arrays (gamma, beta, statistics: a few c floats) are left out. The training
 // passes cannot reach this minimum from DRAM: the statistics (forward) and the gradient sums
@@ -63,9 +65,10 @@ void add_batchnorm(const Context& context, std::vector<Result>& out, const char*
   for (const Shape& s : kShapes) {
     const std::string shape = shape_name(s);
     const std::string ops[] = {prefix + " fwd train", prefix + " fwd infer", prefix + " bwd",
-                               prefix + " fwd train from moments"};
+                               prefix + " fwd train from moments", prefix + " bwd recompute"};
+    const bool recompute = gpu && act != Activation::Linear && wanted(context, family, ops[4], shape);
     if (!wanted(context, family, ops[0], shape) && !wanted(context, family, ops[1], shape) &&
-        !wanted(context, family, ops[2], shape) && !(gpu && wanted(context, family, ops[3], shape)))
+        !wanted(context, family, ops[2], shape) && !(gpu && wanted(context, family, ops[3], shape)) && !recompute)
       continue;
     Buffers b(context.device, context.batch, s);
     using F = Buffers;
@@ -132,6 +135,14 @@ void add_batchnorm(const Context& context, std::vector<Result>& out, const char*
                      }),
                      tensors * e_bytes, 0});
     }
+    if (recompute)
+      out.push_back({ops[4], shape, time_ms(context, [&] {
+                       batchnorm_activation_backward_cuda(act, ConstAct{}, grad_y, x, F::f(b.gamma), F::f(b.mean),
+                                                          F::f(b.var), grad_x, F::f(b.grad_gamma), F::f(b.grad_beta),
+                                                          b.workspace.data(), b.workspace_bytes, context.stream,
+                                                          {F::f(b.gamma), F::f(b.beta)});
+                     }),
+                     3 * e_bytes, 0});
   }
 }
 
