@@ -37,7 +37,7 @@ LossSums& LossSums::operator+=(const LossSums& o) {
 // ---- construction: parameters, plan, arena ----------------------------------------------------
 
 Executor::Executor(const Graph& graph, Device device, int micro_batch, uint64_t seed,
-                   std::vector<std::pair<int, int>> other_sizes, Precision precision)
+                   std::vector<std::pair<int, int>> other_sizes, Precision precision, bool fold_shortcuts)
     : graph_(graph), device_(device), precision_(precision), micro_batch_(micro_batch), impl_(std::make_unique<Impl>()) {
   if (micro_batch < 1) throw Error("micro-batch must be at least 1 image per device");
   Impl& m = *impl_;
@@ -103,7 +103,10 @@ Executor::Executor(const Graph& graph, Device device, int micro_batch, uint64_t 
   for (const Graph& g : candidates)
     if (g.input.h > largest->input.h || g.input.w > largest->input.w)
       throw Error("multi-scale sizes must grow together in width and height");
-  m.plan = plan_activations(*largest, n, m.elem, m.kernels);
+  m.plan = plan_activations(*largest, n, m.elem, m.kernels, m.kernels && fold_shortcuts);
+  m.shortcut_folded.assign(L, 0);
+  for (int q = 0; q < L; ++q)
+    if (m.plan.folded_into[q] >= 0) m.shortcut_folded[m.plan.folded_into[q]] = 1;
   m.alias = m.plan.alias;
   plan_ = m.plan.buffers;
   const size_t f = sizeof(float);

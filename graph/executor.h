@@ -81,8 +81,11 @@ class Executor {
   // precision: what the step runs in (kernels/ops.h): fp32; tf32 (tensor cores, sm_80+); bf16
   // (sm_80+) or fp16 (sm_75+): activations and their gradients in 16 bits, FP32 master weights,
   // statistics and parameter gradients. It throws yolo::Error for what the device cannot run.
+  // fold_shortcuts (GPUs; --no-fold turns it off): a residual block's shortcut is added in its
+  // second conv's BatchNorm apply instead of a pass of its own (executor_plan.cpp).
   Executor(const Graph& graph, Device device, int micro_batch, uint64_t seed,
-           std::vector<std::pair<int, int>> other_sizes = {}, Precision precision = Precision::Fp32);
+           std::vector<std::pair<int, int>> other_sizes = {}, Precision precision = Precision::Fp32,
+           bool fold_shortcuts = true);
   ~Executor();
   Executor(const Executor&) = delete;
   Executor& operator=(const Executor&) = delete;

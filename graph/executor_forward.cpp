@@ -23,10 +23,8 @@ void Executor::forward(bool training) {
     m.current_images = images;
   }
   ConstAct image = ConstAct{images, n, graph_.input.h, graph_.input.w, graph_.input.c, graph_.input.c};
-  auto input_of = [&](const Node& node, size_t k = 0) {
-    int p = node.inputs[k];
-    return p == kNetworkInput ? image : as_const(m.nodes[p].out);
-  };
+  auto output_of = [&](int p) { return p == kNetworkInput ? image : as_const(m.nodes[p].out); };
+  auto input_of = [&](const Node& node, size_t k = 0) { return output_of(node.inputs[k]); };
   for (const Node& node : graph_.nodes) {
     NodeBuffers& nb = m.nodes[node.index];
     const LayerSpec& l = node.spec;
@@ -43,6 +41,10 @@ void Executor::forward(bool training) {
           break;
         }
         Act pre{nb.pre, n, node.out.h, node.out.w, node.out.c, node.out.c};
+        // A folded shortcut: the apply adds its other input and writes its output (nb.out is it).
+        const int shortcut = m.plan.folded_into[node.index];
+        const ConstAct residual =
+            shortcut < 0 ? ConstAct{} : output_of(folded_residual(graph_, node.index, shortcut));
         // GPUs, training: the conv's epilogue also writes BatchNorm's statistics (per block of
         // pixels), so that the BatchNorm reads its input once (with --sync-bn: its sums too).
         const bool moments = training && m.moment_partials;
@@ -50,7 +52,7 @@ void Executor::forward(bool training) {
                        moments ? ConvMoments{m.moment_partials, m.moment_counts} : ConvMoments{});
         if (!training) {
           batchnorm_activation_forward_inference(c, l.activation, as_const(pre), p + nb.s, p + nb.b, m.stats + nb.mean,
-                                                 m.stats + nb.var, nb.out);
+                                                 m.stats + nb.var, nb.out, residual);
           break;
         }
         float* saved_mean = m.saved + nb.saved;
@@ -75,19 +77,21 @@ void Executor::forward(bool training) {
             batchnorm_centered_squares(c, as_const(pre), sums, total, squares);
           sync_batchnorm_sums(squares, node.out.c);
           batchnorm_activation_forward_from_sums(c, l.activation, as_const(pre), p + nb.s, p + nb.b, nb.out, sums,
-                                                 squares, total, saved_mean, saved_var, running_mean, running_var);
+                                                 squares, total, saved_mean, saved_var, running_mean, running_var,
+                                                 residual);
         } else if (moments) {
           batchnorm_activation_forward_from_moments(
               c, l.activation, as_const(pre), p + nb.s, p + nb.b, nb.out, m.moment_partials, m.moment_counts,
-              conv2d_forward_moment_blocks(m.precision, shape), saved_mean, saved_var, running_mean, running_var);
+              conv2d_forward_moment_blocks(m.precision, shape), saved_mean, saved_var, running_mean, running_var,
+              residual);
         } else {
           batchnorm_activation_forward_training(c, l.activation, as_const(pre), p + nb.s, p + nb.b, nb.out, saved_mean,
-                                                saved_var, running_mean, running_var);
+                                                saved_var, running_mean, running_var, residual);
         }
         break;
       }
       case LayerType::Shortcut:
-        shortcut_forward(c, in, input_of(node, 1), nb.out);
+        if (!m.shortcut_folded[node.index]) shortcut_forward(c, in, input_of(node, 1), nb.out);
         break;
       case LayerType::Route: {
         if (node.inputs.size() == 1) break;  // the input itself

@@ -41,14 +41,23 @@ inline double now_ms() {
 // Every activation-sized buffer of a step, packed by liveness (plan.h).
 struct ActivationPlan {
   std::vector<Alias> alias;
+  // Shortcuts folded into BatchNorm's apply (GPUs): folded_into[q] is the shortcut whose output
+  // conv q's apply writes (adding the shortcut's other input), -1 for the rest; such a shortcut
+  // runs nothing forward.
+  std::vector<int> folded_into;
   std::vector<PlannedBuffer> buffers;
   std::vector<int> out_buffer, pre_buffer, argmax_buffer, grad_buffer;  // per node, index into buffers or -1
   size_t bytes = 0, unplanned = 0;
 };
 
 // bn_recomputes_output: the BatchNorm backwards recompute their output from their input (GPUs),
-// so a BatchNorm layer's output lives only as long as its readers need it.
-ActivationPlan plan_activations(const Graph& graph, int n, size_t elem, bool bn_recomputes_output = false);
+// so a BatchNorm layer's output lives only as long as its readers need it. fold_shortcuts (needs
+// bn_recomputes_output): a shortcut whose one input is a BatchNorm conv read by nothing else, its
+// other input computed before that conv, is folded into the conv's apply.
+ActivationPlan plan_activations(const Graph& graph, int n, size_t elem, bool bn_recomputes_output = false,
+                                bool fold_shortcuts = false);
+// The shortcut input a folded conv's apply adds (the other one).
+int folded_residual(const Graph& graph, int conv, int shortcut);
 
 // The largest workspace any op of the graph needs on the current device (the CPU ops only
 // use one for BatchNorm).
@@ -64,6 +73,7 @@ inline Act flat(float* data, size_t count) { return Act{data, 1, 1, static_cast<
 
 struct Executor::Impl {
   bool kernels = false;  // the device runs the CUDA kernels (a GPU or an emulated one)
+  std::vector<char> shortcut_folded;  // per node: a shortcut its input conv's apply computes (plan.folded_into)
   std::unique_ptr<Arena> arena;
   float* params = nullptr;
   float* grads = nullptr;

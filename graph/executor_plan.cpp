@@ -29,10 +29,37 @@ std::string MemoryReport::text() const {
 namespace detail {
 
 // elem: bytes of one stored activation (2 with bf16/fp16); softmax probabilities stay FP32.
-ActivationPlan plan_activations(const Graph& graph, int n, size_t elem, bool bn_recomputes_output) {
+int folded_residual(const Graph& graph, int conv, int shortcut) {
+  const std::vector<int>& in = graph.nodes[shortcut].inputs;
+  return in[0] == conv ? in[1] : in[0];
+}
+
+namespace {
+
+// The conv a shortcut can fold into (see plan_activations), or -1.
+int foldable_conv(const Graph& graph, const std::vector<Alias>& alias, int shortcut) {
+  const Node& s = graph.nodes[shortcut];
+  if (s.spec.type != LayerType::Shortcut || s.inputs.size() != 2 || s.inputs[0] == s.inputs[1]) return -1;
+  for (int q : s.inputs) {
+    const Node& conv = graph.nodes[q];
+    const int other = folded_residual(graph, q, shortcut);
+    if (conv.spec.type == LayerType::Convolutional && conv.spec.batch_normalize && conv.consumers.size() == 1 &&
+        alias[q].root == q && other < q && conv.out == s.out)
+      return q;
+  }
+  return -1;
+}
+
+}  // namespace
+
+ActivationPlan plan_activations(const Graph& graph, int n, size_t elem, bool bn_recomputes_output,
+                                bool fold_shortcuts) {
+  if (fold_shortcuts && !bn_recomputes_output)
+    throw Error("internal error: a folded shortcut needs the BatchNorm backward to recompute its output");
   const int L = static_cast<int>(graph.nodes.size());
   ActivationPlan plan;
   plan.alias.resize(L);
+  plan.folded_into.assign(L, -1);
   // Aliases: a one-input route is its input; a producer whose only reader is a multi-input
   // route writes straight into its slice of the route's output.
   for (int i = 0; i < L; ++i) plan.alias[i] = Alias{i, 0};
@@ -57,6 +84,14 @@ ActivationPlan plan_activations(const Graph& graph, int n, size_t elem, bool bn_
       }
       channel += producer.out.c;
     }
+  }
+
+  // A folded conv writes the shortcut's output (and whatever that is aliased into) from its apply.
+  for (int s = 0; fold_shortcuts && s < L; ++s) {
+    const int q = foldable_conv(graph, plan.alias, s);
+    if (q < 0) continue;
+    plan.folded_into[q] = s;
+    plan.alias[q] = plan.alias[s];
   }
 
   // Live intervals: forward of node i at position i, its backward at 2L-1-i.

@@ -72,6 +72,9 @@ struct TrainOptions {
   // does not wait for the host between steps (one device, one micro-batch a step, graphs on, no
   // fp16 loss scaling; graph/train_loop_phases.h). false: --no-look-ahead.
   bool look_ahead = true;
+  // GPUs: each residual block's shortcut added in its second conv's BatchNorm apply (Executor);
+  // false: a pass of its own (--no-fold), for comparison.
+  bool fold_shortcuts = true;
   // GPUs and emulated GPUs: record the device's activity (runtime/activity.h: CUPTI on GPUs) for
   // the split's device idle time; false: --no-idle.
   bool device_activity = true;

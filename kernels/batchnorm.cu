@@ -296,13 +296,14 @@ __device__ __forceinline__ float normalized_output(float x, float mean, float sc
   return activate_rn<A>(__fmaf_rn(__fsub_rn(x, mean), scale, shift));
 }
 
-// y = act((x - mean) * gamma / sqrt(var + eps) + beta), mean/var being the batch's (training)
+// y = act((x - mean) * gamma / sqrt(var + eps) + beta) (+ residual, Res: a shortcut folded in, its
+// FP32 sum rounded once to T), mean/var being the batch's (training)
 // or the running ones (inference), as one FMA after the subtraction in every instantiation
 // (exact_math.cuh). Block b covers pixel range b of apply_pixel_blocks.
-template <Activation A, typename T, int V>
+template <Activation A, bool Res, typename T, int V>
 __global__ void __launch_bounds__(kThreads)
-    apply_kernel(NhwcView<const T> x, NhwcView<T> y, int pixel_blocks, const float* mean, const float* var,
-                 const float* gamma, const float* beta) {
+    apply_kernel(NhwcView<const T> x, NhwcView<T> y, NhwcView<const T> residual, int pixel_blocks, const float* mean,
+                 const float* var, const float* gamma, const float* beta) {
   const unsigned lanes = blockDim.x, rows = blockDim.y, tx = threadIdx.x, ty = threadIdx.y;
   const int unit = int(blockIdx.y * lanes + tx);
   if (unit * V >= x.c) return;
@@ -321,6 +322,12 @@ __global__ void __launch_bounds__(kThreads)
   auto transform_and_store = [&](size_t p, float (&v)[V]) {
 #pragma unroll
     for (int j = 0; j < V; ++j) v[j] = normalized_output<A>(v[j], mu[j], scale[j], shift[j]);
+    if constexpr (Res) {
+      float r[V];
+      load_values<T, V>(residual.data + p * residual.stride + ch0, r);
+#pragma unroll
+      for (int j = 0; j < V; ++j) v[j] = __fadd_rn(v[j], r[j]);
+    }
     store_values<T, V>(y.data + p * y.stride + ch0, v);
   };
   for_each_thread_pixel<float[V]>(begin, end, ty, rows, load, transform_and_store);
@@ -571,22 +578,32 @@ __global__ void from_sums_finalize_kernel(int c, double total_pixels, const floa
   }
 }
 
-template <Activation A, typename T>
-void launch_apply(bool vec4, NhwcView<const T> x, NhwcView<T> y, const float* mean, const float* var,
-                  const float* gamma, const float* beta, cudaStream_t stream) {
+template <Activation A, bool Res, typename T>
+void launch_apply_kernel(bool vec4, NhwcView<const T> x, NhwcView<T> y, NhwcView<const T> residual, const float* mean,
+                         const float* var, const float* gamma, const float* beta, cudaStream_t stream) {
   const Tiling t = tiling_for(x.c, vec4);
   const int pixel_blocks = apply_pixel_blocks(x.pixels(), t);
   const dim3 grid(unsigned(pixel_blocks), unsigned(t.channel_blocks)), block(unsigned(t.lanes), unsigned(t.rows));
   if (vec4)
-    LAUNCH((apply_kernel<A, T, 4>), grid, block, 0, stream, x, y, pixel_blocks, mean, var, gamma, beta);
+    LAUNCH((apply_kernel<A, Res, T, 4>), grid, block, 0, stream, x, y, residual, pixel_blocks, mean, var, gamma, beta);
   else
-    LAUNCH((apply_kernel<A, T, 1>), grid, block, 0, stream, x, y, pixel_blocks, mean, var, gamma, beta);
+    LAUNCH((apply_kernel<A, Res, T, 1>), grid, block, 0, stream, x, y, residual, pixel_blocks, mean, var, gamma, beta);
+}
+
+// The apply pass, with the residual added when it has data.
+template <Activation A, typename T>
+void launch_apply(bool vec4, NhwcView<const T> x, NhwcView<T> y, NhwcView<const T> residual, const float* mean,
+                  const float* var, const float* gamma, const float* beta, cudaStream_t stream) {
+  if (residual.data)
+    launch_apply_kernel<A, true, T>(vec4 && quad_view(residual), x, y, residual, mean, var, gamma, beta, stream);
+  else
+    launch_apply_kernel<A, false, T>(vec4, x, y, residual, mean, var, gamma, beta, stream);
 }
 
 template <Activation A, typename T>
-void forward_training_cuda(NhwcView<const T> x, const float* gamma, const float* beta, NhwcView<T> y, float* saved_mean,
-                           float* saved_var, float* running_mean, float* running_var, float* partials,
-                           cudaStream_t stream) {
+void forward_training_cuda(NhwcView<const T> x, const float* gamma, const float* beta, NhwcView<T> y,
+                           NhwcView<const T> residual, float* saved_mean, float* saved_var, float* running_mean,
+                           float* running_var, float* partials, cudaStream_t stream) {
   const bool vec4 = quad_view(x) && quad_view(y);
   const Tiling t = tiling_for(x.c, vec4);
   const int blocks = stats_pixel_blocks(x.pixels(), t);
@@ -600,7 +617,7 @@ void forward_training_cuda(NhwcView<const T> x, const float* gamma, const float*
          dim3(kFinalizeChannels, kFinalizeRows), 0, stream, x.c, x.pixels(), blocks,
          static_cast<const float*>(partials), static_cast<const float*>(counts), saved_mean, saved_var, running_mean,
          running_var);
-  launch_apply<A, T>(vec4, x, y, saved_mean, saved_var, gamma, beta, stream);
+  launch_apply<A, T>(vec4, x, y, residual, saved_mean, saved_var, gamma, beta, stream);
 }
 
 // Calls f.template operator()<R>() with R whether the backward recomputes y (never for linear,
@@ -704,13 +721,15 @@ template <typename T>
 void batchnorm_activation_forward_training_cuda(Activation act, NhwcView<const T> x, const float* gamma,
                                                 const float* beta, NhwcView<T> y, float* saved_mean, float* saved_var,
                                                 float* running_mean, float* running_var, void* workspace,
-                                                size_t workspace_bytes, cudaStream_t stream) {
+                                                size_t workspace_bytes, cudaStream_t stream,
+                                                NhwcView<const T> residual) {
   const char* op = "batchnorm_activation_forward_training_cuda";
   check_forward_training(op, x, gamma, beta, y, saved_mean, saved_var, running_mean, running_var);
+  check_residual(op, x, residual);
   check_workspace(op, x, workspace, workspace_bytes);
   if (x.c == 0) return;
   with_activation(act, "batchnorm", [&]<Activation A>() {
-    forward_training_cuda<A, T>(x, gamma, beta, y, saved_mean, saved_var, running_mean, running_var,
+    forward_training_cuda<A, T>(x, gamma, beta, y, residual, saved_mean, saved_var, running_mean, running_var,
                                 static_cast<float*>(workspace), stream);
   });
 }
@@ -785,9 +804,11 @@ void batchnorm_activation_forward_from_moments_cuda(Activation act, NhwcView<con
                                                     const float* beta, NhwcView<T> y, const float* partials,
                                                     const float* counts, int blocks, float* saved_mean,
                                                     float* saved_var, float* running_mean, float* running_var,
-                                                    void* workspace, size_t workspace_bytes, cudaStream_t stream) {
+                                                    void* workspace, size_t workspace_bytes, cudaStream_t stream,
+                                                    NhwcView<const T> residual) {
   const char* op = "batchnorm_activation_forward_from_moments_cuda";
   check_forward_training(op, x, gamma, beta, y, saved_mean, saved_var, running_mean, running_var);
+  check_residual(op, x, residual);
   if (x.c == 0 || x.pixels() == 0) return;
   check_moments(op, x.c, partials, counts, blocks, workspace, workspace_bytes);
   merge_moment_groups(x.c, partials, counts, blocks, workspace, stream);
@@ -795,20 +816,22 @@ void batchnorm_activation_forward_from_moments_cuda(Activation act, NhwcView<con
          dim3(kFinalizeChannels, kFinalizeRows), 0, stream, x.c, x.pixels(), blocks, partials, counts, saved_mean,
          saved_var, running_mean, running_var);
   const bool vec4 = quad_view(x) && quad_view(y);
-  with_activation(act, "batchnorm",
-                  [&]<Activation A>() { launch_apply<A, T>(vec4, x, y, saved_mean, saved_var, gamma, beta, stream); });
+  with_activation(act, "batchnorm", [&]<Activation A>() {
+    launch_apply<A, T>(vec4, x, y, residual, saved_mean, saved_var, gamma, beta, stream);
+  });
 }
 
 template <typename T>
 void batchnorm_activation_forward_inference_cuda(Activation act, NhwcView<const T> x, const float* gamma,
                                                  const float* beta, const float* running_mean, const float* running_var,
-                                                 NhwcView<T> y, cudaStream_t stream) {
-  check_forward_inference("batchnorm_activation_forward_inference_cuda", x, gamma, beta, running_mean, running_var,
-                          y);
+                                                 NhwcView<T> y, cudaStream_t stream, NhwcView<const T> residual) {
+  const char* op = "batchnorm_activation_forward_inference_cuda";
+  check_forward_inference(op, x, gamma, beta, running_mean, running_var, y);
+  check_residual(op, x, residual);
   if (x.elements() == 0) return;
   const bool vec4 = quad_view(x) && quad_view(y);
   with_activation(act, "batchnorm", [&]<Activation A>() {
-    launch_apply<A, T>(vec4, x, y, running_mean, running_var, gamma, beta, stream);
+    launch_apply<A, T>(vec4, x, y, residual, running_mean, running_var, gamma, beta, stream);
   });
 }
 
@@ -853,15 +876,18 @@ void batchnorm_activation_forward_from_sums_cuda(Activation act, NhwcView<const 
                                                  const float* beta, NhwcView<T> y, const float* sums,
                                                  const float* squares, double total_pixels, float* saved_mean,
                                                  float* saved_var, float* running_mean, float* running_var,
-                                                 cudaStream_t stream) {
-  check_forward_from_sums("batchnorm_activation_forward_from_sums_cuda", x, gamma, beta, y, sums, squares,
-                          total_pixels, saved_mean, saved_var, running_mean, running_var);
+                                                 cudaStream_t stream, NhwcView<const T> residual) {
+  const char* op = "batchnorm_activation_forward_from_sums_cuda";
+  check_forward_from_sums(op, x, gamma, beta, y, sums, squares, total_pixels, saved_mean, saved_var, running_mean,
+                          running_var);
+  check_residual(op, x, residual);
   if (x.c == 0) return;
   LAUNCH(from_sums_finalize_kernel, dim3(ceil_div(size_t(x.c), kThreads)), dim3(kThreads), 0, stream, x.c,
          total_pixels, sums, squares, saved_mean, saved_var, running_mean, running_var);
   const bool vec4 = quad_view(x) && quad_view(y);
-  with_activation(act, "batchnorm",
-                  [&]<Activation A>() { launch_apply<A, T>(vec4, x, y, saved_mean, saved_var, gamma, beta, stream); });
+  with_activation(act, "batchnorm", [&]<Activation A>() {
+    launch_apply<A, T>(vec4, x, y, residual, saved_mean, saved_var, gamma, beta, stream);
+  });
 }
 
 template <typename T>
@@ -901,13 +927,13 @@ void batchnorm_activation_backward_apply_cuda(Activation act, NhwcView<const T> 
 #define INSTANTIATE(T)                                                                                                 \
   template void batchnorm_activation_forward_training_cuda<T>(Activation, NhwcView<const T>, const float*,             \
                                                               const float*, NhwcView<T>, float*, float*, float*,       \
-                                                              float*, void*, size_t, cudaStream_t);                    \
+                                                              float*, void*, size_t, cudaStream_t, NhwcView<const T>); \
   template void batchnorm_activation_forward_from_moments_cuda<T>(                                                     \
       Activation, NhwcView<const T>, const float*, const float*, NhwcView<T>, const float*, const float*, int, float*, \
-      float*, float*, float*, void*, size_t, cudaStream_t);                                                            \
+      float*, float*, float*, void*, size_t, cudaStream_t, NhwcView<const T>);                                         \
   template void batchnorm_activation_forward_inference_cuda<T>(Activation, NhwcView<const T>, const float*,            \
                                                                const float*, const float*, const float*, NhwcView<T>,  \
-                                                               cudaStream_t);                                          \
+                                                               cudaStream_t, NhwcView<const T>);                       \
   template void batchnorm_activation_backward_cuda<T>(Activation, NhwcView<const T>, NhwcView<const T>,                \
                                                       NhwcView<const T>, const float*, const float*, const float*,     \
                                                       NhwcView<T>, float*, float*, void*, size_t, cudaStream_t,        \
@@ -917,7 +943,8 @@ void batchnorm_activation_backward_apply_cuda(Activation act, NhwcView<const T> 
                                                    cudaStream_t);                                                      \
   template void batchnorm_activation_forward_from_sums_cuda<T>(Activation, NhwcView<const T>, const float*,            \
                                                                const float*, NhwcView<T>, const float*, const float*,  \
-                                                               double, float*, float*, float*, float*, cudaStream_t);  \
+                                                               double, float*, float*, float*, float*, cudaStream_t,   \
+                                                               NhwcView<const T>);                                     \
   template void batchnorm_activation_backward_sums_cuda<T>(Activation, NhwcView<const T>, NhwcView<const T>,           \
                                                            NhwcView<const T>, const float*, const float*, float*,      \
                                                            float*, float*, void*, size_t, cudaStream_t,                \

@@ -14,6 +14,12 @@
 //   grad_x = gamma / sqrt(var + eps) * (g - grad_beta/m - xhat grad_gamma/m)  (written =).
 // Aliasing: y may alias x, grad_x may alias grad_y (the same view: in place). grad_y is only read.
 // gamma, beta, the statistics and the gradients of gamma and beta are arrays of c floats.
+// A folded shortcut: the CUDA forwards take an optional `residual` (a view of x's shape, or empty):
+//   y = act(gamma * (x - mean) / sqrt(var + eps) + beta) + residual,
+// the sum in FP32 rounded once to T. y is then the shortcut's output and act's own output is
+// stored nowhere; its backward recomputes it (below). With FP32 storage y has the bits of the
+// unfused apply followed by shortcut_forward; with 16-bit storage it skips their intermediate
+// rounding.
 // Store or recompute: the CUDA backwards take y, or (y an empty view, `recompute` the forward's
 // gamma and beta) recompute y from x with the forward's own operations, so that nothing needs to
 // keep y for them: both backward passes read two tensors instead of three, and y's memory is free
@@ -65,7 +71,8 @@ template <typename T>
 void batchnorm_activation_forward_training_cuda(Activation act, NhwcView<const T> x, const float* gamma,
                                                 const float* beta, NhwcView<T> y, float* saved_mean, float* saved_var,
                                                 float* running_mean, float* running_var, void* workspace,
-                                                size_t workspace_bytes, cudaStream_t stream);
+                                                size_t workspace_bytes, cudaStream_t stream,
+                                                NhwcView<const T> residual = {});
 
 // Training forward from the statistics a convolution's epilogue wrote (conv.h, ConvMoments): `blocks`
 // blocks of (mean, M2) per channel (partials[(b * c + ch) * 2 + {0, 1}]) with their pixel counts
@@ -79,7 +86,8 @@ void batchnorm_activation_forward_from_moments_cuda(Activation act, NhwcView<con
                                                     const float* beta, NhwcView<T> y, const float* partials,
                                                     const float* counts, int blocks, float* saved_mean,
                                                     float* saved_var, float* running_mean, float* running_var,
-                                                    void* workspace, size_t workspace_bytes, cudaStream_t stream);
+                                                    void* workspace, size_t workspace_bytes, cudaStream_t stream,
+                                                    NhwcView<const T> residual = {});
 
 // --sync-bn's phases 1 and 2 (below) from the same moments, without reading x: this replica's
 // per-channel sums (sum n_b mean_b) and its squares about the global mean sums / total_pixels
@@ -100,7 +108,7 @@ void batchnorm_activation_forward_inference_cpu(Activation act, ConstAct x, cons
 template <typename T>
 void batchnorm_activation_forward_inference_cuda(Activation act, NhwcView<const T> x, const float* gamma,
                                                  const float* beta, const float* running_mean, const float* running_var,
-                                                 NhwcView<T> y, cudaStream_t stream);
+                                                 NhwcView<T> y, cudaStream_t stream, NhwcView<const T> residual = {});
 
 // Training backward. y: the forward's output (not read for Activation::Linear, where it may be
 // an empty view); x: the batchnorm's input; saved_mean/saved_var: from the training forward.
@@ -240,7 +248,7 @@ void batchnorm_activation_forward_from_sums_cuda(Activation act, NhwcView<const 
                                                  const float* beta, NhwcView<T> y, const float* sums,
                                                  const float* squares, double total_pixels, float* saved_mean,
                                                  float* saved_var, float* running_mean, float* running_var,
-                                                 cudaStream_t stream);
+                                                 cudaStream_t stream, NhwcView<const T> residual = {});
 
 // Phase 4: this replica's grad_gamma and grad_beta (c floats each) and sums2 (2c floats). y as in
 // the fused backward (not read for Activation::Linear, where it may be an empty view).

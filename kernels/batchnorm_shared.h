@@ -60,6 +60,14 @@ inline void check_forward_training(const char* op, NhwcView<const T> x, const P*
     throw Error(std::string(op) + ": running_mean and running_var must both be set or both be null");
 }
 
+// A residual (a shortcut folded into the apply, batchnorm.h): none, or a view of x's shape.
+template <typename T>
+inline void check_residual(const char* op, NhwcView<const T> x, NhwcView<const T> residual) {
+  if (!residual.data) return;
+  check_view_arg(residual, op, "residual");
+  check_same_view_shape(residual, x, op, "residual", "x");
+}
+
 template <typename T, typename P>
 inline void check_forward_inference(const char* op, NhwcView<const T> x, const P* gamma, const P* beta,
                                     const P* running_mean, const P* running_var, NhwcView<T> y) {

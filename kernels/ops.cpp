@@ -77,6 +77,12 @@ void cpu_keeps_y(const OpContext& c, const char* op, BatchNormAffine<float> reco
     throw Error(std::string(op) + ": the CPU backend reads the stored y; recomputing it from x is a GPU path");
 }
 
+// ... nor does it fold a shortcut into the BatchNorm apply (graph/executor_plan.cpp folds on GPUs).
+void cpu_adds_no_residual(const OpContext& c, const char* op, ConstAct residual) {
+  if (residual.data && c.stream && !c.stream->device().runs_kernels())
+    throw Error(std::string(op) + ": the CPU backend adds no residual (a folded shortcut is a GPU path)");
+}
+
 }  // namespace
 
 namespace {
@@ -147,9 +153,10 @@ void activation_backward(const OpContext& c, Activation kind, ConstAct y, ConstA
 
 void batchnorm_activation_forward_training(const OpContext& c, Activation act, ConstAct x, const float* gamma,
                                            const float* beta, Act y, float* saved_mean, float* saved_var,
-                                           float* running_mean, float* running_var) {
+                                           float* running_mean, float* running_var, ConstAct residual) {
   void* ws = c.workspace;
   size_t wsb = c.workspace_bytes;
+  cpu_adds_no_residual(c, "batchnorm_activation_forward_training", residual);
   dispatch(
       c, "batchnorm_activation_forward_training",
       [=] {
@@ -159,7 +166,7 @@ void batchnorm_activation_forward_training(const OpContext& c, Activation act, C
       [&](cudaStream_t s) {
         with_storage(c, [&]<typename T>() {
           batchnorm_activation_forward_training_cuda<T>(act, as<T>(x), gamma, beta, as<T>(y), saved_mean, saved_var,
-                                                        running_mean, running_var, ws, wsb, s);
+                                                        running_mean, running_var, ws, wsb, s, as<T>(residual));
         });
       });
 }
@@ -167,7 +174,7 @@ void batchnorm_activation_forward_training(const OpContext& c, Activation act, C
 void batchnorm_activation_forward_from_moments(const OpContext& c, Activation act, ConstAct x, const float* gamma,
                                                const float* beta, Act y, const float* partials, const float* counts,
                                                int blocks, float* saved_mean, float* saved_var, float* running_mean,
-                                               float* running_var) {
+                                               float* running_var, ConstAct residual) {
   void* ws = c.workspace;
   size_t wsb = c.workspace_bytes;
   dispatch(
@@ -177,7 +184,7 @@ void batchnorm_activation_forward_from_moments(const OpContext& c, Activation ac
         with_storage(c, [&]<typename T>() {
           batchnorm_activation_forward_from_moments_cuda<T>(act, as<T>(x), gamma, beta, as<T>(y), partials, counts,
                                                             blocks, saved_mean, saved_var, running_mean, running_var,
-                                                            ws, wsb, s);
+                                                            ws, wsb, s, as<T>(residual));
         });
       });
 }
@@ -208,14 +215,15 @@ void batchnorm_centered_squares_from_moments(const OpContext& c, int channels, c
 
 void batchnorm_activation_forward_inference(const OpContext& c, Activation act, ConstAct x, const float* gamma,
                                             const float* beta, const float* running_mean, const float* running_var,
-                                            Act y) {
+                                            Act y, ConstAct residual) {
+  cpu_adds_no_residual(c, "batchnorm_activation_forward_inference", residual);
   dispatch(
       c, "batchnorm_activation_forward_inference",
       [=] { batchnorm_activation_forward_inference_cpu(act, x, gamma, beta, running_mean, running_var, y); },
       [&](cudaStream_t s) {
         with_storage(c, [&]<typename T>() {
           batchnorm_activation_forward_inference_cuda<T>(act, as<T>(x), gamma, beta, running_mean, running_var,
-                                                         as<T>(y), s);
+                                                         as<T>(y), s, as<T>(residual));
         });
       });
 }
@@ -266,7 +274,8 @@ void batchnorm_centered_squares(const OpContext& c, ConstAct x, const float* sum
 void batchnorm_activation_forward_from_sums(const OpContext& c, Activation act, ConstAct x, const float* gamma,
                                             const float* beta, Act y, const float* sums, const float* squares,
                                             double total_pixels, float* saved_mean, float* saved_var,
-                                            float* running_mean, float* running_var) {
+                                            float* running_mean, float* running_var, ConstAct residual) {
+  cpu_adds_no_residual(c, "batchnorm_activation_forward_from_sums", residual);
   dispatch(
       c, "batchnorm_activation_forward_from_sums",
       [=] {
@@ -277,7 +286,7 @@ void batchnorm_activation_forward_from_sums(const OpContext& c, Activation act, 
         with_storage(c, [&]<typename T>() {
           batchnorm_activation_forward_from_sums_cuda<T>(act, as<T>(x), gamma, beta, as<T>(y), sums, squares,
                                                          total_pixels, saved_mean, saved_var, running_mean, running_var,
-                                                         s);
+                                                         s, as<T>(residual));
         });
       });
 }

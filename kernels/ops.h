@@ -58,15 +58,16 @@ void activation_forward(const OpContext& c, Activation kind, ConstAct x, Act y);
 void activation_backward(const OpContext& c, Activation kind, ConstAct y, ConstAct grad_y, Act grad_x);
 
 // ---- batchnorm.h: fused with an activation, and the phases of synchronised BatchNorm --------
+// The forwards' `residual` (GPUs only; batchnorm.h): a shortcut folded into the apply.
 void batchnorm_activation_forward_training(const OpContext& c, Activation act, ConstAct x, const float* gamma,
                                            const float* beta, Act y, float* saved_mean, float* saved_var,
-                                           float* running_mean, float* running_var);
+                                           float* running_mean, float* running_var, ConstAct residual = {});
 // GPUs only: from the moments conv2d_forward wrote (batchnorm.h); the workspace must also hold
 // batchnorm_from_moments_workspace_bytes(blocks, c).
 void batchnorm_activation_forward_from_moments(const OpContext& c, Activation act, ConstAct x, const float* gamma,
                                                const float* beta, Act y, const float* partials, const float* counts,
                                                int blocks, float* saved_mean, float* saved_var, float* running_mean,
-                                               float* running_var);
+                                               float* running_var, ConstAct residual = {});
 // GPUs only: --sync-bn's sums and centered squares from those moments (x not read).
 void batchnorm_sums_from_moments(const OpContext& c, int channels, const float* partials, const float* counts,
                                  int blocks, float* sums);
@@ -75,7 +76,7 @@ void batchnorm_centered_squares_from_moments(const OpContext& c, int channels, c
                                              float* squares);
 void batchnorm_activation_forward_inference(const OpContext& c, Activation act, ConstAct x, const float* gamma,
                                             const float* beta, const float* running_mean, const float* running_var,
-                                            Act y);
+                                            Act y, ConstAct residual = {});
 // The backwards' `recompute` (GPUs only; batchnorm.h): y empty, recomputed from x.
 void batchnorm_activation_backward(const OpContext& c, Activation act, ConstAct y, ConstAct grad_y, ConstAct x,
                                    const float* gamma, const float* saved_mean, const float* saved_var, Act grad_x,
@@ -85,7 +86,7 @@ void batchnorm_centered_squares(const OpContext& c, ConstAct x, const float* sum
 void batchnorm_activation_forward_from_sums(const OpContext& c, Activation act, ConstAct x, const float* gamma,
                                             const float* beta, Act y, const float* sums, const float* squares,
                                             double total_pixels, float* saved_mean, float* saved_var,
-                                            float* running_mean, float* running_var);
+                                            float* running_mean, float* running_var, ConstAct residual = {});
 void batchnorm_activation_backward_sums(const OpContext& c, Activation act, ConstAct y, ConstAct grad_y, ConstAct x,
                                         const float* saved_mean, const float* saved_var, float* grad_gamma,
                                         float* grad_beta, float* sums2, BatchNormAffine<float> recompute = {});

@@ -26,17 +26,20 @@
 #              batch 16 and the demo net, each precision, eager; YOLOv3 bf16 under torch.compile
 #              too; a table of images/s at the median step                           <= 6 min
 #              (PEER_BUDGET seconds, 360: every step's timeout is what is left of it)
+#   fold       fewer passes around BatchNorm: bench_kernels' bn+leaky backward reading y beside the
+#              one recomputing it (batch 16), then YOLOv3-416 bf16 batch 16 with the shortcuts
+#              folded (default) and with --no-fold, 36 steps each, medians              ~3 min
 # Writes full logs to OUTDIR and prints a summary table last. A tool that is missing is
 # reported as unavailable, not as a failure. Needs the binaries built beforehand (here or
 # elsewhere: `make ARCH=90 all build/tests`).
 set -u
-usage="usage: tools/gpu_check.sh OUTDIR [tests|sanitizer|bench|loader|train|yolov3|nccl|nccl2|tc|tune|peer ...]"
+usage="usage: tools/gpu_check.sh OUTDIR [tests|sanitizer|bench|loader|train|yolov3|nccl|nccl2|tc|tune|peer|fold ...]"
 OUT=${1:?$usage}
 shift
 sections=("$@")
-(( ${#sections[@]} )) || sections=(tests sanitizer bench loader train yolov3 nccl nccl2 tc tune peer)
+(( ${#sections[@]} )) || sections=(tests sanitizer bench loader train yolov3 nccl nccl2 tc tune peer fold)
 for s in "${sections[@]}"; do
-  case $s in tests|sanitizer|bench|loader|train|yolov3|nccl|nccl2|tc|tune|peer) ;;
+  case $s in tests|sanitizer|bench|loader|train|yolov3|nccl|nccl2|tc|tune|peer|fold) ;;
     *) echo "unknown section '$s'; $usage" >&2; exit 2 ;;
   esac
 done
@@ -423,6 +426,30 @@ section_peer() {
   rm -rf "$OUT/peer_runs"
 }
 
+# BatchNorm's recomputing backward and the folded shortcuts (docs/perf.md has the prediction:
+# 0.8-1.7 ms off the YOLOv3-416 bf16 step; the recompute at about 3/4 of the reading backward).
+section_fold() {
+  if [[ -x build/bench_kernels ]]; then
+    run_step "bench bn+leaky bwd" bench_fold.log 90 build/bench_kernels --filter "bn+leaky bwd" --batch 16
+  else
+    record "bench bn+leaky bwd" "unavailable" "not built"
+  fi
+  [[ -x ./train_yolo ]] || { record "fold" "unavailable" "./train_yolo not built"; return; }
+  sed 's/^classes=80/classes=3/; s/^filters=255/filters=24/; s/^random=1/random=0/' models/yolov3.cfg \
+    >"$OUT/yolov3-fold.cfg"
+  local mode log flags
+  for mode in fold no-fold; do
+    log="fold_yolov3_$mode.log"
+    flags=()
+    [[ $mode == no-fold ]] && flags=(--no-fold)
+    run_step "yolov3 bf16 $mode" "$log" 90 ./train_yolo --cfg "$OUT/yolov3-fold.cfg" --size 416 --batch 16 \
+      --subdivisions 1 --max-batches 36 --precision bf16 "${flags[@]}" --out "$OUT/fold_runs/$mode"
+    [[ -f "$OUT/$log" ]] && summary[-1]+=" | $(ours_rate "$OUT/$log" 16 |
+      awk '{printf "%s img/s, %s ms/step (data wait %s, other %s)", $1, $2, $3, $4}')"
+    rm -f "$OUT/fold_runs/$mode/"*.weights "$OUT/fold_runs/$mode/"*.ckpt
+  done
+}
+
 { nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,power.draw,temperature.gpu --format=csv; nvidia-smi -L; } >"$OUT/gpu.txt" 2>&1 || true
 for s in "${sections[@]}"; do
   start=$SECONDS
@@ -436,6 +463,7 @@ echo
 [[ -f "$OUT/bench_kernels.log" ]] && cat "$OUT/bench_kernels.log" && echo
 [[ -f "$OUT/bench_loader.log" ]] && cat "$OUT/bench_loader.log" && echo
 [[ -f "$OUT/bench_tc.log" ]] && cat "$OUT/bench_tc.log" && echo
+[[ -f "$OUT/bench_fold.log" ]] && cat "$OUT/bench_fold.log" && echo
 [[ -f "$OUT/peer_table.txt" ]] && cat "$OUT/peer_table.txt" && echo
 cat "$OUT/sections.txt"
 printf '%-28s %-12s %s\n' "step" "status" "detail"

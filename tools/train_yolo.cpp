@@ -78,6 +78,7 @@ const char* kUsage =
     "  --sync-bn          data parallel: BatchNorm statistics over all replicas (for small per-GPU batches)\n"
     "  --no-graph         GPUs: run every step eagerly instead of replaying it as CUDA Graphs\n"
     "  --no-look-ahead    GPUs: queue each step after the previous one's loss is read, not before\n"
+    "  --no-fold          GPUs: run each residual shortcut as a pass of its own, not inside the BatchNorm\n"
     "  --no-idle          GPUs: do not record kernel activity (CUPTI) for the step split's device idle time\n"
     "  --precision P      auto (default; or the cfg's [net] precision=): bf16 on GPUs of sm_80 and newer,\n"
     "                     fp16 on sm_75, fp32 on the CPU. fp32; tf32 (tensor cores, FP32 tensors, sm_80+);\n"
@@ -118,7 +119,7 @@ struct Options {
   int valid_every = 0;
   double bucket_mb = -1, comm_timeout = 300;
   std::string rendezvous;
-  bool overlap = true, sync_bn = false, graphs = true, device_activity = true, look_ahead = true;
+  bool overlap = true, sync_bn = false, graphs = true, device_activity = true, look_ahead = true, fold = true;
   bool precision_given = false;              // --precision (auto included) wins over the cfg's
   std::optional<yolo::Precision> precision;  // --precision; nullopt: auto
   int check_every = 100;
@@ -228,6 +229,8 @@ Options parse(int argc, char** argv) {
       options.graphs = false;
     } else if (arg == "--no-look-ahead") {
       options.look_ahead = false;
+    } else if (arg == "--no-fold") {
+      options.fold = false;
     } else if (arg == "--no-idle") {
       options.device_activity = false;
     } else if (arg == "--sync-bn") {
@@ -761,6 +764,7 @@ int train(const Options& options, const yolo::GpuDiscovery& found) {
   to.sync_bn = options.sync_bn;
   to.graphs = options.graphs;
   to.look_ahead = options.look_ahead;
+  to.fold_shortcuts = options.fold;
   to.device_activity = options.device_activity;
   to.precision = options.precision_given ? options.precision : spec.net.precision;  // nullopt: auto
   to.check_every = options.check_every;
