@@ -1,10 +1,12 @@
 // Shared pieces of the batchnorm tests (fused ops and --sync-bn phases): inputs, parameters and
 // the double reference training forward and backward they are checked against.
 #pragma once
+#include <cmath>
 #include <vector>
 
 #include "kernels/batchnorm.h"
 #include "tests/op_check.h"
+#include "tests/storage_check.h"
 #include "tests/test_support.h"
 
 namespace yolo::testing {
@@ -21,6 +23,15 @@ inline std::vector<float> channel_data(Rng& rng, const Slice& l) {
   for (size_t i = 0; i < x.size(); ++i)
     x[i] = offset[i % size_t(l.stride)] + spread[i % size_t(l.stride)] * rng.uniform(-1.0f, 1.0f);
   return x;
+}
+
+// The values rounded to bf16, those below fp16's normal range made 0: exact in both formats, so
+// a 16-bit op reads what the FP32 op reads.
+inline std::vector<float> exact_in_16_bits(const std::vector<float>& v) {
+  std::vector<float> out = widened(stored<Bf16>(v));
+  for (float& e : out)
+    if (std::fabs(e) < 0x1p-14f) e = 0.0f;
+  return out;
 }
 
 // gamma (a quarter of it negative), beta and running statistics.

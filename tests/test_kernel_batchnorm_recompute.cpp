@@ -41,15 +41,6 @@ std::vector<float> view_values(const std::vector<T>& wide, const Slice& l) {
   return out;
 }
 
-// The values rounded to bf16, those below fp16's normal range made 0: exact in both formats, so
-// the 16-bit ops read what the FP32 op reads.
-std::vector<float> exact_in_16_bits(const std::vector<float>& v) {
-  std::vector<float> out = widened(stored<Bf16>(v));
-  for (float& e : out)
-    if (std::fabs(e) < 0x1p-14f) e = 0.0f;
-  return out;
-}
-
 // One backward's outputs: grad_x (wide, widened to float) and the per-channel gradients, with
 // sums2 from the --sync-bn phases.
 struct Grads {

@@ -33,14 +33,6 @@ const char* variant_name(Variant v) {
   return v == Variant::Training ? "training" : v == Variant::FromSums ? "from sums" : "inference";
 }
 
-// Values rounded to bf16 and kept in fp16's normal range (0 below it): exact in both formats.
-std::vector<float> exact_in_16_bits(const std::vector<float>& v) {
-  std::vector<float> out = widened(stored<Bf16>(v));
-  for (float& e : out)
-    if (std::fabs(e) < 0x1p-14f) e = 0.0f;
-  return out;
-}
-
 struct Inputs {
   Slice l, r;  // x and y's slice; the residual's (the same shape at another offset)
   Activation act;
