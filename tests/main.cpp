@@ -1,6 +1,8 @@
 // The test runner: doctest, plus a listener that counts test cases as passed, failed or
 // skipped (a case calls SKIP_TEST(reason) when what it needs is absent) and prints one line
-// `tests: N passed, M failed, K skipped` for tools/run_tests.sh to add up. Started with
+// `tests: N passed, M failed, K skipped` for tools/run_tests.sh to add up, after a line
+// `failed test case: NAME` for each failed case (tools/run_tests.sh repeats them last, and
+// tools/sharded_tests.sh runs them again alone). Started with
 // YOLO_TEST_ROLE set, it is a multi-process test's child instead (tests/child_process.h).
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
@@ -8,13 +10,15 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 #include "tests/child_process.h"
 #include "tests/test_support.h"
 
 namespace {
 
-std::string g_skip_reason;
+std::string g_skip_reason, g_current;
+std::vector<std::string> g_failed_names;
 int g_passed = 0, g_failed = 0, g_skipped = 0;
 
 struct CountingListener : doctest::IReporter {
@@ -22,11 +26,15 @@ struct CountingListener : doctest::IReporter {
   void report_query(const doctest::QueryData&) override {}
   void test_run_start() override {}
   void test_run_end(const doctest::TestRunStats&) override {}
-  void test_case_start(const doctest::TestCaseData&) override { g_skip_reason.clear(); }
+  void test_case_start(const doctest::TestCaseData& data) override {
+    g_skip_reason.clear();
+    g_current = data.m_name;
+  }
   void test_case_reenter(const doctest::TestCaseData&) override {}
   void test_case_end(const doctest::CurrentTestCaseStats& stats) override {
     if (!stats.testCaseSuccess) {
       ++g_failed;
+      g_failed_names.push_back(g_current);
     } else if (!g_skip_reason.empty()) {
       ++g_skipped;
     } else {
@@ -58,6 +66,7 @@ int main(int argc, char** argv) {
   doctest::Context context(argc, argv);
   int status = context.run();
   if (context.shouldExit()) return status;
+  for (const std::string& name : g_failed_names) std::printf("failed test case: %s\n", name.c_str());
   std::printf("tests: %d passed, %d failed, %d skipped\n", g_passed, g_failed, g_skipped);
   std::fflush(stdout);
   return status;
