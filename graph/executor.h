@@ -111,7 +111,8 @@ class Executor {
   // The optimizer over all parameters: u = m*u + g*grad_scale (+ decay*w); w -= lr*u.
   // Returns false, and leaves everything unchanged, when a gradient is NaN or infinite.
   bool apply_update(float learning_rate, float momentum, float decay, float grad_scale);
-  // Loss since the last call (waits for the device).
+  // The loss read since the last call (read_micro_batch_loss and train_micro_batch read it from
+  // the device; this does not wait).
   LossSums take_loss();
 
   // The same step in pieces that queue work without waiting for the host, so that a step can be

@@ -234,8 +234,9 @@ bool Executor::apply_update(float learning_rate, float momentum, float decay, fl
   return update_applied();
 }
 
+// No wait: read_micro_batch_loss waited for what it added. (A wait here for the whole stream
+// would, with look-ahead, wait for the step queued after the one being read.)
 LossSums Executor::take_loss() {
-  impl_->synchronize();
   LossSums out = impl_->loss;
   impl_->loss = LossSums{};
   return out;

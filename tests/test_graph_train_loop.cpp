@@ -5,7 +5,11 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <functional>
+#include <memory>
+#include <thread>
 #include <utility>
 #include <string>
 #include <vector>
@@ -34,6 +38,11 @@ struct ScriptedRun {
   int64_t steps = 6;
   int64_t stop_after = 0;          // a stop request after this step (1-based; 0: none)
   int64_t epoch_micro_batches = 3;  // the source's epoch
+  // The device work of step `hold` (0-based; -1: none) waits, at its start, until the host begins
+  // step hold + 1, at most 5 s: a loop that waits for a step's device work before it queues the
+  // step after it finds it held, and `held_past_deadline` says so.
+  int64_t hold = -1;
+  bool held_past_deadline = false;
   std::vector<std::string> log;     // "step K" as each step begins, "take N" as the loop takes micro-batch N,
                                     // "read K" once its loss and update flag were read
   TrainResult result;
@@ -65,10 +74,23 @@ struct ScriptedRun {
     o.seed = 1;
     o.look_ahead = look_ahead;
     o.checkpoint_every = checkpoint_every;
-    o.before_step = [&](Executor&, int, int64_t iteration) { log.push_back("step " + std::to_string(iteration)); };
+    auto next_begun = std::make_shared<std::atomic<bool>>(false);
+    auto timed_out = std::make_shared<std::atomic<bool>>(false);
+    o.before_step = [&](Executor& e, int, int64_t iteration) {
+      log.push_back("step " + std::to_string(iteration));
+      if (iteration == hold + 1) next_begun->store(true);
+      if (iteration != hold) return;
+      e.compute_stream().enqueue([next_begun, timed_out] {
+        const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+        while (!next_begun->load())
+          if (std::chrono::steady_clock::now() > deadline) return timed_out->store(true);
+          else std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      });
+    };
     o.step_read = [&](int, int64_t iteration) { log.push_back("read " + std::to_string(iteration)); };
     o.stop_requested = [&](int, int64_t iteration) { return stop ? stop(iteration) : iteration + 1 == stop_after; };
     result = run_loop(graph, executor, source, o, micro * subdivisions, subdivisions, start);
+    held_past_deadline = timed_out->load();
   }
   // The log without its "read" entries.
   std::vector<std::string> takes() const {
@@ -160,6 +182,21 @@ TEST_CASE("look-ahead (emu:0): the next step is queued before this one is read, 
   // The same steps, the same results: losses and the state saved, bit for bit.
   CHECK(ahead.result.losses == in_turn.result.losses);
   CHECK(yolo::testing::file_bytes(dir / "ahead/last.ckpt") == yolo::testing::file_bytes(dir / "in_turn/last.ckpt"));
+}
+
+TEST_CASE("look-ahead (emu:0): the host never waits for a step queued ahead before queueing the next") {
+  TempDir dir;
+  // Step 2's device work is held until the host begins step 3: reading step 1 (loss, update
+  // flag, phase times) must not wait for step 2, which was queued ahead of that read.
+  ScriptedRun run;
+  run.device = Device::emu(0);
+  run.steps = 5;
+  run.epoch_micro_batches = 100;
+  run.hold = 2;
+  run.run(dir / "held");
+  CHECK(run.at("step 3") < run.at("read 2"));
+  CHECK_FALSE(run.held_past_deadline);
+  CHECK(run.result.iterations == 5);
 }
 
 TEST_CASE("look-ahead (emu:0): a stop asked for while the next step is queued comes after that step, and resumes exactly") {
