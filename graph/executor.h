@@ -146,6 +146,9 @@ class Executor {
   void set_result_slot(int slot);
   void read_micro_batch_loss(int slot);
   bool update_applied(int slot);
+  // What the compute stream reaches once slot s's update is done: data parallel waits for it with
+  // the communicator's deadline (the step's collectives come before the update).
+  const Event& update_done(int slot) const;
 
   // Parameters <-> host, in our layouts, for .weights files and checkpoints.
   std::vector<LayerParams> download_parameters();  // views into a host mirror, valid until the next call

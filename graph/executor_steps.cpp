@@ -93,9 +93,10 @@ void Executor::read_loss(int slot, bool stream_order) {
   Impl& m = *impl_;
   Impl::ResultSlot& r = m.slots[slot];
   set_current_device(device_);
-  // The read-back below waits for the compute stream, which (--sync-bn) waits for other ranks:
-  // wait for it first with the communicator's deadline.
-  if (m.bn_comm) m.bn_comm->wait(*stream_);
+  // The read-back below waits for the compute stream (or the slot's mark), which (--sync-bn)
+  // waits for other ranks: wait for it first with the communicator's deadline.
+  if (m.bn_comm && stream_order) m.bn_comm->wait(*stream_);
+  if (m.bn_comm && !stream_order) m.bn_comm->wait_until(r.marks[2]);
   if (!stream_order) r.marks[2].synchronize();
   auto read = [&](void* dst, const void* src, size_t bytes) {
     if (stream_order) m.copy(dst, src, bytes);
@@ -205,6 +206,11 @@ bool Executor::update_applied() { return read_update(impl_->slot, true); }
 bool Executor::update_applied(int slot) {
   if (slot != 0 && slot != 1) throw Error("update_applied: slot " + std::to_string(slot) + " is not 0 or 1");
   return read_update(slot, false);
+}
+
+const Event& Executor::update_done(int slot) const {
+  if (slot != 0 && slot != 1) throw Error("update_done: slot " + std::to_string(slot) + " is not 0 or 1");
+  return impl_->slots[slot].marks[4];
 }
 
 // stream_order: as read_loss.

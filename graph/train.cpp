@@ -240,8 +240,8 @@ TrainResult run_replica(const Graph& graph, Executor& executor, Source& source, 
   dp.stream = &comm_stream;
   dp.gradients_done = std::make_unique<Event>(executor.device());
   dp.reduced = std::make_unique<Event>(executor.device());
-  dp.stop_device = DeviceMemory(executor.device(), sizeof(float));
-  dp.stop_host = PinnedHostBuffer(2 * sizeof(float));
+  dp.stop_device = DeviceMemory(executor.device(), 2 * sizeof(float));
+  dp.stop_host = PinnedHostBuffer(4 * sizeof(float));
   // NCCL's documentation: several GPUs per process with graph-captured collectives may deadlock
   // (a cudaGraphLaunch can block until the other GPUs' kernels launch).
   if (executor.device().is_cuda() && group && comm->size() > 1)

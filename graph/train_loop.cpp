@@ -39,15 +39,16 @@ uint64_t parameter_hash(Executor& executor) {
 // the comm stream, after the wait, around the collective (named by its bucket; -1: all
 // gradients at once).
 void all_reduce_gradients(Executor& executor, DataParallel& dp, size_t begin, size_t end,
-                          const std::shared_ptr<CommTrace>& trace, int bucket) {
+                          const std::shared_ptr<CommTrace>& trace, int bucket, int slot) {
   executor.compute_stream().record(*dp.gradients_done);
   // A planted fault (emulated build only): the all-reduce does not wait for the gradients.
   if (!fault_injected(Fault::CommSkipsComputeWait)) dp.stream->wait(*dp.gradients_done);
   if (bucket <= 0) {  // the step's first collective: the stop requests ride ahead of it
-    auto* host = static_cast<float*>(dp.stop_host.data());
-    copy_bytes(dp.stop_device.data(), host, sizeof(float), dp.stream);
-    dp.comm->all_reduce_sum(static_cast<float*>(dp.stop_device.data()), 1, *dp.stream);
-    copy_bytes(host + 1, dp.stop_device.data(), sizeof(float), dp.stream);
+    float* host = static_cast<float*>(dp.stop_host.data()) + 2 * slot;
+    float* device = static_cast<float*>(dp.stop_device.data()) + slot;
+    copy_bytes(device, host, sizeof(float), dp.stream);
+    dp.comm->all_reduce_sum(device, 1, *dp.stream);
+    copy_bytes(host + 1, device, sizeof(float), dp.stream);
   }
   if (!trace) {
     dp.comm->all_reduce_sum(executor.gradients() + begin, end - begin, *dp.stream);
@@ -190,7 +191,7 @@ void TrainLoop::host_span(Step& step, const char* name, double start_ms) const {
 
 TrainLoop::Step TrainLoop::begin_step(int64_t iteration) {
   if (options_.before_step) options_.before_step(executor_, rank_, iteration);
-  if (dp_) static_cast<float*>(dp_->stop_host.data())[0] = stop_requested(iteration) ? 1.0f : 0.0f;
+  if (dp_) static_cast<float*>(dp_->stop_host.data())[2 * (iteration % 2)] = stop_requested(iteration) ? 1.0f : 0.0f;
   Step step;
   step.iteration = iteration;
   step.check = divergence_.check_due();
@@ -249,7 +250,9 @@ void TrainLoop::queue_micro_batch_host(Step& step, int s) {
 void TrainLoop::read_micro_batch(Step& step, int s) {
   const bool last = s == subdivisions_ - 1;
   const double t = Executor::clock_ms();
-  if (last && dp_) dp_->comm->wait(executor_.compute_stream());  // the step's collectives, with the deadline
+  // The step's collectives, with the deadline (look-ahead: not those of the step queued after it).
+  if (last && dp_ && look_ahead_) dp_->comm->wait_until(executor_.update_done(step.slot()));
+  else if (last && dp_) dp_->comm->wait(executor_.compute_stream());
   if (look_ahead_)
     executor_.read_micro_batch_loss(step.slot());  // not waiting for a step queued after it
   else
@@ -266,7 +269,10 @@ bool TrainLoop::queue_ahead_ok(const Step& step) const {
   const int64_t next = step.iteration + 1;
   if (next >= max_batches_ || step.trace || step.check || divergence_.skipping()) return false;
   if (trace_due(next)) return false;                 // a traced step runs eagerly, alone
-  if (stop_requested(step.iteration)) return false;  // a stop after this step: nothing past it
+  // One device: a stop after this step, nothing past it. Data parallel: every rank queues alike
+  // (a stop asked of one rank is all-reduced with a step and comes after the step queued ahead).
+  if (!dp_ && stop_requested(step.iteration)) return false;
+  if (dp_ && dp_->check_every > 0 && (step.iteration + 1) % dp_->check_every == 0) return false;  // the hash check
   if (options_.checkpoint_every > 0 && next % options_.checkpoint_every == 0) return false;  // a save after it
   // An epoch ends after it: the summary, validation and best.weights read the state after it.
   return step.loader_after && step.loader_after->epoch == last_epoch_reported_;
@@ -288,7 +294,7 @@ void TrainLoop::queue_micro_batch(Step& step, int s, bool last) {
     executor_.set_gradients_ready([&](size_t ready) {
       while (next_bucket < dp->buckets.size() && dp->buckets[next_bucket].second <= ready) {
         auto [begin, end] = dp->buckets[next_bucket];
-        all_reduce_gradients(executor_, *dp, begin, end, step.comm_trace, static_cast<int>(next_bucket));
+        all_reduce_gradients(executor_, *dp, begin, end, step.comm_trace, static_cast<int>(next_bucket), step.slot());
         ++next_bucket;
       }
     });
@@ -299,7 +305,7 @@ void TrainLoop::queue_micro_batch(Step& step, int s, bool last) {
   if (!last) return;
   if (dp) {
     if (!dp->overlap)
-      all_reduce_gradients(executor_, *dp, 0, executor_.parameter_count(), step.comm_trace, -1);
+      all_reduce_gradients(executor_, *dp, 0, executor_.parameter_count(), step.comm_trace, -1, step.slot());
     else if (next_bucket != dp->buckets.size())
       throw Error("internal error: " + std::to_string(next_bucket) + " of " + std::to_string(dp->buckets.size()) +
                   " gradient buckets were all-reduced in backward");
@@ -317,7 +323,9 @@ void TrainLoop::end_step(Step& step) {
   consumed_ = step.loader_after ? *step.loader_after : source_.state();
   if (options_.step_read) options_.step_read(rank_, step.iteration);
   scaler_.update(!step.updated);
-  if (dp_) dp_->stream->synchronize();  // done by now; rethrows an error of its host functions
+  // Done by now; rethrows an error of its host functions. With look-ahead it may hold the next
+  // step's collectives: its errors come with that step's wait (or at the end, finish()).
+  if (dp_ && !look_ahead_) dp_->stream->synchronize();
   const PhaseTimes phases = executor_.take_phase_times();
   step.split.forward_ms = phases.forward_ms;
   step.split.backward_ms = phases.backward_ms;

@@ -57,9 +57,10 @@ struct DataParallel {
   TraceBook* traces = nullptr;  // in-process ranks: rank 0 writes them all
   std::string graphs_off;       // why this kind of group runs its steps eagerly ("": it need not)
   // The stop request, all-reduced with the step's collectives: this rank's (1 or 0) goes from
-  // stop_host[0] to stop_device ahead of the first gradient bucket, the sum comes back to
-  // stop_host[1]. Device memory and a pinned host buffer, so that a CUDA Graph of the step
-  // replays it.
+  // stop_host[2s] to stop_device[s] ahead of the first gradient bucket, the sum comes back to
+  // stop_host[2s + 1], s the step's result slot (iteration % 2: with look-ahead a step is queued
+  // while the one before is still in flight). Device memory and a pinned host buffer, so that a
+  // CUDA Graph of the step replays it.
   DeviceMemory stop_device;
   PinnedHostBuffer stop_host;
 };

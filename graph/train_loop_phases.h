@@ -117,8 +117,9 @@ class TrainLoop {
   std::optional<MicroBatch> ahead_;
   std::optional<data::LoaderState> consumed_;
   // Look-ahead: the next step is queued before this one's loss and update flag are read, so the
-  // device is not idle while the host reads them (one device, a detector, one micro-batch a step,
-  // graphs, no fp16 loss scaling: its scale depends on the step before; TrainOptions::look_ahead).
+  // device is not idle while the host reads them (a detector, one micro-batch a step, graphs, no
+  // fp16 loss scaling: its scale depends on the step before; TrainOptions::look_ahead). Data
+  // parallel too: every rank decides alike what to queue ahead.
   bool look_ahead_ = false;
 };
 

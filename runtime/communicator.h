@@ -38,6 +38,9 @@ class Communicator {
   // peer's failure or a wait past the communicator's timeout throws yolo::Error naming the
   // rank (and aborts the communicator, so the other ranks stop too).
   virtual void wait(Stream& stream) { stream.synchronize(); }
+  // As wait, until `event` (recorded on one of this rank's streams) is reached: work queued on
+  // that stream after it is not waited for (look-ahead reads a step while the next one runs).
+  virtual void wait_until(const Event& event) { event.synchronize(); }
 };
 
 // The shared state of N in-process replicas; make one, then take communicator(r) per rank.

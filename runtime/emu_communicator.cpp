@@ -46,12 +46,25 @@ class EmulatedGpuCommunicator : public Communicator {
   void wait(Stream& stream) override {
     StreamQueue& queue = own_queue(stream);
     const uint64_t target = queue.pushed();
+    poll([&] { return queue.has_run(target); });
+  }
+
+  void wait_until(const Event& event) override {
+    if (event.device() != device_)
+      throw Error("rank " + std::to_string(rank_) + " (" + device_.name() + "): a wait for an event of " +
+                  event.device().name());
+    poll([&] { return event.query(); });  // a query asks for the event in the adversarial mode
+  }
+
+ private:
+  template <typename Done>
+  void poll(Done done) {
     const auto deadline = Clock::now() + std::chrono::duration<double>(shared_->timeout);
     auto pause = std::chrono::microseconds(20);
     for (;;) {
       // As NCCL's state is checked with its stream (nccl_communicator.cpp): an aborted group
       // fails the wait even where the stream has run (its collectives ended with the abort).
-      const bool ran = queue.has_run(target);
+      const bool ran = done();
       std::string aborted = aborted_message();
       if (!aborted.empty()) throw Error(shared_->fail(aborted));
       if (ran) return;
@@ -61,7 +74,6 @@ class EmulatedGpuCommunicator : public Communicator {
     }
   }
 
- private:
   std::string aborted_message() {
     std::lock_guard lock(shared_->mutex);
     return shared_->aborted;

@@ -113,6 +113,12 @@ class NcclCommunicator : public Communicator {
     }, "the collectives on stream " + stream.name());
   }
 
+  void wait_until(const Event& event) override {
+    usable();
+    set_current_device(device_);
+    poll_until([&] { return event.query(); }, "the collectives before an event");
+  }
+
  private:
   // Throws when this communicator can no longer be used.
   void usable() const {

@@ -236,3 +236,134 @@ TEST_CASE("look-ahead (emu:0): a stop asked for while the next step is queued co
         yolo::testing::file_bytes(dir / "straight/last.weights"));
 }
 #endif
+
+#if YOLO_EMULATED_KERNELS
+namespace {
+
+// Data parallel on emu:0,1 (train_detector, a thread a rank): each rank's log of "step K" as it
+// begins and "read K" once it read step K's results. 36 images, 6 images a step: an epoch of 6
+// steps; the replicas' hash check after steps 3 and 6.
+struct ParallelRun {
+  bool look_ahead = true;
+  bool sync_bn = false;
+  int64_t steps = 6;
+  int hold_rank = -1;  // this rank's step `hold` waits until the rank begins step hold + 1 (5 s at most)
+  int64_t hold = -1;
+  std::function<bool(int rank, int64_t iteration)> stop;
+  bool resume = false;
+  std::vector<std::string> log[2];
+  bool held_past_deadline = false;
+  TrainResult result;
+
+  void run(const data::Dataset& dataset, const std::string& out_dir) {
+    TrainOptions o = yolo::testing::tiny_dp_options(out_dir, steps);
+    o.check_every = 3;
+    o.comm_timeout = 20;  // a rank left alone in a collective fails the test, not hangs it
+    o.look_ahead = look_ahead;
+    o.sync_bn = sync_bn;
+    o.resume = resume;
+    o.stop_requested = [this](int rank, int64_t iteration) { return stop && stop(rank, iteration); };
+    auto next_begun = std::make_shared<std::atomic<bool>>(false);
+    auto timed_out = std::make_shared<std::atomic<bool>>(false);
+    o.before_step = [&](Executor& e, int rank, int64_t iteration) {
+      log[rank].push_back("step " + std::to_string(iteration));
+      if (rank != hold_rank) return;
+      if (iteration == hold + 1) next_begun->store(true);
+      if (iteration != hold) return;
+      e.compute_stream().enqueue([next_begun, timed_out] {
+        const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+        while (!next_begun->load())
+          if (std::chrono::steady_clock::now() > deadline) return timed_out->store(true);
+          else std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      });
+    };
+    o.step_read = [&](int rank, int64_t iteration) { log[rank].push_back("read " + std::to_string(iteration)); };
+    result = train_detector(yolo::testing::tiny_detector_spec(), dataset,
+                            yolo::testing::replica_devices(DeviceKind::Emu, 2), o);
+    held_past_deadline = timed_out->load();
+  }
+  size_t at(int rank, const std::string& entry) const {
+    return std::find(log[rank].begin(), log[rank].end(), entry) - log[rank].begin();
+  }
+};
+
+data::Dataset parallel_dataset(const std::string& root) {
+  data::SyntheticOptions options;
+  options.train_images = 36;
+  options.valid_images = 1;
+  options.width = 80;
+  options.height = 60;
+  options.png = true;
+  return data::open_dataset(data::write_synthetic_dataset(root, options).data_file);
+}
+
+}  // namespace
+
+TEST_CASE("look-ahead (emu:0,1): every rank queues the next step before reading this one, and never waits for it") {
+  TempDir dir;
+  const data::Dataset dataset = parallel_dataset(dir / "data");
+  // Rank 1's step 4 (a replayed graph) is held until rank 1 begins step 5: neither the step's
+  // collectives nor its reads on rank 1 may wait for the step queued ahead.
+  ParallelRun ahead;
+  ahead.hold_rank = 1;
+  ahead.hold = 4;
+  ahead.run(dataset, dir / "ahead");
+  REQUIRE(ahead.result.stop == TrainStop::Finished);
+  CHECK_FALSE(ahead.held_past_deadline);
+  for (int rank : {0, 1}) {
+    CAPTURE(rank);
+    for (int64_t k : {0, 1, 3, 4}) {
+      CAPTURE(k);
+      CHECK(ahead.at(rank, "step " + std::to_string(k + 1)) < ahead.at(rank, "read " + std::to_string(k)));
+    }
+    // After step 3 the replicas' hashes are compared: nothing is queued ahead of that read.
+    CHECK(ahead.at(rank, "read 2") < ahead.at(rank, "step 3"));
+  }
+  // In turn: the same bits.
+  ParallelRun in_turn;
+  in_turn.look_ahead = false;
+  in_turn.run(dataset, dir / "in_turn");
+  for (int64_t k = 0; k + 1 < 6; ++k)
+    CHECK(in_turn.at(0, "read " + std::to_string(k)) < in_turn.at(0, "step " + std::to_string(k + 1)));
+  CHECK(ahead.result.losses == in_turn.result.losses);
+  CHECK(yolo::testing::file_bytes(dir / "ahead/last.ckpt") == yolo::testing::file_bytes(dir / "in_turn/last.ckpt"));
+
+  // --sync-bn: the loss read waits for the BatchNorm all-reduces of its own step only.
+  ParallelRun synced = ahead;
+  synced.sync_bn = true;
+  synced.log[0].clear(), synced.log[1].clear();
+  synced.run(dataset, dir / "synced");
+  CHECK(synced.result.stop == TrainStop::Finished);
+  CHECK_FALSE(synced.held_past_deadline);
+  CHECK(synced.at(1, "step 5") < synced.at(1, "read 4"));
+}
+
+TEST_CASE("look-ahead (emu:0,1): a stop asked of one rank while the next step is queued: every rank runs it, stops, resumes exactly") {
+  TempDir dir;
+  const data::Dataset dataset = parallel_dataset(dir / "data");
+  ParallelRun straight;
+  straight.run(dataset, dir / "run");
+  REQUIRE(straight.result.stop == TrainStop::Finished);
+  const std::string straight_weights = yolo::testing::file_bytes(dir / "run/last.weights");
+
+  // Rank 1 asks as it begins step 4 (0-based 3); step 5 is queued on every rank before step 4's
+  // all-reduced request is read, so both run step 5, then stop and save.
+  ParallelRun stopped;
+  stopped.stop = [](int rank, int64_t iteration) { return rank == 1 && iteration == 3; };
+  stopped.run(dataset, dir / "run");
+  CHECK(stopped.result.stop == TrainStop::Signal);
+  CHECK(stopped.result.iterations == 5);
+  CHECK(stopped.result.stop_message.find("after step 5") != std::string::npos);
+  for (int rank : {0, 1}) {
+    CHECK(stopped.at(rank, "step 4") < stopped.at(rank, "read 3"));
+    CHECK(stopped.at(rank, "step 5") == stopped.log[rank].size());  // nothing after step 5
+  }
+  CHECK(read_checkpoint(dir / "run/last.ckpt").iteration == 5);
+
+  ParallelRun resumed;
+  resumed.resume = true;
+  resumed.run(dataset, dir / "run");
+  CHECK(resumed.result.iterations == 6);
+  CHECK(yolo::testing::file_bytes(dir / "run/last.weights") == straight_weights);
+}
+#endif
