@@ -164,7 +164,8 @@ Executor::Executor(const Graph& graph, Device device, int micro_batch, uint64_t 
     m.moment_counts = arena.allocate_array<float>(moment_blocks, "BatchNorm moment counts");
   }
   if (m.kernels) {
-    m.loss_scale_at = arena.allocate_array<float>(1, "loss scale");
+    m.loss_scale_live = arena.allocate_array<LossScaleLive>(1, "loss scale");
+    m.loss_scale_at = &m.loss_scale_live->scale;
     m.staged_images = arena.allocate_array<float>(static_cast<size_t>(n) * largest->input.elements(), "staged images");
     m.staged_truths = arena.allocate_array<YoloTruth>(static_cast<size_t>(n) * data::kMaxBoxes, "staged truths");
     m.staged_counts = arena.allocate_array<int>(static_cast<size_t>(n), "staged truth counts");

@@ -162,6 +162,14 @@ class Executor {
   // fp16 loss scaling: the losses' gradients are multiplied by `scale` from the next micro-batch
   // on (the optimizer's grad_scale must divide it back out). 1 by default.
   void set_loss_scale(float scale);
+  // fp16 loss scaling kept on the device (GPUs), so that a step queued before the previous one
+  // was read runs at the scale that step left: the scale starts at `scale` (`clean` clean steps
+  // counted) and each queued update, after its non-finite check, divides the gradient scale by it
+  // and then adjusts it (kernels/sgd.h loss_scale_step; set_step_values then takes 1 / batch).
+  // The host's LossScaler, told each step's flag as it reads it, follows the same sequence.
+  // set_loss_scale is refused from then on.
+  void keep_loss_scale_on_device(float scale, int clean, int growth_interval);
+  LossScaleLive device_loss_scale();  // its current value (waits for the compute stream)
 
   // Data parallel: after each layer's backward, called with `ready`: the gradients of the flat
   // buffer's [0, ready) are final for this micro-batch (the buffer is in backward order, so

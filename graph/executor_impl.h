@@ -91,6 +91,10 @@ struct Executor::Impl {
   DeviceMemory widened;         // output(): a 16-bit output widened to FP32
   float loss_scale = 1.0f;      // the losses' gradients are multiplied by this (fp16)
   float* loss_scale_at = nullptr;  // GPUs: its device copy, which the loss kernels read when they run
+  // keep_loss_scale_on_device: loss_scale_at is &loss_scale_live->scale and each update adjusts it.
+  LossScaleLive* loss_scale_live = nullptr;
+  int loss_scale_growth = 0;  // 0: the host sets the scale (set_loss_scale)
+  LossScaleLive loss_scale_host;  // the source of its first copy
   void* workspace = nullptr;
   size_t workspace_bytes = 0;
   Precision precision = Precision::Fp32;

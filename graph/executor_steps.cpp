@@ -20,12 +20,35 @@ void Executor::set_loss_scale(float scale) {
     throw Error("set_loss_scale: " + std::to_string(scale) + " is not a positive finite scale");
   if (scale != 1.0f && !impl_->kernels) throw Error("set_loss_scale: loss scaling (fp16) runs on GPUs only");
   Impl& m = *impl_;
+  if (m.loss_scale_growth > 0) throw Error("set_loss_scale: the loss scale is kept on the device (keep_loss_scale_on_device)");
   if (scale == m.loss_scale) return;
   m.loss_scale = scale;
   // In the compute stream's order: the micro-batches queued after this call read it (a pageable
   // source is staged before copy_bytes returns).
   if (m.loss_scale_at) copy_bytes(m.loss_scale_at, &m.loss_scale, sizeof(float), stream_.get());
 }
+void Executor::keep_loss_scale_on_device(float scale, int clean, int growth_interval) {
+  Impl& m = *impl_;
+  if (!m.kernels) throw Error("keep_loss_scale_on_device: loss scaling (fp16) runs on GPUs only");
+  if (!(scale >= kLossScaleMin && scale <= kLossScaleMax) || clean < 0 || growth_interval < 1 || clean >= growth_interval)
+    throw Error("keep_loss_scale_on_device: scale " + std::to_string(scale) + ", " + std::to_string(clean) +
+                " clean steps of " + std::to_string(growth_interval) + " is not a state of the scaler");
+  set_current_device(device_);
+  m.loss_scale = scale;
+  m.loss_scale_growth = growth_interval;
+  m.loss_scale_host = LossScaleLive{scale, clean};
+  copy_bytes(m.loss_scale_live, &m.loss_scale_host, sizeof(LossScaleLive), stream_.get());
+}
+
+LossScaleLive Executor::device_loss_scale() {
+  Impl& m = *impl_;
+  LossScaleLive out;
+  if (!m.loss_scale_live) throw Error("device_loss_scale: the CPU backend keeps no loss scale on a device");
+  set_current_device(device_);
+  m.copy(&out, m.loss_scale_live, sizeof out);
+  return out;
+}
+
 float* Executor::parameters() { return impl_->params; }
 
 // ---- steps, loss, parameters ----------------------------------------------------------------
@@ -195,8 +218,11 @@ void Executor::queue_update(float momentum, float decay) {
   stream_->record_timing(r.marks[3]);
   grad_nonfinite_check(c, m.grads, param_count_, &r.live->nonfinite);
   SgdHyper hyper{0.0f, momentum, decay, 0.0f, r.live};
+  if (m.loss_scale_growth > 0) hyper.loss_scale = m.loss_scale_at;
   sgd_update(c, m.params, m.grads, m.momentum, m.device_segments, static_cast<int>(m.segments.size()), 0, param_count_,
              hyper, m.half ? m.weights16 : nullptr);
+  // After the update read it: the scale the next step runs at.
+  if (m.loss_scale_growth > 0) loss_scale_update(c, &r.live->nonfinite, m.loss_scale_live, m.loss_scale_growth);
   stream_->record_timing(r.marks[4]);
   r.update_marked = r.update_queued = true;
 }

@@ -3,6 +3,7 @@
 
 #include <cmath>
 
+#include "kernels/sgd.h"
 #include "runtime/check.h"
 
 namespace yolo::graph {
@@ -16,17 +17,12 @@ LossScaler::LossScaler(bool enabled, float initial, int growth_interval)
 
 bool LossScaler::update(bool nonfinite) {
   if (!enabled_) return !nonfinite;
-  if (nonfinite) {
-    ++overflows_;
-    clean_ = 0;
-    scale_ = std::fmax(scale_ * 0.5f, kMin);
-    return false;
-  }
-  if (++clean_ >= growth_interval_) {
-    clean_ = 0;
-    scale_ = std::fmin(scale_ * 2.0f, kMax);
-  }
-  return true;
+  // The rule the device's copy follows (kernels/sgd.h), so that the two stay in step.
+  LossScaleLive s{scale_, static_cast<int>(clean_)};
+  loss_scale_step(nonfinite, s, growth_interval_);
+  scale_ = s.scale, clean_ = s.clean;
+  overflows_ += nonfinite;
+  return !nonfinite;
 }
 
 void LossScaler::restore(const State& s, const std::string& where) {

@@ -2,7 +2,10 @@
 // it): the loss gradient is multiplied by scale() before backward and the optimizer divides it
 // back out (its grad_scale). After each step's gradients are all-reduced, update() is told
 // whether any of them is Inf/NaN; the same reduced gradients give every rank the same answer, so
-// every rank's scaler stays in step. The policy is the usual one (PyTorch's GradScaler):
+// every rank's scaler stays in step. On GPUs the scale the steps run at lives on the device and
+// each update adjusts it there (kernels/sgd.h, the same rule): this object mirrors it a step late,
+// as the loop reads each step's flag, for messages, checkpoints and the divergence rules. The
+// policy is the usual one (PyTorch's GradScaler):
 //   start at 2^16; an Inf/NaN step is skipped and the scale halved (never below 2^-24);
 //   after `growth_interval` clean steps in a row the scale doubles (at most 2^24).
 // BF16 and TF32 have FP32's exponent range and run with the scaler disabled (scale 1, nothing
@@ -12,11 +15,13 @@
 #include <cstdint>
 #include <string>
 
+#include "kernels/sgd.h"
+
 namespace yolo::graph {
 
 class LossScaler {
  public:
-  static constexpr float kInitial = 65536.0f, kMin = 0x1p-24f, kMax = 0x1p24f;
+  static constexpr float kInitial = 65536.0f, kMin = kLossScaleMin, kMax = kLossScaleMax;
   static constexpr int kGrowthInterval = 2000;
 
   explicit LossScaler(bool enabled, float initial = kInitial, int growth_interval = kGrowthInterval);
@@ -30,6 +35,7 @@ class LossScaler {
   bool update(bool nonfinite);
 
   int64_t clean_steps() const { return clean_; }  // since the last change of scale
+  int growth_interval() const { return growth_interval_; }
   int64_t overflows() const { return overflows_; }  // steps skipped for overflow, in all
 
   // Checkpoint state (exact resume): the scale and the clean-step count.

@@ -196,8 +196,6 @@ TrainLoop::Step TrainLoop::begin_step(int64_t iteration) {
   step.iteration = iteration;
   step.check = divergence_.check_due();
   step.trace = trace_due(iteration);
-  step.loss_scale = scaler_.scale();
-  executor_.set_loss_scale(step.loss_scale);
   step.lr = learning_rate_at(schedule_, iteration, options_.seed);
   if (step.trace && dp_) step.comm_trace = std::make_shared<CommTrace>();
   step.start_ms = Executor::clock_ms();
@@ -228,8 +226,8 @@ void TrainLoop::queue_micro_batch_host(Step& step, int s) {
     executor_.stage_inputs(mb.images, mb.truths, mb.truth_counts, mb.labels);
   else
     executor_.use_inputs(mb.images, mb.truths, mb.truth_counts, mb.labels);
-  // The loss scale is divided back out with the batch.
-  if (last) executor_.set_step_values(step.lr, 1.0f / (static_cast<float>(batch_) * step.loss_scale));
+  // The loss scale is divided back out with the batch (by the update on the device, which keeps it).
+  if (last) executor_.set_step_values(step.lr, 1.0f / static_cast<float>(batch_));
   auto queue = [&] { queue_micro_batch(step, s, last); };
   const std::string key = std::to_string(executor_.graph().input.w) + "x" + std::to_string(executor_.graph().input.h) +
                           (s > 0 ? " accumulating" : " first") + (last ? " last" : "") +
@@ -322,6 +320,7 @@ void TrainLoop::end_step(Step& step) {
   step.updated = look_ahead_ ? executor_.update_applied(step.slot()) : executor_.update_applied();
   consumed_ = step.loader_after ? *step.loader_after : source_.state();
   if (options_.step_read) options_.step_read(rank_, step.iteration);
+  step.loss_scale = scaler_.scale();  // the steps before it are read: the scale it ran at
   scaler_.update(!step.updated);
   // Done by now; rethrows an error of its host functions. With look-ahead it may hold the next
   // step's collectives: its errors come with that step's wait (or at the end, finish()).

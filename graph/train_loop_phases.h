@@ -35,7 +35,7 @@ class TrainLoop {
     bool trace = false;  // --trace: this step is traced
     NonFinite found;
     bool forward_checked = false;
-    float loss_scale = 1;
+    float loss_scale = 1;  // the scale it ran at (known once the steps before it were read)
     float lr = 0;
     std::shared_ptr<CommTrace> comm_trace;
     std::vector<TraceEvent> host_events;  // host clock (Executor::clock_ms), converted after the step
@@ -78,6 +78,7 @@ class TrainLoop {
                     double map50);
   void write_chart();
   void settle_idle(size_t keep_open);
+  void check_scale_mirror();
   void save(int64_t iteration);
   void write_timeline();
   TrainResult finish();
@@ -117,9 +118,10 @@ class TrainLoop {
   std::optional<MicroBatch> ahead_;
   std::optional<data::LoaderState> consumed_;
   // Look-ahead: the next step is queued before this one's loss and update flag are read, so the
-  // device is not idle while the host reads them (a detector, one micro-batch a step, graphs, no
-  // fp16 loss scaling: its scale depends on the step before; TrainOptions::look_ahead). Data
-  // parallel too: every rank decides alike what to queue ahead.
+  // device is not idle while the host reads them (a detector, one micro-batch a step, graphs;
+  // TrainOptions::look_ahead). Data parallel too: every rank decides alike what to queue ahead.
+  // fp16's loss scale is kept on the device, so a step queued ahead runs at the scale the step
+  // before it left; scaler_ follows a step late.
   bool look_ahead_ = false;
 };
 

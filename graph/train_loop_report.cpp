@@ -73,6 +73,10 @@ TrainLoop::TrainLoop(const Graph& graph, Executor& executor, Source& source, con
       scaler_(executor.precision() == Precision::Fp16 && options.loss_scaling, options.initial_loss_scale),
       divergence_(options.max_skipped_steps) {
   if (scaler_.enabled() && start.loss_scale) scaler_.restore(*start.loss_scale, options.out_dir + "/last.ckpt");
+  // GPUs: the scale the steps run at is kept and adjusted on the device; scaler_ mirrors it.
+  if (scaler_.enabled() && executor.device().runs_kernels())
+    executor.keep_loss_scale_on_device(scaler_.scale(), static_cast<int>(scaler_.clean_steps()),
+                                       scaler_.growth_interval());
   max_batches_ = options.max_batches ? options.max_batches : net_.max_batches;
   if (max_batches_ <= 0) throw Error(graph.path + ": max_batches is 0: set it in [net] or pass --max-batches");
   schedule_ = net_;
@@ -88,8 +92,8 @@ TrainLoop::TrainLoop(const Graph& graph, Executor& executor, Source& source, con
   if (leader_ && start_iteration_ == 0) std::filesystem::remove(results_csv_);  // a fresh run starts a fresh record
   check_output_folder_fits();
   announce_graphs_and_idle();
-  look_ahead_ = options.look_ahead && executor.device().runs_kernels() && subdivisions == 1 &&
-                !scaler_.enabled() && graph.detection && source.fetch_ahead && graphs_->on();
+  look_ahead_ = options.look_ahead && executor.device().runs_kernels() && subdivisions == 1 && graph.detection &&
+                source.fetch_ahead && graphs_->on();
   if (leader_ && look_ahead_)
     std::printf("train_yolo: look-ahead: each step is queued before the previous one's loss is read "
                 "(--no-look-ahead: after it)\n");
@@ -209,6 +213,17 @@ void TrainLoop::record_epoch(double epoch, int64_t iteration, float rate, const 
   if (std::chrono::steady_clock::now() - t_chart_ >= std::chrono::seconds(10)) write_chart();
 }
 
+// The host's mirror of the loss scale against the device's (GPUs; every step read by now).
+void TrainLoop::check_scale_mirror() {
+  if (!executor_.device().runs_kernels()) return;
+  const LossScaleLive device = executor_.device_loss_scale();
+  if (device.scale != scaler_.scale() || device.clean != scaler_.clean_steps())
+    throw Error("internal error: the loss scale on " + executor_.device().name() + " is " +
+                std::to_string(device.scale) + " after " + std::to_string(device.clean) +
+                " clean steps, the host's mirror says " + std::to_string(scaler_.scale()) + " after " +
+                std::to_string(scaler_.clean_steps()));
+}
+
 void TrainLoop::save(int64_t iteration) {
   std::vector<LayerParams> layers = executor_.download_parameters();
   WeightsHeader header;
@@ -225,6 +240,7 @@ void TrainLoop::save(int64_t iteration) {
   ckpt.tensors.emplace_back("stats", executor_.download("stats"));
   if (scaler_.enabled()) {
     const LossScaler::State st = scaler_.state();
+    check_scale_mirror();
     ckpt.tensors.emplace_back(kLossScaleTensor, std::vector<float>{st.scale, static_cast<float>(st.clean),
                                                                    static_cast<float>(st.overflows)});
   }

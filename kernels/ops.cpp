@@ -553,6 +553,11 @@ void grad_nonfinite_check(const OpContext& c, const float* g, size_t count, int*
            [&](cudaStream_t s) { grad_nonfinite_check_cuda(g, count, flag, s); });
 }
 
+void loss_scale_update(const OpContext& c, const int* nonfinite, LossScaleLive* s, int growth_interval) {
+  dispatch(c, "loss_scale_update", [] { throw Error("loss_scale_update: loss scaling (fp16) runs on GPUs only"); },
+           [&](cudaStream_t stream) { loss_scale_update_cuda(nonfinite, s, growth_interval, stream); });
+}
+
 void yolo_decode(const OpContext& c, ConstAct input, const YoloLossConfig& config, float threshold, Detection* out,
                  int capacity, int* count) {
   void* ws = c.workspace;

@@ -134,6 +134,8 @@ void softmax_cross_entropy(const OpContext& c, const float* logits, const int* l
 void sgd_update(const OpContext& c, float* w, const float* g, float* u, const SgdSegment* segments, int segment_count,
                 size_t begin, size_t end, SgdHyper hyper, void* copy16 = nullptr);
 void grad_nonfinite_check(const OpContext& c, const float* g, size_t count, int* flag);
+// fp16's loss scale on the device (sgd.h loss_scale_step); GPUs only (the CPU backend has no fp16).
+void loss_scale_update(const OpContext& c, const int* nonfinite, LossScaleLive* s, int growth_interval);
 
 // ---- convert.h: FP32 <-> the 16-bit storage type of c's precision (bf16/fp16 only) --------------
 void to_storage(const OpContext& c, const float* src, void* dst, size_t count);

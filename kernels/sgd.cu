@@ -60,6 +60,7 @@ __global__ void sgd_update_kernel(float* w, const float* g, float* u, const SgdS
     hyper.learning_rate = hyper.live->learning_rate;
     hyper.grad_scale = hyper.live->grad_scale;
   }
+  if (hyper.loss_scale) hyper.grad_scale /= *hyper.loss_scale;
   __shared__ int first_segment;
   size_t chunk = begin + size_t(blockIdx.x) * kThreads * kItems;
   if (threadIdx.x == 0) {
@@ -167,6 +168,7 @@ void sgd_update_reference(T* w, const T* g, T* u, const SgdSegment* segments, in
   check_buffers("sgd_update", end - begin, {w, g, u});
   if (hyper.live && hyper.live->nonfinite) return;
   if (hyper.live) hyper.learning_rate = hyper.live->learning_rate, hyper.grad_scale = hyper.live->grad_scale;
+  if (hyper.loss_scale) hyper.grad_scale /= *hyper.loss_scale;
   for (int s = 0; s < segment_count; ++s)
     for (size_t i = segments[s].offset; i < segments[s].offset + segments[s].count; ++i) {
       T step = T(hyper.momentum) * u[i] + g[i] * T(hyper.grad_scale);
@@ -205,6 +207,7 @@ void sgd_update_cpu(float* w, const float* g, float* u, const SgdSegment* segmen
   check_buffers("sgd_update", end - begin, {w, g, u});
   if (hyper.live && hyper.live->nonfinite) return;
   if (hyper.live) hyper.learning_rate = hyper.live->learning_rate, hyper.grad_scale = hyper.live->grad_scale;
+  if (hyper.loss_scale) hyper.grad_scale /= *hyper.loss_scale;
   struct Piece {
     size_t first, last;
     bool decay;
@@ -288,6 +291,20 @@ void sgd_update_cuda(float* w, const float* g, float* u, const SgdSegment* segme
                      size_t end, SgdHyper hyper, Fp16* copy, cudaStream_t stream) {
   if (!copy) throw Error("sgd_update: the fp16 weight copy is a null pointer");
   sgd_update_launch(w, g, u, segments, segment_count, begin, end, hyper, copy, stream);
+}
+
+namespace {
+__global__ void loss_scale_kernel(const int* nonfinite, LossScaleLive* s, int growth_interval) {
+  LossScaleLive v = *s;
+  loss_scale_step(*nonfinite != 0, v, growth_interval);
+  *s = v;
+}
+}  // namespace
+
+void loss_scale_update_cuda(const int* nonfinite, LossScaleLive* s, int growth_interval, cudaStream_t stream) {
+  if (!nonfinite || !s) throw Error("loss_scale_update: a null pointer");
+  if (growth_interval < 1) throw Error("loss_scale_update: the growth interval must be at least 1 step");
+  LAUNCH(loss_scale_kernel, dim3(1), dim3(1), 0, stream, nonfinite, s, growth_interval);
 }
 
 void grad_nonfinite_check_cuda(const float* g, size_t count, int* flag, cudaStream_t stream) {

@@ -42,7 +42,32 @@ struct SgdHyper {
   float grad_scale = 1;
   // When set: learning_rate and grad_scale above are not used; they and the skip come from here.
   const SgdLive* live = nullptr;
+  // When set (fp16's loss scale kept on the device, LossScaleLive::scale): the gradient scale is
+  // divided by it as the update runs (a power of two: exact).
+  const float* loss_scale = nullptr;
 };
+
+// fp16 dynamic loss scaling kept on the device, so that a step queued before the previous one was
+// read runs at the scale that step left (graph/loss_scale.h: the policy's why, and the host's
+// mirror, which calls the same rule). loss_scale_step: after a step's non-finite check, an
+// overflow halves the scale (not below kLossScaleMin) and zeroes the clean count; a clean step
+// counts, and at growth_interval the scale doubles (not above kLossScaleMax) and the count restarts.
+constexpr float kLossScaleMin = 0x1p-24f, kLossScaleMax = 0x1p24f;
+struct LossScaleLive {
+  float scale = 65536.0f;  // what the losses' gradients are multiplied by
+  int clean = 0;           // clean steps since the scale last changed
+};
+YOLO_HOST_DEVICE inline void loss_scale_step(bool nonfinite, LossScaleLive& s, int growth_interval) {
+  if (nonfinite) {
+    s.clean = 0;
+    s.scale = s.scale * 0.5f < kLossScaleMin ? kLossScaleMin : s.scale * 0.5f;
+  } else if (++s.clean >= growth_interval) {
+    s.clean = 0;
+    s.scale = s.scale * 2.0f > kLossScaleMax ? kLossScaleMax : s.scale * 2.0f;
+  }
+}
+// One thread on the stream: loss_scale_step(*nonfinite != 0, *s, growth_interval).
+void loss_scale_update_cuda(const int* nonfinite, LossScaleLive* s, int growth_interval, cudaStream_t stream);
 
 // Throws yolo::Error unless segments[0..count) are back to back and cover exactly [begin, end).
 void sgd_check_segments(const SgdSegment* segments, int segment_count, size_t begin, size_t end);

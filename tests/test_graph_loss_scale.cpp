@@ -1,10 +1,14 @@
 // Dynamic loss scaling (graph/loss_scale.h): the policy step by step (halve and skip on an
 // overflow, double after the growth interval of clean steps, the bounds), the disabled scaler,
-// two scalers fed the same reduced answers staying identical, and checkpoint state.
+// two scalers fed the same reduced answers staying identical, checkpoint state, and the device's
+// copy of the scale following the host's.
 #include <doctest/doctest.h>
 
 #include "graph/loss_scale.h"
+#include "kernels/sgd.h"
 #include "runtime/check.h"
+#include "tests/kernel_harness.h"
+#include "tests/test_support.h"
 
 using yolo::Error;
 using yolo::graph::LossScaler;
@@ -68,4 +72,35 @@ TEST_CASE("loss scale: replicas fed the same reduced answers stay identical; sta
   CHECK_THROWS_WITH_AS(c.restore({1024.0f, 4, 0}, "last.ckpt"), doctest::Contains("step counts 4/0"), Error);
   CHECK_THROWS_AS(LossScaler(true, 0.0f), Error);
   CHECK_THROWS_AS(LossScaler(true, 1.0f, 0), Error);
+}
+
+// The device's copy of the scale (kernels/sgd.h: what a step queued ahead runs at) against the
+// host's scaler, fed the same random overflows; from near each bound, so that the clamps come up.
+TEST_CASE("loss scale: the device's copy (loss_scale_update_cuda) follows the host's scaler step for step") {
+  KERNEL_TEST_DEVICE(device);
+  yolo::testing::Rng rng;
+  CAPTURE(rng.seed());
+  for (float initial : {0x1p-22f, 0x1p22f, 1.0f}) {
+    CAPTURE(initial);
+    const int growth = rng.integer(1, 4);
+    CAPTURE(growth);
+    LossScaler host(true, initial, growth);
+    yolo::testing::DeviceArray<yolo::LossScaleLive> live(device, std::vector<yolo::LossScaleLive>{{initial, 0}});
+    yolo::testing::DeviceArray<int> flag(device, 1);
+    for (int step = 0; step < 60; ++step) {
+      CAPTURE(step);
+      // Overflows in runs, at a rate that makes both bounds reachable from the start chosen.
+      const int nonfinite = rng.integer(0, initial < 1.0f ? 9 : 2) == 0 ? rng.integer(1, 7) : 0;
+      flag.upload({nonfinite});
+      yolo::loss_scale_update_cuda(flag.data(), live.data(), growth, nullptr);
+      host.update(nonfinite != 0);
+      const yolo::LossScaleLive got = live.download()[0];
+      REQUIRE(got.scale == host.scale());
+      REQUIRE(got.clean == host.clean_steps());
+    }
+  }
+  yolo::testing::DeviceArray<yolo::LossScaleLive> live(device, 1);
+  yolo::testing::DeviceArray<int> flag(device, 1);
+  CHECK_THROWS_WITH_AS(yolo::loss_scale_update_cuda(flag.data(), live.data(), 0, nullptr),
+                       doctest::Contains("growth interval must be at least 1"), Error);
 }

@@ -290,3 +290,38 @@ TEST_CASE(
   }
 }
 #endif
+
+#if YOLO_EMULATED_KERNELS
+// The scale kept on the device (Executor::keep_loss_scale_on_device): each update divides the
+// gradients by the scale its step ran at and only then adjusts it. Against an executor whose scale
+// the host sets before each step (and folds into the gradient scale), with a growth interval of
+// one step, so that the scale doubles after every step: the same bits, step after step.
+TEST_CASE("fp16 loss scale kept on the device (emu0): the update divides by the step's scale, then doubles it") {
+  const Graph graph = build_graph(yolo::testing::tiny_detector_spec());
+  const int micro = 2;
+  std::vector<float> images;
+  std::vector<YoloTruth> truths;
+  std::vector<int> counts;
+  yolo::testing::synthetic_batch(11, 0, micro, graph.input.w, graph.input.h, images, truths, counts);
+  yolo::testing::UploadedBatch batch(Device::emu(0), images, truths, counts);
+  Executor host_set(graph, Device::emu(0), micro, 3, {}, Precision::Fp16);
+  Executor kept(graph, Device::emu(0), micro, 3, {}, Precision::Fp16);
+  float scale = 512.0f;
+  kept.keep_loss_scale_on_device(scale, 0, 1);
+  CHECK_THROWS_WITH_AS(kept.set_loss_scale(2.0f), doctest::Contains("kept on the device"), Error);
+  for (int step = 0; step < 3; ++step) {
+    CAPTURE(step);
+    host_set.set_loss_scale(scale);
+    host_set.train_micro_batch(batch.image_data(), batch.truth_data(), batch.count_data(), nullptr, false);
+    kept.train_micro_batch(batch.image_data(), batch.truth_data(), batch.count_data(), nullptr, false);
+    REQUIRE(host_set.apply_update(0.01f, 0.9f, 0.0005f, 1.0f / (micro * scale)));
+    REQUIRE(kept.apply_update(0.01f, 0.9f, 0.0005f, 1.0f / micro));
+    CHECK(host_set.take_loss().total == kept.take_loss().total);
+    CHECK(host_set.download("params") == kept.download("params"));
+    scale *= 2;
+    const LossScaleLive on_device = kept.device_loss_scale();
+    CHECK(on_device.scale == scale);
+    CHECK(on_device.clean == 0);
+  }
+}
+#endif

@@ -28,6 +28,8 @@ namespace {
 
 struct ScriptedRun {
   Device device = Device::cpu();
+  Precision precision = Precision::Fp32;
+  float initial_loss_scale = 65536.0f;  // fp16
   bool look_ahead = true;
   int64_t checkpoint_every = 0;
   std::function<bool(int64_t iteration)> stop;  // the stop request hook (empty: stop_after)
@@ -50,7 +52,7 @@ struct ScriptedRun {
   void run(const std::string& out_dir) {
     Graph graph = build_graph(yolo::testing::tiny_detector_spec());
     const int micro = 2;
-    Executor executor(graph, device, micro, 1);
+    Executor executor(graph, device, micro, 1, {}, precision);
     for (const auto& [what, values] : restore) executor.upload(what, values);
     std::vector<float> images;
     std::vector<YoloTruth> truths;
@@ -73,6 +75,7 @@ struct ScriptedRun {
     o.progress_in_place = false;
     o.seed = 1;
     o.look_ahead = look_ahead;
+    o.initial_loss_scale = initial_loss_scale;
     o.checkpoint_every = checkpoint_every;
     auto next_begun = std::make_shared<std::atomic<bool>>(false);
     auto timed_out = std::make_shared<std::atomic<bool>>(false);
@@ -197,6 +200,31 @@ TEST_CASE("look-ahead (emu:0): the host never waits for a step queued ahead befo
   CHECK(run.at("step 3") < run.at("read 2"));
   CHECK_FALSE(run.held_past_deadline);
   CHECK(run.result.iterations == 5);
+}
+
+TEST_CASE("look-ahead (emu:0), fp16: each step runs at the loss scale the step before left; the bits of --no-look-ahead") {
+  TempDir dir;
+  // A first scale of 2^15 overflows the first steps' gradients: each halves the scale on the
+  // device, and the step queued ahead of its read must run at the halved scale.
+  ScriptedRun ahead;
+  ahead.device = Device::emu(0);
+  ahead.precision = Precision::Fp16;
+  ahead.initial_loss_scale = 0x1p15f;
+  ahead.steps = 8;
+  ahead.epoch_micro_batches = 100;
+  ahead.run(dir / "ahead");
+  for (int64_t k = 0; k + 1 < 8; ++k) CHECK(ahead.at("step " + std::to_string(k + 1)) < ahead.at("read " + std::to_string(k)));
+  MESSAGE("fp16 from 2^15: " << ahead.result.overflow_skips << " skipped, scale " << ahead.result.loss_scale);
+  CHECK(ahead.result.overflow_skips >= 2);  // overflows in a row, each step queued before the last was read
+  CHECK(ahead.result.overflow_skips < 8);   // and then it trains
+  ScriptedRun in_turn = ahead;
+  in_turn.log.clear();
+  in_turn.look_ahead = false;
+  in_turn.run(dir / "in_turn");
+  CHECK(ahead.result.losses == in_turn.result.losses);
+  CHECK(ahead.result.overflow_skips == in_turn.result.overflow_skips);
+  CHECK(ahead.result.loss_scale == in_turn.result.loss_scale);
+  CHECK(yolo::testing::file_bytes(dir / "ahead/last.ckpt") == yolo::testing::file_bytes(dir / "in_turn/last.ckpt"));
 }
 
 TEST_CASE("look-ahead (emu:0): a stop asked for while the next step is queued comes after that step, and resumes exactly") {

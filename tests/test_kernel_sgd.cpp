@@ -310,6 +310,20 @@ void check_live(Rng& rng, Device device, Run run) {
   for (size_t i = 0; i < n; ++i) copy_differs += copy_live[i].bits != copy_want[i].bits;
   CHECK(copy_differs == 0);
   CHECK(w_live != w0);
+  // fp16's loss scale kept in memory (a power of two, drawn afresh): the update divides the live
+  // gradient scale by it, the same bits as the quotient given by value.
+  const float scale = std::ldexp(1.0f, rng.integer(1, 24) * (rng.integer(0, 1) ? 1 : -1));  // not 1
+  CAPTURE(scale);
+  DeviceArray<float> loss_scale(device, std::vector<float>{scale});
+  SgdHyper scaled = by_value;
+  scaled.loss_scale = loss_scale.data();
+  const auto [w_scaled, u_scaled, copy_scaled] = update(scaled, live.data());
+  SgdHyper divided = by_value;
+  divided.grad_scale = (1.0f / 48) / scale;
+  const auto [w_divided, u_divided, copy_divided] = update(divided, nullptr);
+  CHECK(same_bits(w_scaled, w_divided));
+  CHECK(same_bits(u_scaled, u_divided));
+  CHECK_FALSE(same_bits(u_scaled, u_want));
   live.upload({SgdLive{0.02f, 1.0f / 48, 1}});
   const auto [w_skip, u_skip, copy_skip] = update(by_value, live.data());
   CHECK(same_bits(w_skip, w0));
