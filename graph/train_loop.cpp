@@ -103,13 +103,15 @@ TrainResult TrainLoop::run() {
     ahead.reset();
     if (step.queued) step.start_ms = Executor::clock_ms();  // steps' wall times tile the run
     for (int s = 0; s < subdivisions_; ++s) {
-      if (!step.queued) queue_micro_batch_host(step, s);
-      if (s == subdivisions_ - 1 && !pending && queue_ahead_ok(step)) {
+      if (step.queued <= s) queue_micro_batch_host(step, s);
+      // Look-ahead: the next micro-batch is queued before this one is read.
+      if (s + 1 < subdivisions_ && pipeline_ok(step)) {
+        close_window_early(step, s);
+        queue_micro_batch_host(step, s + 1);
+      } else if (s + 1 == subdivisions_ && !pending && queue_ahead_ok(step)) {
         ahead = begin_step(iteration + 1);
-        idle_->close_window(true);  // the windows tile: this one ends where the next step's begins
-        step.window_closed = true;
+        close_window_early(step, s);
         queue_micro_batch_host(*ahead, 0);
-        ahead->queued = true;
       }
       read_micro_batch(step, s);
     }
@@ -191,9 +193,10 @@ void TrainLoop::host_span(Step& step, const char* name, double start_ms) const {
 
 TrainLoop::Step TrainLoop::begin_step(int64_t iteration) {
   if (options_.before_step) options_.before_step(executor_, rank_, iteration);
-  if (dp_) static_cast<float*>(dp_->stop_host.data())[2 * (iteration % 2)] = stop_requested(iteration) ? 1.0f : 0.0f;
   Step step;
   step.iteration = iteration;
+  step.micro_batches = subdivisions_;
+  step.look_ahead = look_ahead_;
   step.check = divergence_.check_due();
   step.trace = trace_due(iteration);
   step.lr = learning_rate_at(schedule_, iteration, options_.seed);
@@ -209,7 +212,11 @@ void TrainLoop::queue_micro_batch_host(Step& step, int s) {
   const bool last = s == subdivisions_ - 1;
   // With look-ahead, steps alternate between the executor's two result slots (a graph keeps its
   // own): before anything of this step is queued (its step values go to its slot too).
-  if (look_ahead_) executor_.set_result_slot(step.slot());
+  if (look_ahead_) executor_.set_result_slot(step.slot(s));
+  // Data parallel: this rank's stop request rides with the step's collectives (in its last
+  // micro-batch). Its slot's previous step has been read by now: its copy of the flag is done.
+  if (dp_ && last)
+    static_cast<float*>(dp_->stop_host.data())[2 * step.last_slot()] = stop_requested(step.iteration) ? 1.0f : 0.0f;
   // A traced step runs eagerly: its per-layer events are timed where they are queued. So does
   // the checked one: its outputs are read back from the host during backward.
   const bool replay = graphs_->on() && !step.trace && !step.check;
@@ -231,7 +238,7 @@ void TrainLoop::queue_micro_batch_host(Step& step, int s) {
   auto queue = [&] { queue_micro_batch(step, s, last); };
   const std::string key = std::to_string(executor_.graph().input.w) + "x" + std::to_string(executor_.graph().input.h) +
                           (s > 0 ? " accumulating" : " first") + (last ? " last" : "") +
-                          (look_ahead_ ? " slot " + std::to_string(step.slot()) : "");
+                          (look_ahead_ ? " slot " + std::to_string(step.slot(s)) : "");
   if (replay) {
     if (graphs_->run(key, queue)) ++result_.graph_launches;
     if (std::string why = graphs_->take_notice(); !why.empty() && leader_)
@@ -241,7 +248,15 @@ void TrainLoop::queue_micro_batch_host(Step& step, int s) {
     queue();
   }
   host_span(step, "queue micro-batch (host)", t);
+  step.queued = s + 1;
   fetch_ahead(step, s);
+}
+
+// Micro-batch s of `step` is about to have the next one queued ahead of its read: its device-idle
+// window ends here, where the next one's begins (the windows tile).
+void TrainLoop::close_window_early(Step& step, int s) {
+  idle_->close_window(s == subdivisions_ - 1);
+  step.windows_closed = s + 1;
 }
 
 // The wait for micro-batch s's loss.
@@ -249,14 +264,14 @@ void TrainLoop::read_micro_batch(Step& step, int s) {
   const bool last = s == subdivisions_ - 1;
   const double t = Executor::clock_ms();
   // The step's collectives, with the deadline (look-ahead: not those of the step queued after it).
-  if (last && dp_ && look_ahead_) dp_->comm->wait_until(executor_.update_done(step.slot()));
+  if (last && dp_ && look_ahead_) dp_->comm->wait_until(executor_.update_done(step.last_slot()));
   else if (last && dp_) dp_->comm->wait(executor_.compute_stream());
   if (look_ahead_)
-    executor_.read_micro_batch_loss(step.slot());  // not waiting for a step queued after it
+    executor_.read_micro_batch_loss(step.slot(s));  // not waiting for a micro-batch queued after it
   else
     executor_.read_micro_batch_loss();
   host_span(step, "wait for the micro-batch (host)", t);
-  if (!step.window_closed) idle_->close_window(last);
+  if (step.windows_closed <= s) idle_->close_window(last);
   if (step.check && last) executor_.set_before_backward({});
 }
 
@@ -276,6 +291,13 @@ bool TrainLoop::queue_ahead_ok(const Step& step) const {
   return step.loader_after && step.loader_after->epoch == last_epoch_reported_;
 }
 
+// Whether micro-batch s + 1 of `step` may be queued before micro-batch s is read: nothing the
+// host does between a step's micro-batches depends on their results, except in a traced step (its
+// per-layer events) and a checked one (it reads outputs during backward).
+bool TrainLoop::pipeline_ok(const Step& step) const {
+  return look_ahead_ && graphs_->on() && !step.trace && !step.check;
+}
+
 bool TrainLoop::trace_due(int64_t iteration) const {
   return !options_.trace_file.empty() &&
          iteration == start_iteration_ + std::min<int64_t>(1, max_batches_ - start_iteration_ - 1);
@@ -292,7 +314,7 @@ void TrainLoop::queue_micro_batch(Step& step, int s, bool last) {
     executor_.set_gradients_ready([&](size_t ready) {
       while (next_bucket < dp->buckets.size() && dp->buckets[next_bucket].second <= ready) {
         auto [begin, end] = dp->buckets[next_bucket];
-        all_reduce_gradients(executor_, *dp, begin, end, step.comm_trace, static_cast<int>(next_bucket), step.slot());
+        all_reduce_gradients(executor_, *dp, begin, end, step.comm_trace, static_cast<int>(next_bucket), step.last_slot());
         ++next_bucket;
       }
     });
@@ -303,7 +325,7 @@ void TrainLoop::queue_micro_batch(Step& step, int s, bool last) {
   if (!last) return;
   if (dp) {
     if (!dp->overlap)
-      all_reduce_gradients(executor_, *dp, 0, executor_.parameter_count(), step.comm_trace, -1, step.slot());
+      all_reduce_gradients(executor_, *dp, 0, executor_.parameter_count(), step.comm_trace, -1, step.last_slot());
     else if (next_bucket != dp->buckets.size())
       throw Error("internal error: " + std::to_string(next_bucket) + " of " + std::to_string(dp->buckets.size()) +
                   " gradient buckets were all-reduced in backward");
@@ -317,7 +339,7 @@ void TrainLoop::queue_micro_batch(Step& step, int s, bool last) {
 // replicas' agreement, the trace, the counters.
 void TrainLoop::end_step(Step& step) {
   if (idle_->due()) settle_idle(DeviceIdle::kKeepOpen);
-  step.updated = look_ahead_ ? executor_.update_applied(step.slot()) : executor_.update_applied();
+  step.updated = look_ahead_ ? executor_.update_applied(step.last_slot()) : executor_.update_applied();
   consumed_ = step.loader_after ? *step.loader_after : source_.state();
   if (options_.step_read) options_.step_read(rank_, step.iteration);
   step.loss_scale = scaler_.scale();  // the steps before it are read: the scale it ran at

@@ -43,11 +43,17 @@ class TrainLoop {
     StepSplit split;
     bool updated = false;
     LossSums loss;
-    bool queued = false;         // queued ahead, before the step before it was read
-    bool window_closed = false;  // its device-idle window closed when the next step was queued
+    int queued = 0;          // its micro-batches queued so far (look-ahead: before earlier reads)
+    int windows_closed = 0;  // its micro-batches whose device-idle windows closed as the next was queued
     // The loader's position after this step's micro-batches (before the next was taken ahead).
     std::optional<data::LoaderState> loader_after;
-    int slot() const { return static_cast<int>(iteration % 2); }  // the executor's result slot
+    // The executor's result slot of micro-batch s: with look-ahead they alternate over the run's
+    // micro-batches (two in flight at most); without, always 0. The step's last micro-batch's
+    // slot also holds its update (flag, timing marks) and, data parallel, its stop request.
+    int micro_batches = 1;
+    bool look_ahead = false;
+    int slot(int s) const { return look_ahead ? static_cast<int>((iteration * micro_batches + s) % 2) : 0; }
+    int last_slot() const { return slot(micro_batches - 1); }
   };
 
   // train_loop.cpp: the step.
@@ -55,6 +61,8 @@ class TrainLoop {
   void queue_micro_batch_host(Step& step, int s);
   void read_micro_batch(Step& step, int s);
   bool queue_ahead_ok(const Step& step) const;
+  bool pipeline_ok(const Step& step) const;
+  void close_window_early(Step& step, int s);
   bool trace_due(int64_t iteration) const;
   void queue_micro_batch(Step& step, int s, bool last);
   void end_step(Step& step);
@@ -117,9 +125,9 @@ class TrainLoop {
   // step read: what the steps so far consumed, which checkpoints, epochs and the progress line report.
   std::optional<MicroBatch> ahead_;
   std::optional<data::LoaderState> consumed_;
-  // Look-ahead: the next step is queued before this one's loss and update flag are read, so the
-  // device is not idle while the host reads them (a detector, one micro-batch a step, graphs;
-  // TrainOptions::look_ahead). Data parallel too: every rank decides alike what to queue ahead.
+  // Look-ahead: the next micro-batch (of this step or the next) is queued before this one's loss
+  // (and the step's update flag) are read, so the device is not idle while the host reads them
+  // (a detector, graphs; TrainOptions::look_ahead). Data parallel too: every rank decides alike what to queue ahead.
   // fp16's loss scale is kept on the device, so a step queued ahead runs at the scale the step
   // before it left; scaler_ follows a step late.
   bool look_ahead_ = false;

@@ -92,10 +92,10 @@ TrainLoop::TrainLoop(const Graph& graph, Executor& executor, Source& source, con
   if (leader_ && start_iteration_ == 0) std::filesystem::remove(results_csv_);  // a fresh run starts a fresh record
   check_output_folder_fits();
   announce_graphs_and_idle();
-  look_ahead_ = options.look_ahead && executor.device().runs_kernels() && subdivisions == 1 && graph.detection &&
-                source.fetch_ahead && graphs_->on();
+  look_ahead_ = options.look_ahead && executor.device().runs_kernels() && graph.detection && source.fetch_ahead &&
+                graphs_->on();
   if (leader_ && look_ahead_)
-    std::printf("train_yolo: look-ahead: each step is queued before the previous one's loss is read "
+    std::printf("train_yolo: look-ahead: each micro-batch is queued before the previous one's loss is read "
                 "(--no-look-ahead: after it)\n");
 }
 
@@ -323,7 +323,7 @@ void TrainLoop::end_epoch_if_due(const Step& step) {
 bool TrainLoop::stop_after(const Step& step) {
   bool stop_now = false;
   if (dp_)
-    stop_now = static_cast<const float*>(dp_->stop_host.data())[2 * step.slot() + 1] > 0;  // every rank reads the same sum
+    stop_now = static_cast<const float*>(dp_->stop_host.data())[2 * step.last_slot() + 1] > 0;  // every rank reads the same sum
   else
     stop_now = stop_requested(step.iteration);
   if (!stop_now || step.iteration + 1 == max_batches_) return false;

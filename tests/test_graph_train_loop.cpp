@@ -44,6 +44,7 @@ struct ScriptedRun {
   // step hold + 1, at most 5 s: a loop that waits for a step's device work before it queues the
   // step after it finds it held, and `held_past_deadline` says so.
   int64_t hold = -1;
+  int64_t release_take = -1;  // >= 0: the hold ends instead when the source hands out this micro-batch
   bool held_past_deadline = false;
   std::vector<std::string> log;     // "step K" as each step begins, "take N" as the loop takes micro-batch N,
                                     // "read K" once its loss and update flag were read
@@ -63,7 +64,10 @@ struct ScriptedRun {
     Source source;
     source.steps_per_epoch = epoch_micro_batches;
     source.fetch_ahead = fetch_ahead;
+    auto next_begun = std::make_shared<std::atomic<bool>>(false);
+    auto timed_out = std::make_shared<std::atomic<bool>>(false);
     source.next = [&] {
+      if (taken == release_take) next_begun->store(true);
       log.push_back("take " + std::to_string(taken++));
       return MicroBatch{batch.image_data(), batch.truth_data(), batch.count_data(), nullptr};
     };
@@ -77,11 +81,9 @@ struct ScriptedRun {
     o.look_ahead = look_ahead;
     o.initial_loss_scale = initial_loss_scale;
     o.checkpoint_every = checkpoint_every;
-    auto next_begun = std::make_shared<std::atomic<bool>>(false);
-    auto timed_out = std::make_shared<std::atomic<bool>>(false);
     o.before_step = [&](Executor& e, int, int64_t iteration) {
       log.push_back("step " + std::to_string(iteration));
-      if (iteration == hold + 1) next_begun->store(true);
+      if (iteration == hold + 1 && release_take < 0) next_begun->store(true);
       if (iteration != hold) return;
       e.compute_stream().enqueue([next_begun, timed_out] {
         const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
@@ -202,6 +204,36 @@ TEST_CASE("look-ahead (emu:0): the host never waits for a step queued ahead befo
   CHECK(run.result.iterations == 5);
 }
 
+TEST_CASE("look-ahead (emu:0): with micro-batches, each is queued before the one before it is read; the bits of --no-look-ahead") {
+  TempDir dir;
+  for (int subdivisions : {2, 3}) {
+    CAPTURE(subdivisions);
+    const std::string tag = std::to_string(subdivisions);
+    // Step 2's first micro-batch (number 2S) is held until the source hands out micro-batch
+    // 2S + 2, which the loop takes only after queueing micro-batch 2S + 1: its read must come
+    // after that, and the step after it is queued before the step's last micro-batch is read.
+    ScriptedRun ahead;
+    ahead.device = Device::emu(0);
+    ahead.subdivisions = subdivisions;
+    ahead.steps = 4;
+    ahead.epoch_micro_batches = 100;
+    ahead.hold = 2;
+    ahead.release_take = 2 * subdivisions + 2;
+    ahead.run(dir / ("ahead" + tag));
+    CHECK_FALSE(ahead.held_past_deadline);
+    for (int64_t k = 0; k + 1 < 4; ++k) CHECK(ahead.at("step " + std::to_string(k + 1)) < ahead.at("read " + std::to_string(k)));
+    CHECK(ahead.result.graphs_captured <= 6);  // first, accumulating, last: by slot
+    ScriptedRun in_turn = ahead;
+    in_turn.log.clear();
+    in_turn.look_ahead = false;
+    in_turn.hold = -1;
+    in_turn.run(dir / ("in_turn" + tag));
+    CHECK(ahead.result.losses == in_turn.result.losses);
+    CHECK(yolo::testing::file_bytes(dir / ("ahead" + tag + "/last.ckpt")) ==
+          yolo::testing::file_bytes(dir / ("in_turn" + tag + "/last.ckpt")));
+  }
+}
+
 TEST_CASE("look-ahead (emu:0), fp16: each step runs at the loss scale the step before left; the bits of --no-look-ahead") {
   TempDir dir;
   // A first scale of 2^15 overflows the first steps' gradients: each halves the scale on the
@@ -274,6 +306,7 @@ namespace {
 struct ParallelRun {
   bool look_ahead = true;
   bool sync_bn = false;
+  int subdivisions = 1;  // 2: a batch of 12 (3 images a micro-batch, an epoch of 3 steps)
   int64_t steps = 6;
   int hold_rank = -1;  // this rank's step `hold` waits until the rank begins step hold + 1 (5 s at most)
   int64_t hold = -1;
@@ -289,6 +322,8 @@ struct ParallelRun {
     o.comm_timeout = 20;  // a rank left alone in a collective fails the test, not hangs it
     o.look_ahead = look_ahead;
     o.sync_bn = sync_bn;
+    o.subdivisions = subdivisions;
+    if (subdivisions > 1) o.batch = 6 * subdivisions;
     o.resume = resume;
     o.stop_requested = [this](int rank, int64_t iteration) { return stop && stop(rank, iteration); };
     auto next_begun = std::make_shared<std::atomic<bool>>(false);
@@ -366,6 +401,32 @@ TEST_CASE("look-ahead (emu:0,1): every rank queues the next step before reading 
   CHECK(synced.at(1, "step 5") < synced.at(1, "read 4"));
 }
 
+TEST_CASE("look-ahead (emu:0,1): two micro-batches a step, the second queued before the first is read; the bits of --no-look-ahead") {
+  TempDir dir;
+  const data::Dataset dataset = parallel_dataset(dir / "data");
+  // (That no micro-batch waits for the one queued after it is shown on emu:0 above; here the
+  // step's collectives and stop request ride in its last micro-batch's result slot.)
+  ParallelRun ahead;
+  ahead.subdivisions = 2;
+  ahead.steps = 3;
+  ahead.run(dataset, dir / "ahead");
+  REQUIRE(ahead.result.stop == TrainStop::Finished);
+  for (int rank : {0, 1}) CHECK(ahead.at(rank, "step 2") < ahead.at(rank, "read 1"));
+  ParallelRun in_turn = ahead;
+  in_turn.look_ahead = false;
+  in_turn.log[0].clear(), in_turn.log[1].clear();
+  in_turn.run(dataset, dir / "in_turn");
+  CHECK(ahead.result.losses == in_turn.result.losses);
+  CHECK(yolo::testing::file_bytes(dir / "ahead/last.ckpt") == yolo::testing::file_bytes(dir / "in_turn/last.ckpt"));
+  // A stop asked of rank 1 at step 1 comes after step 2 (queued ahead), on both ranks.
+  ParallelRun stopped = ahead;
+  stopped.log[0].clear(), stopped.log[1].clear();
+  stopped.stop = [](int rank, int64_t iteration) { return rank == 1 && iteration == 0; };
+  stopped.run(dataset, dir / "stopped");
+  CHECK(stopped.result.stop == TrainStop::Signal);
+  CHECK(stopped.result.iterations == 2);
+}
+
 TEST_CASE("look-ahead (emu:0,1): a stop asked of one rank while the next step is queued: every rank runs it, stops, resumes exactly") {
   TempDir dir;
   const data::Dataset dataset = parallel_dataset(dir / "data");
@@ -393,5 +454,14 @@ TEST_CASE("look-ahead (emu:0,1): a stop asked of one rank while the next step is
   resumed.run(dataset, dir / "run");
   CHECK(resumed.result.iterations == 6);
   CHECK(yolo::testing::file_bytes(dir / "run/last.weights") == straight_weights);
+
+  // --no-look-ahead: a stop asked at step 3 (0-based 2, replayed by a graph captured at step 2)
+  // stops both ranks right after it.
+  ParallelRun in_turn;
+  in_turn.look_ahead = false;
+  in_turn.stop = [](int rank, int64_t iteration) { return rank == 1 && iteration == 2; };
+  in_turn.run(dataset, dir / "in_turn");
+  CHECK(in_turn.result.stop == TrainStop::Signal);
+  CHECK(in_turn.result.iterations == 3);
 }
 #endif
