@@ -29,17 +29,20 @@
 #   fold       fewer passes around BatchNorm: bench_kernels' bn+leaky backward reading y beside the
 #              one recomputing it (batch 16), then YOLOv3-416 bf16 batch 16 with the shortcuts
 #              folded (default) and with --no-fold, 36 steps each, medians              ~3 min
+#   lookahead  YOLOv3-416 as the stock cfg trains it (batch 64, 16 micro-batches a step) in bf16,
+#              and batch 16 in fp16 (the T4's precision, loss scale on the GPU), each with
+#              look-ahead (default) and with --no-look-ahead, medians                   ~5 min
 # Writes full logs to OUTDIR and prints a summary table last. A tool that is missing is
 # reported as unavailable, not as a failure. Needs the binaries built beforehand (here or
 # elsewhere: `make ARCH=90 all build/tests`).
 set -u
-usage="usage: tools/gpu_check.sh OUTDIR [tests|sanitizer|bench|loader|train|yolov3|nccl|nccl2|tc|tune|peer|fold ...]"
+usage="usage: tools/gpu_check.sh OUTDIR [tests|sanitizer|bench|loader|train|yolov3|nccl|nccl2|tc|tune|peer|fold|lookahead ...]"
 OUT=${1:?$usage}
 shift
 sections=("$@")
-(( ${#sections[@]} )) || sections=(tests sanitizer bench loader train yolov3 nccl nccl2 tc tune peer fold)
+(( ${#sections[@]} )) || sections=(tests sanitizer bench loader train yolov3 nccl nccl2 tc tune peer fold lookahead)
 for s in "${sections[@]}"; do
-  case $s in tests|sanitizer|bench|loader|train|yolov3|nccl|nccl2|tc|tune|peer|fold) ;;
+  case $s in tests|sanitizer|bench|loader|train|yolov3|nccl|nccl2|tc|tune|peer|fold|lookahead) ;;
     *) echo "unknown section '$s'; $usage" >&2; exit 2 ;;
   esac
 done
@@ -447,6 +450,29 @@ section_fold() {
     [[ -f "$OUT/$log" ]] && summary[-1]+=" | $(ours_rate "$OUT/$log" 16 |
       awk '{printf "%s img/s, %s ms/step (data wait %s, other %s)", $1, $2, $3, $4}')"
     rm -f "$OUT/fold_runs/$mode/"*.weights "$OUT/fold_runs/$mode/"*.ckpt
+  done
+}
+
+# Look-ahead where it was missing before (docs/perf.md has the predictions): micro-batches (the
+# stock cfg's 16 a step: one host round trip each without it) and fp16's loss scale on the GPU.
+section_lookahead() {
+  [[ -x ./train_yolo ]] || { record "lookahead" "unavailable" "./train_yolo not built"; return; }
+  sed 's/^classes=80/classes=3/; s/^filters=255/filters=24/; s/^random=1/random=0/' models/yolov3.cfg \
+    >"$OUT/yolov3-lookahead.cfg"
+  local run mode log flags batch args precision
+  for run in "bf16 64/16" "fp16 16/1"; do
+    read -r precision batch <<<"$run"
+    args=(--batch "${batch%/*}" --subdivisions "${batch#*/}")
+    for mode in ahead in-turn; do
+      log="lookahead_${precision}_$mode.log"
+      flags=()
+      [[ $mode == in-turn ]] && flags=(--no-look-ahead)
+      run_step "yolov3 $precision $batch $mode" "$log" 120 ./train_yolo --cfg "$OUT/yolov3-lookahead.cfg" --size 416 \
+        "${args[@]}" --max-batches 24 --precision "$precision" "${flags[@]}" --out "$OUT/lookahead_runs/$mode"
+      [[ -f "$OUT/$log" ]] && summary[-1]+=" | $(ours_rate "$OUT/$log" "${batch%/*}" |
+        awk '{printf "%s img/s, %s ms/step (data wait %s, other %s)", $1, $2, $3, $4}')"
+      rm -f "$OUT/lookahead_runs/$mode/"*.weights "$OUT/lookahead_runs/$mode/"*.ckpt
+    done
   done
 }
 
