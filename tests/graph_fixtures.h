@@ -211,10 +211,11 @@ std::vector<std::string> on_replicas(DeviceKind kind, int world, double timeout,
   return errors;
 }
 
-// A 12-image training set (80x60 PNGs, 1 validation image) written under `root` and opened.
-inline data::Dataset small_shapes_dataset(const std::string& root) {
+// A training set of 12 images (or `train_images`; 80x60 PNGs, 1 validation image) written under
+// `root` and opened.
+inline data::Dataset small_shapes_dataset(const std::string& root, int train_images = 12) {
   data::SyntheticOptions options;
-  options.train_images = 12;
+  options.train_images = train_images;
   options.valid_images = 1;
   options.width = 80;
   options.height = 60;

@@ -292,6 +292,28 @@ TEST_CASE(
 #endif
 
 #if YOLO_EMULATED_KERNELS
+namespace {
+
+// A synthetic micro-batch for the tiny detector (images mapped through `map`), also on emu:0.
+struct TinyBatch {
+  std::vector<float> images;
+  std::vector<YoloTruth> truths;
+  std::vector<int> counts;
+  yolo::testing::UploadedBatch uploaded;
+  TinyBatch(const Graph& graph, int micro, int seed, float (*map)(float) = nullptr)
+      : uploaded(make(graph, micro, seed, map)) {}
+
+ private:
+  yolo::testing::UploadedBatch make(const Graph& graph, int micro, int seed, float (*map)(float)) {
+    yolo::testing::synthetic_batch(seed, 0, micro, graph.input.w, graph.input.h, images, truths, counts);
+    if (map)
+      for (float& v : images) v = map(v);
+    return yolo::testing::UploadedBatch(Device::emu(0), images, truths, counts);
+  }
+};
+
+}  // namespace
+
 // The scale kept on the device (Executor::keep_loss_scale_on_device): each update divides the
 // gradients by the scale its step ran at and only then adjusts it. Against an executor whose scale
 // the host sets before each step (and folds into the gradient scale), with a growth interval of
@@ -299,11 +321,8 @@ TEST_CASE(
 TEST_CASE("fp16 loss scale kept on the device (emu0): the update divides by the step's scale, then doubles it") {
   const Graph graph = build_graph(yolo::testing::tiny_detector_spec());
   const int micro = 2;
-  std::vector<float> images;
-  std::vector<YoloTruth> truths;
-  std::vector<int> counts;
-  yolo::testing::synthetic_batch(11, 0, micro, graph.input.w, graph.input.h, images, truths, counts);
-  yolo::testing::UploadedBatch batch(Device::emu(0), images, truths, counts);
+  const TinyBatch tiny(graph, micro, 11);
+  const yolo::testing::UploadedBatch& batch = tiny.uploaded;
   Executor host_set(graph, Device::emu(0), micro, 3, {}, Precision::Fp16);
   Executor kept(graph, Device::emu(0), micro, 3, {}, Precision::Fp16);
   float scale = 512.0f;
@@ -331,13 +350,11 @@ TEST_CASE("fp16 loss scale kept on the device (emu0): the update divides by the 
 TEST_CASE("bf16 and fp16 runs (emu0): 16-bit images give the bits of FP32 images, read in place or staged") {
   const Graph graph = build_graph(yolo::testing::tiny_detector_spec());
   const int micro = 2;
-  std::vector<float> images;
-  std::vector<YoloTruth> truths;
-  std::vector<int> counts;
-  yolo::testing::synthetic_batch(5, 0, micro, graph.input.w, graph.input.h, images, truths, counts);
-  for (float& v : images) v = v * 0.87f + 0.051f;  // off the 8-bit grid, as the loader's are
+  // Off the 8-bit grid, as the loader's are.
+  const TinyBatch tiny(graph, micro, 5, [](float v) { return v * 0.87f + 0.051f; });
+  const std::vector<float>& images = tiny.images;
+  const yolo::testing::UploadedBatch& batch = tiny.uploaded;
   const Device device = Device::emu(0);
-  yolo::testing::UploadedBatch batch(device, images, truths, counts);
   for (Precision precision : {Precision::Bf16, Precision::Fp16}) {
     CAPTURE(precision_name(precision));
     std::vector<uint16_t> rounded(images.size());

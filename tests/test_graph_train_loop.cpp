@@ -26,6 +26,23 @@ using yolo::testing::TempDir;
 
 namespace {
 
+// A step's device work held at its start until the host releases it (at most 5 s; then
+// past_deadline() says the host waited for it first).
+struct DeviceHold {
+  std::shared_ptr<std::atomic<bool>> released = std::make_shared<std::atomic<bool>>(false);
+  std::shared_ptr<std::atomic<bool>> timed_out = std::make_shared<std::atomic<bool>>(false);
+  void hold(Stream& stream) const {
+    stream.enqueue([released = released, timed_out = timed_out] {
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+      while (!released->load())
+        if (std::chrono::steady_clock::now() > deadline) return timed_out->store(true);
+        else std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    });
+  }
+  void release() const { released->store(true); }
+  bool past_deadline() const { return timed_out->load(); }
+};
+
 struct ScriptedRun {
   Device device = Device::cpu();
   Precision precision = Precision::Fp32;
@@ -64,10 +81,9 @@ struct ScriptedRun {
     Source source;
     source.steps_per_epoch = epoch_micro_batches;
     source.fetch_ahead = fetch_ahead;
-    auto next_begun = std::make_shared<std::atomic<bool>>(false);
-    auto timed_out = std::make_shared<std::atomic<bool>>(false);
+    DeviceHold held;
     source.next = [&] {
-      if (taken == release_take) next_begun->store(true);
+      if (taken == release_take) held.release();
       log.push_back("take " + std::to_string(taken++));
       return MicroBatch{batch.image_data(), batch.truth_data(), batch.count_data(), nullptr};
     };
@@ -83,19 +99,13 @@ struct ScriptedRun {
     o.checkpoint_every = checkpoint_every;
     o.before_step = [&](Executor& e, int, int64_t iteration) {
       log.push_back("step " + std::to_string(iteration));
-      if (iteration == hold + 1 && release_take < 0) next_begun->store(true);
-      if (iteration != hold) return;
-      e.compute_stream().enqueue([next_begun, timed_out] {
-        const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-        while (!next_begun->load())
-          if (std::chrono::steady_clock::now() > deadline) return timed_out->store(true);
-          else std::this_thread::sleep_for(std::chrono::milliseconds(1));
-      });
+      if (iteration == hold + 1 && release_take < 0) held.release();
+      if (iteration == hold) held.hold(e.compute_stream());
     };
     o.step_read = [&](int, int64_t iteration) { log.push_back("read " + std::to_string(iteration)); };
     o.stop_requested = [&](int, int64_t iteration) { return stop ? stop(iteration) : iteration + 1 == stop_after; };
     result = run_loop(graph, executor, source, o, micro * subdivisions, subdivisions, start);
-    held_past_deadline = timed_out->load();
+    held_past_deadline = held.past_deadline();
   }
   // The log without its "read" entries.
   std::vector<std::string> takes() const {
@@ -326,39 +336,24 @@ struct ParallelRun {
     if (subdivisions > 1) o.batch = 6 * subdivisions;
     o.resume = resume;
     o.stop_requested = [this](int rank, int64_t iteration) { return stop && stop(rank, iteration); };
-    auto next_begun = std::make_shared<std::atomic<bool>>(false);
-    auto timed_out = std::make_shared<std::atomic<bool>>(false);
+    DeviceHold held;
     o.before_step = [&](Executor& e, int rank, int64_t iteration) {
       log[rank].push_back("step " + std::to_string(iteration));
       if (rank != hold_rank) return;
-      if (iteration == hold + 1) next_begun->store(true);
-      if (iteration != hold) return;
-      e.compute_stream().enqueue([next_begun, timed_out] {
-        const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-        while (!next_begun->load())
-          if (std::chrono::steady_clock::now() > deadline) return timed_out->store(true);
-          else std::this_thread::sleep_for(std::chrono::milliseconds(1));
-      });
+      if (iteration == hold + 1) held.release();
+      if (iteration == hold) held.hold(e.compute_stream());
     };
     o.step_read = [&](int rank, int64_t iteration) { log[rank].push_back("read " + std::to_string(iteration)); };
     result = train_detector(yolo::testing::tiny_detector_spec(), dataset,
                             yolo::testing::replica_devices(DeviceKind::Emu, 2), o);
-    held_past_deadline = timed_out->load();
+    held_past_deadline = held.past_deadline();
   }
   size_t at(int rank, const std::string& entry) const {
     return std::find(log[rank].begin(), log[rank].end(), entry) - log[rank].begin();
   }
 };
 
-data::Dataset parallel_dataset(const std::string& root) {
-  data::SyntheticOptions options;
-  options.train_images = 36;
-  options.valid_images = 1;
-  options.width = 80;
-  options.height = 60;
-  options.png = true;
-  return data::open_dataset(data::write_synthetic_dataset(root, options).data_file);
-}
+data::Dataset parallel_dataset(const std::string& root) { return yolo::testing::small_shapes_dataset(root, 36); }
 
 }  // namespace
 
