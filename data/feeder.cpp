@@ -10,8 +10,7 @@ DeviceFeeder::DeviceFeeder(Loader& loader, Device device)
       free_{Event(device), Event(device)} {
   size_t b = static_cast<size_t>(loader.batch_size());
   for (int k = 0; k < 2; ++k) {
-    images_[k] = DeviceMemory(device, b * loader.max_net_w() * loader.max_net_h() * 3 *
-                                          image_format_bytes(loader.image_format()));
+    images_[k] = DeviceMemory(device, b * loader.max_net_w() * loader.max_net_h() * 3 * sizeof(float));
     truths_[k] = DeviceMemory(device, b * kMaxBoxes * sizeof(YoloTruth));
     counts_[k] = DeviceMemory(device, b * sizeof(int));
   }
@@ -42,14 +41,14 @@ const DeviceBatch& DeviceFeeder::next(Stream& compute) {
   size_t count_bytes = static_cast<size_t>(batch.count) * sizeof(int);
   size_t bytes = batch.image_bytes() + truth_bytes + count_bytes;
   if (observer_) copy_.enqueue([observer = observer_, bytes] { observer(true, bytes); });
-  copy_bytes(images_[k].data(), batch.pixels, batch.image_bytes(), &copy_);
+  copy_bytes(images_[k].data(), batch.images, batch.image_bytes(), &copy_);
   copy_bytes(truths_[k].data(), batch.truths, truth_bytes, &copy_);
   copy_bytes(counts_[k].data(), batch.truth_counts, count_bytes, &copy_);
   if (observer_) copy_.enqueue([observer = observer_, bytes] { observer(false, bytes); });
   copy_.record(copied_[k]);
   copy_recorded_[k] = true;
   compute.wait(copied_[k]);
-  out_[k] = DeviceBatch{&batch, images_[k].data(),
+  out_[k] = DeviceBatch{&batch, static_cast<const float*>(images_[k].data()),
                         static_cast<const YoloTruth*>(truths_[k].data()), static_cast<const int*>(counts_[k].data())};
   ++calls_;
   return out_[k];

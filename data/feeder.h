@@ -12,8 +12,8 @@
 namespace yolo::data {
 
 struct DeviceBatch {
-  const Batch* host = nullptr;          // the loader's batch (sizes, sample info, format)
-  const void* pixels = nullptr;         // on the device, layout and format as Batch::pixels
+  const Batch* host = nullptr;          // the loader's batch (sizes, sample info)
+  const float* images = nullptr;        // on the device, layout as Batch::images
   const YoloTruth* truths = nullptr;    // on the device
   const int* truth_counts = nullptr;    // on the device
 };

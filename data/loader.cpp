@@ -10,7 +10,6 @@
 #include <sstream>
 
 #include "data/image.h"
-#include "kernels/half_types.h"
 #include "runtime/check.h"
 
 namespace yolo::data {
@@ -92,7 +91,7 @@ Loader::Loader(const Split& split, LoaderOptions options, LoaderState start)
   size_t pixels = static_cast<size_t>(max_w_) * max_h_ * 3;
   for (int s = 0; s < o.prefetch; ++s) {
     auto slot = std::make_unique<Slot>();
-    slot->images = PinnedHostBuffer(pixels * o.batch * image_format_bytes(o.image_format));
+    slot->images = PinnedHostBuffer(pixels * o.batch * sizeof(float));
     slot->truths = PinnedHostBuffer(static_cast<size_t>(o.batch) * kMaxBoxes * sizeof(YoloTruth));
     slot->counts = PinnedHostBuffer(static_cast<size_t>(o.batch) * sizeof(int));
     slots_.push_back(std::move(slot));
@@ -167,9 +166,7 @@ void Loader::worker_loop() {
         batch.count = b;
         batch.net_w = job.net_w;
         batch.net_h = job.net_h;
-        batch.format = options_.image_format;
-        batch.pixels = slot.images.data();
-        batch.images = batch.format == ImageFormat::Fp32 ? static_cast<const float*>(slot.images.data()) : nullptr;
+        batch.images = static_cast<const float*>(slot.images.data());
         batch.truths = static_cast<const YoloTruth*>(slot.truths.data());
         batch.truth_counts = static_cast<const int*>(slot.counts.data());
         batch.samples.assign(b, SampleInfo{});
@@ -179,29 +176,12 @@ void Loader::worker_loop() {
   }
 }
 
-size_t image_format_bytes(ImageFormat format) { return format == ImageFormat::Fp32 ? sizeof(float) : 2; }
-
-// Image `index` of a 16-bit slot: `pixels` FP32 values rounded as the GPU's conversion rounds.
-void Loader::round_into_slot(const float* rendered, size_t pixels, void* slot_images, int index) const {
-  if (options_.image_format == ImageFormat::Bf16) {
-    Bf16* out = static_cast<Bf16*>(slot_images) + pixels * static_cast<size_t>(index);
-    for (size_t i = 0; i < pixels; ++i) out[i] = to_bf16(rendered[i]);
-  } else {
-    Fp16* out = static_cast<Fp16*>(slot_images) + pixels * static_cast<size_t>(index);
-    for (size_t i = 0; i < pixels; ++i) out[i] = to_fp16(rendered[i]);
-  }
-}
-
 void Loader::produce(const Job& job) {
   auto t0 = std::chrono::steady_clock::now();
   Slot& slot = *slots_[job.batch % options_.prefetch];
   const Sample& sample = split_.samples[static_cast<size_t>(job.sample)];
   size_t pixels = static_cast<size_t>(job.net_w) * job.net_h * 3;
-  // 16-bit formats: rendered in FP32 here, then rounded into the slot.
-  thread_local std::vector<float> rendered;
-  const bool fp32 = options_.image_format == ImageFormat::Fp32;
-  if (!fp32) rendered.resize(pixels);
-  float* image_out = fp32 ? static_cast<float*>(slot.images.data()) + pixels * job.index_in_batch : rendered.data();
+  float* image_out = static_cast<float*>(slot.images.data()) + pixels * job.index_in_batch;
   YoloTruth* truths_out = static_cast<YoloTruth*>(slot.truths.data()) + static_cast<size_t>(kMaxBoxes) * job.index_in_batch;
   int* count_out = static_cast<int*>(slot.counts.data()) + job.index_in_batch;
 
@@ -235,7 +215,6 @@ void Loader::produce(const Job& job) {
   } else {
     std::fill(image_out, image_out + pixels, 0.5f);
   }
-  if (!fp32) round_into_slot(rendered.data(), pixels, slot.images.data(), job.index_in_batch);
   int n = std::min(static_cast<int>(boxes.size()), kMaxBoxes);
   for (int k = 0; k < n; ++k) truths_out[k] = YoloTruth{boxes[k].x, boxes[k].y, boxes[k].w, boxes[k].h, boxes[k].class_id};
   *count_out = n;

@@ -30,15 +30,8 @@ namespace yolo::data {
 
 enum class Remainder { Drop, Wrap };
 
-// The element type a batch's images are handed over in: FP32, or the 16-bit type a bf16/fp16 run
-// stores its activations in (each value the FP32 one rounded to nearest even, as the GPU's own
-// conversion rounds: half the bytes to copy, the same network input).
-enum class ImageFormat { Fp32, Bf16, Fp16 };
-size_t image_format_bytes(ImageFormat format);  // 4 or 2
-
 struct LoaderOptions {
   int batch = 1;                    // images per step on this rank
-  ImageFormat image_format = ImageFormat::Fp32;
   int net_w = 416, net_h = 416;     // network input (base size with multi-scale)
   ResizeMode resize = ResizeMode::Letterbox;
   bool augment = false;             // off for validation
@@ -78,13 +71,11 @@ struct Batch {
   int64_t epoch = 0, step = 0;  // the step within the epoch
   int64_t iteration = 0;        // steps since epoch 0 step 0 (all epochs)
   int count = 0, net_w = 0, net_h = 0;
-  ImageFormat format = ImageFormat::Fp32;
-  const void* pixels = nullptr;        // count x net_h x net_w x 3, RGB in [0, 1] (NHWC), in `format`
-  const float* images = nullptr;       // the same, FP32 batches only (else null)
+  const float* images = nullptr;       // count x net_h x net_w x 3, RGB in [0, 1] (NHWC)
   const YoloTruth* truths = nullptr;   // count rows of kMaxBoxes
   const int* truth_counts = nullptr;   // count
   std::vector<SampleInfo> samples;
-  size_t image_bytes() const { return static_cast<size_t>(count) * net_w * net_h * 3 * image_format_bytes(format); }
+  size_t image_bytes() const { return static_cast<size_t>(count) * net_w * net_h * 3 * sizeof(float); }
 };
 
 struct EpochStats {
@@ -107,7 +98,6 @@ class Loader {
 
   int64_t steps_per_epoch() const { return steps_per_epoch_; }
   int batch_size() const { return options_.batch; }
-  ImageFormat image_format() const { return options_.image_format; }
   int threads() const { return static_cast<int>(workers_.size()); }
   // The largest input size any batch can have (the size of each image buffer).
   int max_net_w() const { return max_w_; }
@@ -128,7 +118,6 @@ class Loader {
   struct Job;
   void worker_loop();
   void produce(const Job& job);
-  void round_into_slot(const float* rendered, size_t pixels, void* slot_images, int index) const;
   const std::vector<int64_t>& permutation(int64_t epoch);  // caller holds mutex_
   EpochStats& stats_for(int64_t epoch);                    // caller holds mutex_
   int64_t absolute(int64_t batch) const { return start_.epoch * steps_per_epoch_ + start_.step + batch; }

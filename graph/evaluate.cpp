@@ -81,7 +81,7 @@ std::vector<ImageDetections> detect_samples(Executor& executor, const std::vecto
   std::vector<int> keep;
   for (int64_t step = 0; step < loader.steps_per_epoch(); ++step) {
     const data::DeviceBatch& batch = feeder.next(stream);
-    executor.infer(static_cast<const float*>(batch.pixels));  // an FP32 loader (the default format)
+    executor.infer(batch.images);
     candidates.clear();
     for (size_t head = 0; head < yolo_nodes.size(); ++head) {
       const int i = yolo_nodes[head];

@@ -124,14 +124,6 @@ class Executor {
   //   (a replayed graph reads the addresses it was captured with).
   void use_inputs(const float* images, const YoloTruth* truths, const int* truth_counts, const int* labels);
   void stage_inputs(const float* images, const YoloTruth* truths, const int* truth_counts, const int* labels);
-  //   use_stored_inputs / stage_stored_inputs: the same with the images already in the run's
-  //   16-bit storage type (bf16/fp16 runs; `stored_as` says which, and must be it), rounded to
-  //   nearest even from FP32 as the executor's own conversion would: nothing to convert, half the
-  //   bytes to move (the loader's ImageFormat::Bf16/Fp16).
-  void use_stored_inputs(const void* images, Precision stored_as, const YoloTruth* truths, const int* truth_counts,
-                         const int* labels);
-  void stage_stored_inputs(const void* images, Precision stored_as, const YoloTruth* truths, const int* truth_counts,
-                           const int* labels);
   //   queue_micro_batch: forward, loss, backward on the compute stream; no host wait.
   void queue_micro_batch(bool accumulate);
   //   read_micro_batch_loss: once it is queued (or launched): its loss to the host (waits; with

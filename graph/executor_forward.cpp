@@ -17,7 +17,7 @@ void Executor::forward(bool training) {
   m.current_images = images;
   const int n = micro_batch_;
   const OpContext c = m.context(*stream_);
-  if (m.half && !m.in_images_stored) {  // the images as 16-bit activations, for the first layer's forward and backward
+  if (m.half) {  // the images as 16-bit activations, for the first layer's forward and backward
     to_storage(c, images, m.input16, static_cast<size_t>(n) * graph_.input.elements());
     images = m.input16;
     m.current_images = images;

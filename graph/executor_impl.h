@@ -99,7 +99,6 @@ struct Executor::Impl {
   size_t workspace_bytes = 0;
   Precision precision = Precision::Fp32;
   const float* current_images = nullptr;  // the micro-batch being trained (for the first layer's backward)
-  bool in_images_stored = false;  // in_images is already in the 16-bit storage type (use_stored_inputs)
   // The micro-batch's inputs the queued work reads: the caller's buffers, or (stage_inputs) the
   // fixed buffers below, whose addresses a captured step keeps.
   const float* in_images = nullptr;

@@ -58,30 +58,9 @@ void Executor::use_inputs(const float* images, const YoloTruth* truths, const in
   if (graph_.detection && (!truths || !truth_counts)) throw Error("train_micro_batch: a detector needs truths");
   if (!graph_.detection && !labels) throw Error("train_micro_batch: a classifier needs labels");
   m.in_images = images;
-  m.in_images_stored = false;
   m.in_truths = truths;
   m.in_counts = truth_counts;
   m.in_labels = labels;
-}
-
-void Executor::use_stored_inputs(const void* images, Precision stored_as, const YoloTruth* truths,
-                                 const int* truth_counts, const int* labels) {
-  Impl& m = *impl_;
-  if (!m.half || stored_as != precision())
-    throw Error(std::string("use_stored_inputs: images stored as ") + precision_name(stored_as) + ", the run is " +
-                precision_name(precision()) + " (16-bit inputs are for bf16/fp16 runs, in their own type)");
-  use_inputs(static_cast<const float*>(images), truths, truth_counts, labels);
-  m.in_images_stored = true;
-}
-
-void Executor::stage_stored_inputs(const void* images, Precision stored_as, const YoloTruth* truths,
-                                   const int* truth_counts, const int* labels) {
-  Impl& m = *impl_;
-  stage_inputs(nullptr, truths, truth_counts, labels);  // truths, counts, labels staged as usual
-  use_stored_inputs(images, stored_as, m.in_truths, m.in_counts, m.in_labels);
-  // The images straight into the 16-bit input buffer, which forward then reads as it is.
-  copy_bytes(m.input16, images, static_cast<size_t>(micro_batch_) * graph_.input.elements() * m.elem, stream_.get());
-  m.in_images = m.input16;
 }
 
 void Executor::stage_inputs(const float* images, const YoloTruth* truths, const int* truth_counts, const int* labels) {
@@ -90,10 +69,8 @@ void Executor::stage_inputs(const float* images, const YoloTruth* truths, const 
   use_inputs(images, truths, truth_counts, labels);
   set_current_device(device_);
   const size_t n = static_cast<size_t>(micro_batch_);
-  if (images) {  // null: stage_stored_inputs copies them
-    copy_bytes(m.staged_images, images, n * graph_.input.elements() * sizeof(float), stream_.get());
-    m.in_images = m.staged_images;
-  }
+  copy_bytes(m.staged_images, images, n * graph_.input.elements() * sizeof(float), stream_.get());
+  m.in_images = m.staged_images;
   if (truths) {
     copy_bytes(m.staged_truths, truths, n * data::kMaxBoxes * sizeof(YoloTruth), stream_.get());
     copy_bytes(m.staged_counts, truth_counts, n * sizeof(int), stream_.get());
@@ -214,7 +191,6 @@ void Executor::infer(const float* images) {
   Impl& m = *impl_;
   set_current_device(device_);
   m.in_images = images;
-  m.in_images_stored = false;
   m.in_truths = nullptr;
   m.in_counts = nullptr;
   m.in_labels = nullptr;

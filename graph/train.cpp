@@ -429,9 +429,6 @@ TrainResult train_detector_replica(const ModelSpec& spec, const data::Dataset& d
 
   data::LoaderOptions lo;
   lo.batch = setup.micro;
-  // bf16/fp16: the images travel in the activations' 16-bit type (half the bytes, the same input).
-  if (precision == Precision::Bf16) lo.image_format = data::ImageFormat::Bf16;
-  if (precision == Precision::Fp16) lo.image_format = data::ImageFormat::Fp16;
   lo.net_w = graph.net.width;
   lo.net_h = graph.net.height;
   lo.augment = true;
@@ -453,12 +450,7 @@ TrainResult train_detector_replica(const ModelSpec& spec, const data::Dataset& d
   source.steps_per_epoch = loader.steps_per_epoch();
   source.next = [&]() {
     const data::DeviceBatch& db = feeder.next(executor.compute_stream());
-    MicroBatch mb;
-    if (db.host->format == data::ImageFormat::Fp32) mb.images = static_cast<const float*>(db.pixels);
-    else mb.stored_images = db.pixels, mb.stored_as = precision;
-    mb.truths = db.truths, mb.truth_counts = db.truth_counts;
-    mb.width = db.host->net_w, mb.height = db.host->net_h;
-    return mb;
+    return MicroBatch{db.images, db.truths, db.truth_counts, nullptr, db.host->net_w, db.host->net_h};
   };
   source.fetch_ahead = true;  // the feeder's two buffers (data/feeder.h)
   source.state = [&]() { return loader.state(); };

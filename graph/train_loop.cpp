@@ -229,12 +229,8 @@ void TrainLoop::queue_micro_batch_host(Step& step, int s) {
   if (mb.width) executor_.set_input_size(mb.width, mb.height);
   double t = Executor::clock_ms();
   idle_->open_window();
-  if (replay && mb.stored_images)
-    executor_.stage_stored_inputs(mb.stored_images, mb.stored_as, mb.truths, mb.truth_counts, mb.labels);
-  else if (replay)
+  if (replay)
     executor_.stage_inputs(mb.images, mb.truths, mb.truth_counts, mb.labels);
-  else if (mb.stored_images)
-    executor_.use_stored_inputs(mb.stored_images, mb.stored_as, mb.truths, mb.truth_counts, mb.labels);
   else
     executor_.use_inputs(mb.images, mb.truths, mb.truth_counts, mb.labels);
   // The loss scale is divided back out with the batch (by the update on the device, which keeps it).

@@ -27,9 +27,6 @@ struct MicroBatch {
   const int* truth_counts = nullptr;
   const int* labels = nullptr;
   int width = 0, height = 0;  // the input size it was made at (multi-scale); 0: the graph's
-  // Instead of images: in the run's 16-bit storage type (Executor::use_stored_inputs).
-  const void* stored_images = nullptr;
-  Precision stored_as = Precision::Fp32;
 };
 
 struct Source {

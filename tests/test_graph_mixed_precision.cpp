@@ -292,28 +292,6 @@ TEST_CASE(
 #endif
 
 #if YOLO_EMULATED_KERNELS
-namespace {
-
-// A synthetic micro-batch for the tiny detector (images mapped through `map`), also on emu:0.
-struct TinyBatch {
-  std::vector<float> images;
-  std::vector<YoloTruth> truths;
-  std::vector<int> counts;
-  yolo::testing::UploadedBatch uploaded;
-  TinyBatch(const Graph& graph, int micro, int seed, float (*map)(float) = nullptr)
-      : uploaded(make(graph, micro, seed, map)) {}
-
- private:
-  yolo::testing::UploadedBatch make(const Graph& graph, int micro, int seed, float (*map)(float)) {
-    yolo::testing::synthetic_batch(seed, 0, micro, graph.input.w, graph.input.h, images, truths, counts);
-    if (map)
-      for (float& v : images) v = map(v);
-    return yolo::testing::UploadedBatch(Device::emu(0), images, truths, counts);
-  }
-};
-
-}  // namespace
-
 // The scale kept on the device (Executor::keep_loss_scale_on_device): each update divides the
 // gradients by the scale its step ran at and only then adjusts it. Against an executor whose scale
 // the host sets before each step (and folds into the gradient scale), with a growth interval of
@@ -321,8 +299,11 @@ struct TinyBatch {
 TEST_CASE("fp16 loss scale kept on the device (emu0): the update divides by the step's scale, then doubles it") {
   const Graph graph = build_graph(yolo::testing::tiny_detector_spec());
   const int micro = 2;
-  const TinyBatch tiny(graph, micro, 11);
-  const yolo::testing::UploadedBatch& batch = tiny.uploaded;
+  std::vector<float> images;
+  std::vector<YoloTruth> truths;
+  std::vector<int> counts;
+  yolo::testing::synthetic_batch(11, 0, micro, graph.input.w, graph.input.h, images, truths, counts);
+  yolo::testing::UploadedBatch batch(Device::emu(0), images, truths, counts);
   Executor host_set(graph, Device::emu(0), micro, 3, {}, Precision::Fp16);
   Executor kept(graph, Device::emu(0), micro, 3, {}, Precision::Fp16);
   float scale = 512.0f;
@@ -341,44 +322,6 @@ TEST_CASE("fp16 loss scale kept on the device (emu0): the update divides by the 
     const LossScaleLive on_device = kept.device_loss_scale();
     CHECK(on_device.scale == scale);
     CHECK(on_device.clean == 0);
-  }
-}
-
-// Images handed over already rounded to the run's 16-bit type (the loader's ImageFormat::Bf16 and
-// Fp16): the same loss and gradients, bit for bit, as FP32 images converted by the executor, both
-// where the executor reads them in place (eager steps) and where it copies them (graph replays).
-TEST_CASE("bf16 and fp16 runs (emu0): 16-bit images give the bits of FP32 images, read in place or staged") {
-  const Graph graph = build_graph(yolo::testing::tiny_detector_spec());
-  const int micro = 2;
-  // Off the 8-bit grid, as the loader's are.
-  const TinyBatch tiny(graph, micro, 5, [](float v) { return v * 0.87f + 0.051f; });
-  const std::vector<float>& images = tiny.images;
-  const yolo::testing::UploadedBatch& batch = tiny.uploaded;
-  const Device device = Device::emu(0);
-  for (Precision precision : {Precision::Bf16, Precision::Fp16}) {
-    CAPTURE(precision_name(precision));
-    std::vector<uint16_t> rounded(images.size());
-    for (size_t i = 0; i < images.size(); ++i)
-      rounded[i] = precision == Precision::Bf16 ? yolo::to_bf16(images[i]).bits : yolo::to_fp16(images[i]).bits;
-    DeviceMemory stored(device, rounded.size() * sizeof(uint16_t));
-    copy_bytes(stored.data(), rounded.data(), stored.size());
-    auto step = [&](int how) {  // 0: FP32 in place, 1: 16-bit in place, 2: 16-bit staged
-      Executor ex(graph, device, micro, 7, {}, precision);
-      if (how == 0) ex.use_inputs(batch.image_data(), batch.truth_data(), batch.count_data(), nullptr);
-      if (how == 1) ex.use_stored_inputs(stored.data(), precision, batch.truth_data(), batch.count_data(), nullptr);
-      if (how == 2) ex.stage_stored_inputs(stored.data(), precision, batch.truth_data(), batch.count_data(), nullptr);
-      ex.queue_micro_batch(false);
-      ex.read_micro_batch_loss();
-      return std::make_pair(ex.take_loss().total, ex.download("grads"));
-    };
-    const auto fp32 = step(0), in_place = step(1), staged = step(2);
-    CHECK(in_place.first == fp32.first);
-    CHECK(in_place.second == fp32.second);
-    CHECK(staged.first == fp32.first);
-    CHECK(staged.second == fp32.second);
-    Executor other(graph, device, micro, 7, {}, precision == Precision::Bf16 ? Precision::Fp16 : Precision::Bf16);
-    CHECK_THROWS_WITH_AS(other.use_stored_inputs(stored.data(), precision, batch.truth_data(), batch.count_data(), nullptr),
-                         doctest::Contains("use_stored_inputs: images stored as"), Error);
   }
 }
 #endif

@@ -1,6 +1,7 @@
 // bench_loader: images/s of the input pipeline (decode + augment + batch into pinned buffers)
 // from 640x480 JPEGs, at 416 and 608, for 1..T loader threads; plus the single-thread split
-// into decode and augment+render, so a slow loader says which stage binds.
+// into decode and augment+render, so a slow loader says which stage binds (and what rounding the
+// batch to 16 bits would add).
 //   bench_loader [--images N] [--batch B] [--threads-max T] [--epochs E] [--dir DIR] [--keep]
 #include <algorithm>
 #include <chrono>
@@ -15,6 +16,7 @@
 #include "data/loader.h"
 #include "data/synthetic.h"
 #include "data/transform.h"
+#include "kernels/half_types.h"
 #include "runtime/check.h"
 
 using namespace yolo;
@@ -112,6 +114,24 @@ int main(int argc, char** argv) {
         transform_boxes(split.samples[i].boxes, aug.placement, 2, boxes);
       }
       std::printf(", augment+render at %d %.2f ms", size, (now_s() - t1) * 1e3 / images);
+    }
+    // What handing the batch over in 16 bits would add per image (docs/perf.md, 2026-12-05: tried,
+    // reverted: the loader binds first at 8 GPUs, and the copy is hidden under the step).
+    {
+      std::vector<float> rendered(size_t(416) * 416 * 3);
+      for (size_t i = 0; i < rendered.size(); ++i) rendered[i] = static_cast<float>(i % 1021) / 1021.0f;
+      std::vector<Bf16> b(rendered.size());
+      std::vector<Fp16> h(rendered.size());
+      const int reps = 20;
+      double t1 = now_s();
+      for (int r = 0; r < reps; ++r)
+        for (size_t i = 0; i < rendered.size(); ++i) b[i] = to_bf16(rendered[i]);
+      double t2 = now_s();
+      for (int r = 0; r < reps; ++r)
+        for (size_t i = 0; i < rendered.size(); ++i) h[i] = to_fp16(rendered[i]);
+      double t3 = now_s();
+      std::printf(", rounding to bf16 at 416 %.2f ms (fp16 %.2f ms; check %u)", (t2 - t1) * 1e3 / reps,
+                  (t3 - t2) * 1e3 / reps, unsigned(b[7].bits ^ h[7].bits));
     }
     std::printf("\n\n%8s %14s %14s %12s\n", "threads", "img/s @416", "img/s @608", "per thread@416");
     std::vector<int> counts;
