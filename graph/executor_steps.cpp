@@ -120,7 +120,9 @@ void Executor::read_loss(int slot, bool stream_order) {
   // waits for other ranks: wait for it first with the communicator's deadline.
   if (m.bn_comm && stream_order) m.bn_comm->wait(*stream_);
   if (m.bn_comm && !stream_order) m.bn_comm->wait_until(r.marks[2]);
-  if (!stream_order) r.marks[2].synchronize();
+  // A planted fault (emulated build only): the loss read waits for nothing (nor the slot's mark).
+  const bool no_wait = fault_injected(Fault::LossReadWithoutSync);
+  if (!stream_order && !no_wait) r.marks[2].synchronize();
   auto read = [&](void* dst, const void* src, size_t bytes) {
     if (stream_order) m.copy(dst, src, bytes);
     else copy_bytes(dst, src, bytes);
@@ -138,8 +140,7 @@ void Executor::read_loss(int slot, bool stream_order) {
   std::vector<YoloLossStats> stats(first_head < 0 ? 0 : static_cast<size_t>(last_head - first_head + 1));
   if (!stats.empty()) {
     const size_t bytes = stats.size() * sizeof(YoloLossStats);
-    // A planted fault (emulated build only): a copy that is not ordered after the stream.
-    if (fault_injected(Fault::LossReadWithoutSync)) copy_bytes(stats.data(), r.yolo_stats + first_head, bytes);
+    if (no_wait) copy_bytes(stats.data(), r.yolo_stats + first_head, bytes);
     else read(stats.data(), r.yolo_stats + first_head, bytes);
   }
   for (const Node& node : graph_.nodes) {
