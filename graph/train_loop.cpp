@@ -105,8 +105,7 @@ TrainResult TrainLoop::run() {
     for (int s = 0; s < subdivisions_; ++s) {
       if (step.queued <= s) queue_micro_batch_host(step, s);
       // Look-ahead: the next micro-batch is queued before this one is read.
-      if (s + 1 < subdivisions_ && pipeline_ok(step)) {
-        close_window_early(step, s);
+      if (s + 1 < subdivisions_ && step.pipelined) {
         queue_micro_batch_host(step, s + 1);
       } else if (s + 1 == subdivisions_ && !pending && queue_ahead_ok(step)) {
         ahead = begin_step(iteration + 1);
@@ -199,6 +198,7 @@ TrainLoop::Step TrainLoop::begin_step(int64_t iteration) {
   step.look_ahead = look_ahead_;
   step.check = divergence_.check_due();
   step.trace = trace_due(iteration);
+  step.pipelined = subdivisions_ > 1 && pipeline_ok(step);
   step.lr = learning_rate_at(schedule_, iteration, options_.seed);
   if (step.trace && dp_) step.comm_trace = std::make_shared<CommTrace>();
   step.start_ms = Executor::clock_ms();
@@ -228,7 +228,7 @@ void TrainLoop::queue_micro_batch_host(Step& step, int s) {
   const MicroBatch mb = take_micro_batch(step);
   if (mb.width) executor_.set_input_size(mb.width, mb.height);
   double t = Executor::clock_ms();
-  idle_->open_window();
+  if (s == 0 || !step.pipelined) idle_->open_window();
   if (replay)
     executor_.stage_inputs(mb.images, mb.truths, mb.truth_counts, mb.labels);
   else
@@ -271,7 +271,7 @@ void TrainLoop::read_micro_batch(Step& step, int s) {
   else
     executor_.read_micro_batch_loss();
   host_span(step, "wait for the micro-batch (host)", t);
-  if (step.windows_closed <= s) idle_->close_window(last);
+  if (step.windows_closed <= s && (last || !step.pipelined)) idle_->close_window(last);
   if (step.check && last) executor_.set_before_backward({});
 }
 

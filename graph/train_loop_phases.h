@@ -45,6 +45,11 @@ class TrainLoop {
     LossSums loss;
     int queued = 0;          // its micro-batches queued so far (look-ahead: before earlier reads)
     int windows_closed = 0;  // its micro-batches whose device-idle windows closed as the next was queued
+    // Its micro-batches are queued ahead of each other's reads (pipeline_ok, decided as it
+    // begins): then they share one device-idle window, from the first's queueing to the last's read
+    // (per-micro-batch windows would be the moments between two launches, often before the
+    // device has started either).
+    bool pipelined = false;
     // The loader's position after this step's micro-batches (before the next was taken ahead).
     std::optional<data::LoaderState> loader_after;
     // The executor's result slot of micro-batch s: with look-ahead they alternate over the run's

@@ -139,7 +139,8 @@ void TrainLoop::announce_graphs_and_idle() {
   timeline_ = true;
 }
 
-// --timeline: each kept micro-batch's window (host lane: from queueing to its loss read) and the
+// --timeline: each kept window (host lane: from a micro-batch's queueing to its loss read, or a
+// pipelined step's, first micro-batch to last) and the
 // device's spans in it (device lane), on the recorder's clock; a span that two windows overlap once.
 void TrainLoop::write_timeline() {
   if (!timeline_) return;
@@ -355,8 +356,9 @@ TrainResult TrainLoop::finish() {
     std::printf("train_yolo: per-epoch results in %s, chart %s\n", results_csv_.c_str(), chart_png_.c_str());
   if (leader_ && idle_->empty_windows() > 0)
     std::printf(
-        "train_yolo: no device activity was recorded in %lld of %lld micro-batches (CUPTI handed it "
-        "over late?): the idle figure leaves them out\n",
+        "train_yolo: no device activity was recorded in %lld of %lld windows (a micro-batch each, or a step "
+        "whose micro-batches were queued back to back; CUPTI handed it over late?): the idle figure leaves them "
+        "out\n",
         static_cast<long long>(idle_->empty_windows()), static_cast<long long>(idle_->settled_windows()));
   if (leader_ && epoch_split_.steps > 0)
     std::printf("train_yolo: the last %lld steps: %s\n", static_cast<long long>(epoch_split_.steps),
