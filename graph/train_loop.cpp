@@ -109,7 +109,8 @@ TrainResult TrainLoop::run() {
         queue_micro_batch_host(step, s + 1);
       } else if (s + 1 == subdivisions_ && !pending && queue_ahead_ok(step)) {
         ahead = begin_step(iteration + 1);
-        close_window_early(step, s);
+        idle_->close_window(true);  // the windows tile: this one ends where the next step's begins
+        step.window_closed = true;
         queue_micro_batch_host(*ahead, 0);
       }
       read_micro_batch(step, s);
@@ -252,13 +253,6 @@ void TrainLoop::queue_micro_batch_host(Step& step, int s) {
   fetch_ahead(step, s);
 }
 
-// Micro-batch s of `step` is about to have the next one queued ahead of its read: its device-idle
-// window ends here, where the next one's begins (the windows tile).
-void TrainLoop::close_window_early(Step& step, int s) {
-  idle_->close_window(s == subdivisions_ - 1);
-  step.windows_closed = s + 1;
-}
-
 // The wait for micro-batch s's loss.
 void TrainLoop::read_micro_batch(Step& step, int s) {
   const bool last = s == subdivisions_ - 1;
@@ -271,7 +265,7 @@ void TrainLoop::read_micro_batch(Step& step, int s) {
   else
     executor_.read_micro_batch_loss();
   host_span(step, "wait for the micro-batch (host)", t);
-  if (step.windows_closed <= s && (last || !step.pipelined)) idle_->close_window(last);
+  if (!step.window_closed && (last || !step.pipelined)) idle_->close_window(last);
   if (step.check && last) executor_.set_before_backward({});
 }
 

@@ -44,7 +44,7 @@ class TrainLoop {
     bool updated = false;
     LossSums loss;
     int queued = 0;          // its micro-batches queued so far (look-ahead: before earlier reads)
-    int windows_closed = 0;  // its micro-batches whose device-idle windows closed as the next was queued
+    bool window_closed = false;  // its device-idle window closed when the next step was queued
     // Its micro-batches are queued ahead of each other's reads (pipeline_ok, decided as it
     // begins): then they share one device-idle window, from the first's queueing to the last's read
     // (per-micro-batch windows would be the moments between two launches, often before the
@@ -67,7 +67,6 @@ class TrainLoop {
   void read_micro_batch(Step& step, int s);
   bool queue_ahead_ok(const Step& step) const;
   bool pipeline_ok(const Step& step) const;
-  void close_window_early(Step& step, int s);
   bool trace_due(int64_t iteration) const;
   void queue_micro_batch(Step& step, int s, bool last);
   void end_step(Step& step);
