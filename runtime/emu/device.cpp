@@ -189,7 +189,7 @@ DeviceProps preset_for(int cc) {
   switch (cc) {
     case 75: return {"emulated T4", 7, 5, 40, 15 * kGiB, 4 * kMiB};
     case 80: return {"emulated A100", 8, 0, 108, 40 * kGiB, 40 * kMiB};
-    case 90: return {"emulated H200", 9, 0, 132, 140 * kGiB, 50 * kMiB};
+    case 90: return {"emulated H200", 9, 0, 132, 140 * kGiB, 50 * kMiB, true};
     default:
       throw Error("no emulated GPU preset for sm_" + std::to_string(cc) + " (sm75 T4, sm80 A100, sm90 H200)");
   }
@@ -222,6 +222,7 @@ int current_compute_capability() {
   const DeviceProps props = device_props(t_current_device);
   return props.cc_major * 10 + props.cc_minor;
 }
+bool current_device_runs_sm90a_code() { return t_current_device < 0 || device_props(t_current_device).sm90a_code; }
 int current_multiprocessors() { return t_current_device < 0 ? 4 : device_props(t_current_device).multiprocessors; }
 
 void* allocate_device(int device, size_t bytes) {

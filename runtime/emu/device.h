@@ -31,6 +31,10 @@ struct DeviceProps {
   int multiprocessors = 132;
   size_t memory_bytes = 0;
   size_t l2_bytes = 0;
+  // Whether the build's sm_90a code runs here (wgmma, kernels/hopper.h): true for the H200
+  // preset, as `make` builds it; false emulates a device (or build) where only the mma.sync
+  // kernels run.
+  bool sm90a_code = false;
 };
 
 // The preset for an architecture: 75 (T4), 80 (A100 40 GB), 90 (H200, the default). Other
@@ -50,6 +54,7 @@ int current_multiprocessors();
 // (90 when none is current, like the default device).
 int current_device_index();
 int current_compute_capability();
+bool current_device_runs_sm90a_code();  // sm90a_code of the current device (true when none is current)
 
 // ---- memory ----------------------------------------------------------------------------
 // Device memory of emu:`device`: `bytes` (0 allowed) filled with 0xFF. Throws yolo::Error with

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <tuple>
 #include <type_traits>
@@ -124,6 +125,31 @@ void ldmatrix(uint32_t* r, int matrices, bool trans, const void* row_address);
 void cp_async(void* shared_dst, const void* global_src, unsigned bytes, unsigned src_bytes);
 void cp_async_commit();
 void cp_async_wait(unsigned pending_groups);  // until at most that many committed groups remain
+
+// ---- Hopper's warpgroup MMA, mbarriers and proxy fences (twins for kernels/wgmma.cuh) ------------
+// In runtime/emu/warpgroup.cpp, which says what each follows in the PTX ISA and what it checks.
+// Addresses are shared-state-space addresses (shared_address in scheduler.h).
+void mbarrier_init(uint32_t address, uint32_t count);
+// mbarrier.arrive, after mbarrier.expect_tx of `tx_bytes` when they are not 0.
+void mbarrier_arrive(uint32_t address, uint32_t tx_bytes);
+void mbarrier_complete_tx(uint32_t address, uint32_t tx_bytes);  // what an async copy does as it lands
+bool mbarrier_try_wait_parity(uint32_t address, uint32_t parity);
+void mbarrier_wait_parity(uint32_t address, uint32_t parity);    // try_wait in a loop
+void fence_proxy_async();                                        // fence.proxy.async.shared::cta
+// Writes to shared memory through the generic proxy that the async proxy (wgmma, TMA) may read
+// only after the writing thread's fence_proxy_async: cp.async's completions report here.
+void note_generic_shared_write(const void* dst, size_t bytes);
+// wgmma's queue: the op's arithmetic (`run`, from kernels/wgmma.cuh, next to its fragment
+// layout) runs when a wgmma_wait_group of this thread covers it, so it reads shared memory as
+// late as a GPU may, through async_proxy_read.
+void wgmma_fence();
+void wgmma_queue(std::function<void()> run);
+void wgmma_commit_group();
+void wgmma_wait_group(unsigned pending_groups);
+// `bytes` at shared address `address` as the async proxy reads them: throws for bytes outside
+// the dynamic shared memory, and for bytes a thread wrote through the generic proxy and has not
+// fenced since.
+const unsigned char* async_proxy_read(uint32_t address, size_t bytes);
 }  // namespace yolo::emu
 
 // ---- vector types (16-byte float4 and friends, as the CUDA headers define them) ----------

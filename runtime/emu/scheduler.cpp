@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -25,7 +26,7 @@ namespace yolo::emu {
 
 namespace {
 
-enum class State : uint8_t { NotStarted, Ready, Running, AtBlockBarrier, AtWarpBarrier, Done };
+enum class State : uint8_t { NotStarted, Ready, Running, AtBlockBarrier, AtWarpBarrier, AtCondition, Done };
 
 struct ThreadSlot {
   uint3 index;
@@ -33,6 +34,15 @@ struct ThreadSlot {
   uint32_t warp_mask = 0;  // the mask it waits with, at a warp barrier
   Fiber* fiber = nullptr;
   AsyncCopies copies;      // cp.async copies issued and not yet waited for
+  std::function<bool()> ready;  // at a condition (wait_until): what releases it
+  std::string waits_for;        // and what it is, for a deadlock report
+};
+
+struct AlignedFree {
+  void operator()(unsigned char* p) const { ::operator delete[](p, std::align_val_t(1024)); }
+};
+struct WarpgroupStateFree {
+  void operator()(WarpgroupState* s) const { destroy_warpgroup_state(s); }
 };
 
 struct BlockRun {
@@ -42,7 +52,8 @@ struct BlockRun {
   unsigned warps = 0;
   std::vector<unsigned char> exchange;        // warps * 32 lanes * 8 bytes
   std::vector<unsigned char> wide;            // warps * 32 lanes * kWideSlotBytes
-  std::unique_ptr<unsigned char[]> shared;    // dynamic shared memory, exactly the bytes asked
+  std::unique_ptr<unsigned char[], AlignedFree> shared;  // dynamic shared memory, exactly the bytes asked
+  std::unique_ptr<WarpgroupState, WarpgroupStateFree> warpgroup;  // mbarriers, wgmma queues (per block)
   size_t shared_bytes = 0;
   std::fenv_t fp_environment;                 // the launching thread's rounding mode etc.
   std::exception_ptr error;
@@ -142,6 +153,11 @@ bool release_barriers(BlockRun& b) {
       if (release >> lane & 1) lanes[lane].state = State::Ready;
     released = released || release != 0;
   }
+  for (ThreadSlot& t : b.threads)
+    if (t.state == State::AtCondition && t.ready()) {
+      t.state = State::Ready;
+      released = true;
+    }
   if (released) return true;
   bool all_at_block = true, any_at_block = false;
   for (const ThreadSlot& t : b.threads) {
@@ -149,6 +165,7 @@ bool release_barriers(BlockRun& b) {
     else if (t.state != State::Done) all_at_block = false;
   }
   if (!any_at_block || !all_at_block) return false;
+  if (b.warpgroup) join_all_clocks(*b.warpgroup);
   for (ThreadSlot& t : b.threads)
     if (t.state == State::AtBlockBarrier) t.state = State::Ready;
   return true;
@@ -157,13 +174,19 @@ bool release_barriers(BlockRun& b) {
 // What each group of stuck threads waits at: one example thread per (barrier, mask).
 std::string describe_stuck(const BlockRun& b) {
   std::map<std::pair<int, uint32_t>, std::pair<uint3, int>> groups;
+  std::map<std::string, int> conditions;
   for (const ThreadSlot& t : b.threads) {
     if (t.state == State::Done) continue;
+    if (t.state == State::AtCondition) {
+      conditions[t.waits_for] += 1;
+      continue;
+    }
     auto key = std::make_pair(int(t.state), t.state == State::AtWarpBarrier ? t.warp_mask : 0u);
     auto [it, inserted] = groups.try_emplace(key, t.index, 0);
     ++it->second.second;
   }
   std::string detail;
+  for (const auto& [what, count] : conditions) detail += " " + std::to_string(count) + " thread(s) wait for " + what + ";";
   for (const auto& [key, example] : groups)
     detail += " " + std::to_string(example.second) + " thread(s) such as " + dims(example.first) +
               (key.first == int(State::AtBlockBarrier) ? " wait at __syncthreads;"
@@ -214,10 +237,12 @@ void run_block(BlockRun& b, const std::function<void()>& kernel_call) {
   // Shared memory is uninitialised on a GPU: fill it with NaN bytes so kernels that read before
   // writing show it in their results.
   if (b.shared_bytes) std::memset(b.shared.get(), 0xff, b.shared_bytes);
+  b.warpgroup.reset();
   std::function<void()> body = [&b, &kernel_call] {
     std::fesetenv(&b.fp_environment);  // a pooled fiber must not keep an older FP environment
     try {
       kernel_call();
+      if (b.warpgroup) check_thread_exit(*b.warpgroup);
     } catch (const Cancelled&) {
     } catch (...) {
       if (!b.error) b.error = std::current_exception();
@@ -275,7 +300,8 @@ void run_grid(const LaunchSite& site, dim3 grid, dim3 block, size_t dynamic_shar
   b.exchange.assign(size_t(b.warps) * 32 * 8, 0);
   b.wide.assign(size_t(b.warps) * 32 * kWideSlotBytes, 0);
   b.shared_bytes = dynamic_shared_bytes;
-  if (dynamic_shared_bytes) b.shared.reset(new unsigned char[dynamic_shared_bytes]);
+  if (dynamic_shared_bytes)
+    b.shared.reset(static_cast<unsigned char*>(::operator new[](dynamic_shared_bytes, std::align_val_t(1024))));
   blockDim = block;
   gridDim = grid;
   g_block = &b;
@@ -339,6 +365,45 @@ unsigned char* warp_exchange_slot(unsigned lane) {
 }
 
 void* dynamic_shared_memory() { return g_block->shared.get(); }
+
+unsigned thread_rank() { return g_block->current; }
+
+void wait_until(std::function<bool()> ready, std::string what) {
+  if (ready()) return;
+  ThreadSlot& t = g_block->threads[g_block->current];
+  t.ready = std::move(ready);
+  t.waits_for = std::move(what);
+  suspend_at(State::AtCondition, 0);
+  t.ready = nullptr;
+}
+
+uint32_t shared_address(const void* p) {
+  const auto* byte = static_cast<const unsigned char*>(p);
+  const unsigned char* base = g_block->shared.get();
+  if (!base || byte < base || byte >= base + g_block->shared_bytes)
+    launch_error(*g_block->site, "thread " + dims(threadIdx) + ": a shared-state-space address of a pointer outside "
+                                     "the block's dynamic shared memory (the emulation gives addresses to "
+                                     "DYNAMIC_SHARED memory only)");
+  return uint32_t(byte - base);
+}
+
+void* shared_pointer(uint32_t address, size_t bytes) {
+  if (size_t(address) + bytes > g_block->shared_bytes)
+    launch_error(*g_block->site, "thread " + dims(threadIdx) + ": shared address " + std::to_string(address) + " + " +
+                                     std::to_string(bytes) + " bytes lies outside the block's " +
+                                     std::to_string(g_block->shared_bytes) + " bytes of dynamic shared memory");
+  return g_block->shared.get() + address;
+}
+
+bool in_dynamic_shared(const void* p) {
+  const auto* byte = static_cast<const unsigned char*>(p);
+  const unsigned char* base = g_block->shared.get();
+  return base && byte >= base && byte < base + g_block->shared_bytes;
+}
+
+WarpgroupState* block_warpgroup_state_if_any() { return g_block->warpgroup.get(); }
+void adopt_warpgroup_state(WarpgroupState* state) { g_block->warpgroup.reset(state); }
+size_t block_thread_count() { return g_block->threads.size(); }
 
 void check_shuffle_width(int width) {
   if (width < 1 || width > 32 || (width & (width - 1)) != 0)

@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <string>
 
 struct CUstream_st;
 
@@ -78,7 +79,29 @@ struct AsyncCopies {
   unsigned groups = 0;
 };
 AsyncCopies& thread_async_copies();
-void* dynamic_shared_memory();
+void* dynamic_shared_memory();  // 1024-byte aligned, as the shared window's addresses are on a GPU
+
+// For the warpgroup twins (runtime/emu/warpgroup.cpp), valid only inside an emulated kernel:
+unsigned thread_rank();  // the calling thread's linear index in its block
+// Suspends the calling thread until `ready()` holds; the scheduler asks whenever no thread can
+// run. `what` names the wait in the report of a block that can never finish.
+void wait_until(std::function<bool()> ready, std::string what);
+// The byte offset of `p` in the block's dynamic shared memory (the shared state space address a
+// GPU would give); throws yolo::Error for a pointer outside it (static __shared__ storage has no
+// shared address in the emulation).
+uint32_t shared_address(const void* p);
+void* shared_pointer(uint32_t address, size_t bytes);  // the inverse; throws outside the window
+bool in_dynamic_shared(const void* p);
+// The warpgroup twins' state for the block being run: made on first use, dropped with the block.
+struct WarpgroupState;
+WarpgroupState& block_warpgroup_state();  // defined with the twins
+WarpgroupState* block_warpgroup_state_if_any();
+void adopt_warpgroup_state(WarpgroupState* state);    // the block owns it from here
+void destroy_warpgroup_state(WarpgroupState* state);  // defined with the twins
+size_t block_thread_count();
+// Called as each thread of a block returns (throws for a thread that leaves work unwaited).
+void check_thread_exit(WarpgroupState& state);
+void join_all_clocks(WarpgroupState& state);  // at each __syncthreads: every thread's work happens before
 
 }  // namespace yolo::emu
 

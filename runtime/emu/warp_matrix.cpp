@@ -69,6 +69,7 @@ void cp_async_wait(unsigned pending_groups) {
     const AsyncCopy& c = copies.pending[i];
     if (c.src_bytes) std::memcpy(c.dst, c.src, c.src_bytes);
     std::memset(static_cast<unsigned char*>(c.dst) + c.src_bytes, 0, c.bytes - c.src_bytes);
+    note_generic_shared_write(c.dst, c.bytes);
   }
   std::memmove(copies.pending, copies.pending + done, (copies.count - done) * sizeof(AsyncCopy));
   copies.count -= done;

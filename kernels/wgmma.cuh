@@ -1,0 +1,361 @@
+// Hopper's asynchronous building blocks, as inline PTX under nvcc and as emulated twins for the
+// host compiler (runtime/emu/warpgroup.cpp queues and checks; the arithmetic and the fragment
+// layout are here, as mma.cuh keeps mma.sync's):
+//   - wgmma.mma_async m64nNk16 (BF16, FP16; FP32 accumulators) with both operands K-major in
+//     shared memory, named by matrix descriptors; wgmma.fence / commit_group / wait_group.
+//     sm_90a code only (YOLO_WGMMA_NATIVE): elsewhere the calls trap, and launchers ask
+//     current_device_runs_wgmma (kernels/hopper.h) before choosing a wgmma kernel.
+//   - mbarriers (init, arrive, arrive with expect_tx, try_wait.parity) and
+//     fence.proxy.async.shared::cta: sm_90.
+//
+// Shared-memory operand layout (PTX ISA, "Shared Memory Matrix Layout" and "Matrix Descriptor
+// Format" of wgmma), K-major, 16-bit elements, one descriptor per m64 (A) or nN (B) by k16 slice:
+//   - Swizzle::None: core matrices of 8 rows x 16 bytes stored contiguously; the two 16-byte
+//     k-chunks of a k16 slice `leading_bytes` apart, 8-row groups `stride_bytes` apart.
+//   - Swizzle::B128/B64/B32: rows `swizzle_bytes` apart (128/64/32), 8-row groups `stride_bytes`
+//     apart (8 * swizzle_bytes when dense), and the 16-byte chunk index within each row XORed
+//     with the row's place in the pattern (`swizzled`: address bits 4.. ^= bits 7..). The k16
+//     slices of a row are 32 bytes apart: their descriptors start 32 bytes apart. Tiles start
+//     where the pattern does (1024, 512, 256 bytes); `leading_bytes` is unused.
+// D fragment (PTX ISA, "Register Fragments" of wgmma .m64nNk16): warp w of the warpgroup holds
+// rows 16w..16w+15, the m16n8 accumulator layout repeated along N: d[i] is D[row][col] with
+// row = 16w + lane/4 + 8*((i/2)%2), col = 8*(i/4) + 2*(lane%4) + i%2.
+#pragma once
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+
+#include "kernels/common.cuh"
+#include "kernels/half_types.h"
+
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define YOLO_WGMMA_NATIVE 1
+#else
+#define YOLO_WGMMA_NATIVE 0
+#endif
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define YOLO_MBARRIER_NATIVE 1
+#else
+#define YOLO_MBARRIER_NATIVE 0
+#endif
+
+namespace yolo::wgmma {
+
+// ---- shared addresses, swizzles and descriptors (host and device) -----------------------------
+
+// The shared-state-space address of a pointer into (dynamic) shared memory.
+__device__ __forceinline__ uint32_t shared_address(const void* p) {
+#if defined(__CUDACC__)
+  return uint32_t(__cvta_generic_to_shared(p));
+#else
+  return yolo::emu::shared_address(p);
+#endif
+}
+
+// The descriptor's layout-type codes (bits 62-63).
+enum class Swizzle : uint32_t { None = 0, B128 = 1, B64 = 2, B32 = 3 };
+
+// A K-major row's pitch in bytes: the swizzle width (16, one core-matrix row, without one).
+__host__ __device__ constexpr uint32_t swizzle_bytes(Swizzle s) {
+  return s == Swizzle::B128 ? 128 : s == Swizzle::B64 ? 64 : s == Swizzle::B32 ? 32 : 16;
+}
+
+// A shared byte address as a swizzle mode moves it: 128B XORs bits 4-6 with bits 7-9, 64B bits
+// 4-5 with 7-8, 32B bit 4 with bit 7 (the same patterns as TMA's 128B/64B/32B swizzles).
+__host__ __device__ constexpr uint32_t swizzled(uint32_t address, Swizzle s) {
+  const uint32_t mask = swizzle_bytes(s) / 16 - 1;
+  return address ^ (((address >> 7) & mask) << 4);
+}
+
+// Where byte `k_byte` of row `row` of a K-major tile at `base` lives (see the top of the file;
+// swizzled modes: k_byte < swizzle_bytes).
+__host__ __device__ constexpr uint32_t k_major_address(uint32_t base, Swizzle s, uint32_t leading_bytes,
+                                                       uint32_t stride_bytes, uint32_t row, uint32_t k_byte) {
+  if (s == Swizzle::None)
+    return base + (row / 8) * stride_bytes + (k_byte / 16) * leading_bytes + (row % 8) * 16 + k_byte % 16;
+  return swizzled(base + (row / 8) * stride_bytes + (row % 8) * swizzle_bytes(s) + k_byte, s);
+}
+
+// The 64-bit matrix descriptor: start address, leading and stride byte offsets (each >> 4 in
+// 14 bits), base offset 0 (tiles start where their pattern does), layout type.
+__host__ __device__ constexpr uint64_t descriptor(uint32_t address, Swizzle s, uint32_t leading_bytes,
+                                                  uint32_t stride_bytes) {
+  return uint64_t((address >> 4) & 0x3fff) | uint64_t((leading_bytes >> 4) & 0x3fff) << 16 |
+         uint64_t((stride_bytes >> 4) & 0x3fff) << 32 | uint64_t(s) << 62;
+}
+
+#if !defined(__CUDACC__)
+// ---- emulated twin: each thread computes its own accumulators from shared memory ---------------
+namespace emulated {
+
+// The shared address of element (row, k) of the k16 slice a descriptor names. Throws for what the
+// emulation does not model (a base offset; a slice crossing a swizzle row; a start address away
+// from the pattern's first row, which needs the base offset on a GPU).
+inline uint32_t operand_address(uint64_t desc, uint32_t row, uint32_t k) {
+  const uint32_t start = uint32_t(desc & 0x3fff) << 4, leading = uint32_t(desc >> 16 & 0x3fff) << 4;
+  const uint32_t stride = uint32_t(desc >> 32 & 0x3fff) << 4;
+  const Swizzle s = Swizzle(desc >> 62);
+  if ((desc >> 49 & 7) != 0) throw Error("wgmma descriptor: a matrix base offset (not emulated)");
+  if (s != Swizzle::None) {
+    const uint32_t width = swizzle_bytes(s);
+    if (start % width + 32 > width)
+      throw Error("wgmma descriptor: the k16 slice at shared address " + std::to_string(start) + " crosses a " +
+                  std::to_string(width) + "-byte swizzle row");
+    if (start % (8 * width) >= width)
+      throw Error("wgmma descriptor: start address " + std::to_string(start) + " is not in the first row of its " +
+                  std::to_string(8 * width) + "-byte swizzle pattern (a GPU needs the base offset field)");
+  }
+  return k_major_address(start, s, leading, stride, row, 2 * k);
+}
+
+template <typename T>
+double element(uint64_t desc, uint32_t row, uint32_t k) {
+  uint16_t bits;
+  std::memcpy(&bits, yolo::emu::async_proxy_read(operand_address(desc, row, k), 2), 2);
+  if constexpr (std::is_same_v<T, Bf16>) return double(to_float(Bf16{bits}));
+  else return double(to_float(Fp16{bits}));
+}
+
+// Queued until the thread's wgmma.wait_group covers it; then D = A*B (+ D) for this thread's
+// fragment, each output's products summed exactly and rounded once (the hardware's order and
+// truncation differ: GPU-vs-emulation comparisons are tolerances).
+template <typename T, int N>
+void mma(float* d, uint64_t a_desc, uint64_t b_desc, bool accumulate) {
+  const unsigned rank = yolo::emu::thread_rank() % 128, warp = rank / 32, lane = rank % 32;
+  yolo::emu::wgmma_queue([=] {
+    for (unsigned i = 0; i < unsigned(N) / 2; ++i) {
+      const unsigned row = 16 * warp + lane / 4 + 8 * ((i / 2) % 2), col = 8 * (i / 4) + 2 * (lane % 4) + i % 2;
+      double sum = accumulate ? double(d[i]) : 0.0;
+      for (unsigned k = 0; k < 16; ++k) sum += element<T>(a_desc, row, k) * element<T>(b_desc, col, k);
+      d[i] = float(sum);
+    }
+  });
+}
+
+}  // namespace emulated
+#endif
+
+// ---- wgmma ---------------------------------------------------------------------------------------
+
+// The compiler must not move accumulator reads or writes across wgmma's asynchronous window.
+template <int M>
+__device__ __forceinline__ void fence_registers(float (&d)[M]) {
+#if defined(__CUDACC__)
+#pragma unroll
+  for (int i = 0; i < M; ++i) asm volatile("" : "+f"(d[i])::"memory");
+#else
+  (void)d;
+#endif
+}
+
+// wgmma.fence: before the first mma_async of a batch, once other instructions touched `d`.
+template <int M>
+__device__ __forceinline__ void fence(float (&d)[M]) {
+  fence_registers(d);
+#if YOLO_WGMMA_NATIVE
+  asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+#elif defined(__CUDACC__)
+  __trap();
+#else
+  yolo::emu::wgmma_fence();
+#endif
+}
+
+// D (+)= A * B for one m64nNk16 slice; T is Bf16 or Fp16; accumulate = false ignores D's value.
+template <typename T, int N>
+__device__ __forceinline__ void mma_async(float (&d)[N / 2], uint64_t a_desc, uint64_t b_desc, bool accumulate);
+
+template <>
+__device__ __forceinline__ void mma_async<Bf16, 64>(float (&d)[32], uint64_t a_desc, uint64_t b_desc, bool accumulate) {
+#if YOLO_WGMMA_NATIVE
+  asm volatile(
+      "{\n.reg .pred p;\n"
+      "setp.ne.b32 p, %34, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+      "{"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+      "}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "l"(a_desc), "l"(b_desc), "r"(int(accumulate)));
+#elif defined(__CUDACC__)
+  __trap();  // no wgmma outside sm_90a code; launchers ask current_device_runs_wgmma first
+#else
+  emulated::mma<Bf16, 64>(d, a_desc, b_desc, accumulate);
+#endif
+}
+
+template <>
+__device__ __forceinline__ void mma_async<Fp16, 64>(float (&d)[32], uint64_t a_desc, uint64_t b_desc, bool accumulate) {
+#if YOLO_WGMMA_NATIVE
+  asm volatile(
+      "{\n.reg .pred p;\n"
+      "setp.ne.b32 p, %34, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
+      "{"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+      "}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "l"(a_desc), "l"(b_desc), "r"(int(accumulate)));
+#elif defined(__CUDACC__)
+  __trap();  // no wgmma outside sm_90a code; launchers ask current_device_runs_wgmma first
+#else
+  emulated::mma<Fp16, 64>(d, a_desc, b_desc, accumulate);
+#endif
+}
+
+template <>
+__device__ __forceinline__ void mma_async<Bf16, 128>(float (&d)[64], uint64_t a_desc, uint64_t b_desc, bool accumulate) {
+#if YOLO_WGMMA_NATIVE
+  asm volatile(
+      "{\n.reg .pred p;\n"
+      "setp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+      "{"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+      "}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "l"(a_desc), "l"(b_desc), "r"(int(accumulate)));
+#elif defined(__CUDACC__)
+  __trap();  // no wgmma outside sm_90a code; launchers ask current_device_runs_wgmma first
+#else
+  emulated::mma<Bf16, 128>(d, a_desc, b_desc, accumulate);
+#endif
+}
+
+template <>
+__device__ __forceinline__ void mma_async<Fp16, 128>(float (&d)[64], uint64_t a_desc, uint64_t b_desc, bool accumulate) {
+#if YOLO_WGMMA_NATIVE
+  asm volatile(
+      "{\n.reg .pred p;\n"
+      "setp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 "
+      "{"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+      "}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "l"(a_desc), "l"(b_desc), "r"(int(accumulate)));
+#elif defined(__CUDACC__)
+  __trap();  // no wgmma outside sm_90a code; launchers ask current_device_runs_wgmma first
+#else
+  emulated::mma<Fp16, 128>(d, a_desc, b_desc, accumulate);
+#endif
+}
+
+// Closes the batch of mma_async issued since the last commit.
+__device__ __forceinline__ void commit_group() {
+#if YOLO_WGMMA_NATIVE
+  asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+#elif defined(__CUDACC__)
+  __trap();
+#else
+  yolo::emu::wgmma_commit_group();
+#endif
+}
+
+// Waits until at most `Pending` committed batches are in flight; `d` is readable after it.
+template <int Pending, int M>
+__device__ __forceinline__ void wait_group(float (&d)[M]) {
+#if YOLO_WGMMA_NATIVE
+  asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(Pending) : "memory");
+#elif defined(__CUDACC__)
+  __trap();
+#else
+  yolo::emu::wgmma_wait_group(Pending);
+#endif
+  fence_registers(d);
+}
+
+// ---- mbarriers and the proxy fence (sm_90) -------------------------------------------------------
+
+__device__ __forceinline__ void mbarrier_init(uint64_t* bar, uint32_t count) {
+#if YOLO_MBARRIER_NATIVE
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(shared_address(bar)), "r"(count) : "memory");
+#elif defined(__CUDACC__)
+  __trap();
+#else
+  yolo::emu::mbarrier_init(shared_address(bar), count);
+#endif
+}
+
+__device__ __forceinline__ void mbarrier_arrive(uint64_t* bar) {
+#if YOLO_MBARRIER_NATIVE
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(shared_address(bar)) : "memory");
+#elif defined(__CUDACC__)
+  __trap();
+#else
+  yolo::emu::mbarrier_arrive(shared_address(bar), 0);
+#endif
+}
+
+// Expects `bytes` more of asynchronous copies (TMA) in this phase, then arrives.
+__device__ __forceinline__ void mbarrier_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
+#if YOLO_MBARRIER_NATIVE
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(shared_address(bar)), "r"(bytes)
+               : "memory");
+#elif defined(__CUDACC__)
+  __trap();
+#else
+  yolo::emu::mbarrier_arrive(shared_address(bar), bytes);
+#endif
+}
+
+// Until the phase of parity `parity` is complete (a fresh mbarrier is in phase 0, so parity 1
+// passes at once: a ring's "empty" barriers are first waited with parity 1).
+__device__ __forceinline__ void mbarrier_wait(uint64_t* bar, uint32_t parity) {
+#if YOLO_MBARRIER_NATIVE
+  const uint32_t address = shared_address(bar);
+  uint32_t done = 0;
+  while (!done)
+    asm volatile(
+        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(address), "r"(parity)
+        : "memory");
+#elif defined(__CUDACC__)
+  __trap();
+#else
+  yolo::emu::mbarrier_wait_parity(shared_address(bar), parity);
+#endif
+}
+
+// Orders this thread's earlier generic-proxy writes of shared memory (stores, cp.async) before
+// later async-proxy reads of it (wgmma, TMA stores).
+__device__ __forceinline__ void fence_proxy_async() {
+#if YOLO_MBARRIER_NATIVE
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+#elif defined(__CUDACC__)
+  __trap();
+#else
+  yolo::emu::fence_proxy_async();
+#endif
+}
+
+}  // namespace yolo::wgmma

@@ -1,0 +1,171 @@
+// Hopper's building blocks (kernels/wgmma.cuh) through a small warpgroup GEMM
+// (tests/wgmma_test_kernels.h): wgmma m64nNk16 in BF16 and FP16 from shared memory in every
+// swizzle mode, fed by a cp.async producer warp through a ring of mbarrier-guarded stages whose
+// phases wrap, against an FP64 product of the same 16-bit inputs; the planted faults the
+// emulation must catch (a missing mbarrier wait either way, a wrong swizzle, a missing proxy
+// fence or wgmma.fence); and the run-time choice that refuses wgmma where no sm_90a code runs.
+// Emulated in tests_emu; natively on an H100/H200 of a build with sm_90a code (skipped elsewhere).
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "kernels/half_types.h"
+#include "kernels/hopper.h"
+#include "runtime/check.h"
+#include "tests/kernel_harness.h"
+#include "tests/test_support.h"
+#include "tests/wgmma_test_kernels.h"
+#if YOLO_EMULATED_KERNELS
+#include "runtime/emu/device.h"
+#include "tests/emu_fixtures.h"
+#endif
+
+using namespace yolo;
+using namespace yolo::testing;
+
+namespace {
+
+struct GemmCase {
+  WgmmaOperand type;
+  int m, n, k;
+  std::vector<uint16_t> a, b;     // 16-bit patterns, row-major, K contiguous
+  std::vector<double> ref, size;  // C in FP64, and sum |a*b| per output (the tolerance's scale)
+};
+
+double value(WgmmaOperand type, uint16_t bits) {
+  return type == WgmmaOperand::Bf16 ? double(to_float(Bf16{bits})) : double(to_float(Fp16{bits}));
+}
+
+GemmCase random_case(Rng& rng, WgmmaOperand type, int m, int n, int k) {
+  GemmCase g{type, m, n, k, {}, {}, {}, {}};
+  auto patterns = [&](size_t count) {
+    std::vector<uint16_t> bits(count);
+    for (uint16_t& h : bits) {
+      const float x = rng.uniform(-1.0f, 1.0f) * std::ldexp(1.0f, rng.integer(-3, 3));
+      h = type == WgmmaOperand::Bf16 ? to_bf16(x).bits : to_fp16(x).bits;
+    }
+    return bits;
+  };
+  g.a = patterns(size_t(m) * k);
+  g.b = patterns(size_t(n) * k);
+  g.ref.assign(size_t(m) * n, 0.0);
+  g.size.assign(size_t(m) * n, 0.0);
+  for (int i = 0; i < m; ++i)
+    for (int j = 0; j < n; ++j)
+      for (int kk = 0; kk < k; ++kk) {
+        const double p = value(type, g.a[size_t(i) * k + kk]) * value(type, g.b[size_t(j) * k + kk]);
+        g.ref[size_t(i) * n + j] += p;
+        g.size[size_t(i) * n + j] += std::fabs(p);
+      }
+  return g;
+}
+
+std::vector<float> run(Device device, const GemmCase& g, WgmmaSwizzle swizzle, WgmmaFault fault) {
+  DeviceArray<uint16_t> a(device, g.a), b(device, g.b);
+  DeviceArray<float> c(device, size_t(g.m) * g.n);
+  c.poison();
+  launch_wgmma_gemm(g.type, swizzle, g.n, a.data(), b.data(), c.data(), g.m, g.k, fault);
+  return c.download();
+}
+
+// Outputs off the FP64 product by more than FP32 accumulation over k explains (NaN counts).
+int mismatches(const GemmCase& g, const std::vector<float>& c, std::string* first) {
+  int wrong = 0;
+  for (size_t i = 0; i < c.size(); ++i) {
+    const double error = std::fabs(double(c[i]) - g.ref[i]);
+    if (error <= 1e-5 * g.size[i] + 1e-30) continue;
+    if (wrong++ == 0 && first)
+      *first = "C[" + std::to_string(i / size_t(g.n)) + "][" + std::to_string(i % size_t(g.n)) + "] = " +
+               std::to_string(c[i]) + ", expected " + std::to_string(g.ref[i]);
+  }
+  return wrong;
+}
+
+const WgmmaSwizzle kSwizzles[] = {WgmmaSwizzle::B128, WgmmaSwizzle::B64, WgmmaSwizzle::B32, WgmmaSwizzle::None};
+
+// A K of one tile more than the ring holds, plus a partial tile: every stage's phase wraps.
+int wrapping_k(WgmmaSwizzle s) { return wgmma_tile_k(s) * (kWgmmaStages + 1) + 8; }
+
+}  // namespace
+
+#define SKIP_WITHOUT_WGMMA() \
+  if (!current_device_runs_wgmma()) SKIP_TEST("this device runs no sm_90a code (wgmma)")
+
+TEST_CASE("kernel: wgmma from cp.async-filled, mbarrier-guarded stages matches the FP64 product in every swizzle") {
+  KERNEL_TEST_DEVICE(device);
+  SKIP_WITHOUT_WGMMA();
+  Rng rng;
+  CAPTURE(rng.seed());
+  for (WgmmaOperand type : {WgmmaOperand::Bf16, WgmmaOperand::Fp16})
+    for (WgmmaSwizzle s : kSwizzles) {
+      const std::string swizzle = wgmma_swizzle_name(s);
+      const bool bf16 = type == WgmmaOperand::Bf16;
+      CAPTURE(bf16);
+      CAPTURE(swizzle);
+      const GemmCase g = random_case(rng, type, rng.integer(1, 140), 64, wrapping_k(s));
+      CAPTURE(g.m);
+      CAPTURE(g.k);
+      std::string first;
+      CHECK_MESSAGE(mismatches(g, run(device, g, s, WgmmaFault::None), &first) == 0, first);
+    }
+  for (WgmmaOperand type : {WgmmaOperand::Bf16, WgmmaOperand::Fp16}) {  // the wide tile, once each
+    const GemmCase g = random_case(rng, type, rng.integer(65, 127), 128, 136);
+    CAPTURE(g.m);
+    std::string first;
+    CHECK_MESSAGE(mismatches(g, run(device, g, WgmmaSwizzle::B128, WgmmaFault::None), &first) == 0, first);
+  }
+}
+
+TEST_CASE("emulation: the warpgroup GEMM's planted faults are caught (mbarrier waits, swizzle, proxy and wgmma fences)") {
+#if YOLO_EMULATED_KERNELS
+  KERNEL_TEST_DEVICE(device);
+  Rng rng;
+  CAPTURE(rng.seed());
+  const GemmCase g = random_case(rng, WgmmaOperand::Bf16, rng.integer(1, 64), 64, wrapping_k(WgmmaSwizzle::B64));
+  CHECK(mismatches(g, run(device, g, WgmmaSwizzle::B64, WgmmaFault::None), nullptr) == 0);
+  // The emulation orders threads by the mbarriers' happens-before: a read no wait covers is named
+  // whichever thread happened to run first.
+  CHECK_THROWS_WITH_AS(run(device, g, WgmmaSwizzle::B64, WgmmaFault::SkipFullWait),
+                       doctest::Contains("with nothing ordering the write before the read"), Error);
+  // A producer that never waits runs phases ahead of the warpgroup, which then waits for a parity
+  // the "full" mbarrier has already passed (on a GPU: a hang, or stages overwritten while read).
+  CHECK_THROWS_WITH_AS(run(device, g, WgmmaSwizzle::B64, WgmmaFault::SkipEmptyWait),
+                       doctest::Contains("can never pass its barriers"), Error);
+  for (WgmmaSwizzle s : {WgmmaSwizzle::B128, WgmmaSwizzle::B64, WgmmaSwizzle::B32}) {
+    const std::string swizzle = wgmma_swizzle_name(s);
+    CAPTURE(swizzle);
+    const GemmCase small = random_case(rng, WgmmaOperand::Fp16, 64, 64, wgmma_tile_k(s));
+    CHECK(mismatches(small, run(device, small, s, WgmmaFault::WrongSwizzle), nullptr) > 0);
+  }
+  CHECK_THROWS_WITH_AS(run(device, g, WgmmaSwizzle::B64, WgmmaFault::NoProxyFence),
+                       doctest::Contains("with no fence.proxy.async after it"), Error);
+  CHECK_THROWS_WITH_AS(run(device, g, WgmmaSwizzle::B64, WgmmaFault::NoWgmmaFence),
+                       doctest::Contains("with no wgmma.fence"), Error);
+#else
+  SKIP_TEST("the faults are races or rules a GPU does not report; the emulation checks them");
+#endif
+}
+
+TEST_CASE("emulation: wgmma is chosen only where sm_90a code runs; the launcher refuses elsewhere") {
+#if YOLO_EMULATED_KERNELS
+  EmulatedDevicesReset reset;
+  const int index = emu::kMaxDevices - 1;
+  CHECK(current_device_runs_wgmma());  // no device current: the H200 preset
+  emu::set_current_device(index);
+  CHECK(current_device_runs_wgmma());
+  emu::DeviceProps generic = emu::preset_for(90);
+  generic.sm90a_code = false;
+  for (const emu::DeviceProps& props : {emu::preset_for(80), emu::preset_for(75), generic}) {
+    CAPTURE(props.name);
+    emu::configure_device(index, props);
+    CHECK_FALSE(current_device_runs_wgmma());
+    CHECK_THROWS_WITH_AS(launch_wgmma_gemm(WgmmaOperand::Bf16, WgmmaSwizzle::B128, 64, nullptr, nullptr, nullptr, 1, 8,
+                                           WgmmaFault::None),
+                         doctest::Contains("wgmma needs sm_90a code on an sm_90 device"), Error);
+  }
+#else
+  SKIP_TEST("needs emulated devices of other architectures");
+#endif
+}

@@ -1,0 +1,38 @@
+// A small warpgroup GEMM that tests the Hopper building blocks of kernels/wgmma.cuh together
+// (tests/test_kernel_wgmma.cpp), emulated and on an H100/H200 with sm_90a code: a producer warp
+// gathers operand tiles with 16-byte cp.async into a ring of swizzled shared-memory stages, each
+// guarded by a "full" and an "empty" mbarrier; a warpgroup runs wgmma.mma_async on them. Launchers
+// throw yolo::Error where current_device_runs_wgmma is false.
+#pragma once
+#include <cstdint>
+
+namespace yolo::testing {
+
+enum class WgmmaOperand { Bf16, Fp16 };
+// The descriptor's layout types (kernels/wgmma.cuh's Swizzle, by the same codes).
+enum class WgmmaSwizzle { None = 0, B128 = 1, B64 = 2, B32 = 3 };
+const char* wgmma_swizzle_name(WgmmaSwizzle s);
+
+// Faults planted on purpose: each must make the result wrong or the emulation throw. Emulation
+// only (the launcher refuses them natively).
+enum class WgmmaFault {
+  None,
+  SkipFullWait,   // the warpgroup reads a stage without waiting for its "full" mbarrier
+  SkipEmptyWait,  // the producer refills a stage without waiting for its "empty" mbarrier
+  WrongSwizzle,   // the producer writes rows without the swizzle's XOR
+  NoProxyFence,   // the producer arrives with no fence.proxy.async after its cp.async writes
+  NoWgmmaFence,   // the warpgroup issues wgmma.mma_async with no wgmma.fence first
+};
+
+// Ring stages of the kernel (so a K of more than 3 tiles wraps the mbarriers' phases).
+constexpr int kWgmmaStages = 3;
+// K elements one stage holds: the swizzle row's bytes / 2 (None: one k16 slice).
+int wgmma_tile_k(WgmmaSwizzle s);
+
+// C (m x n, FP32, row-major) = A (m x k) * B (n x k)^T; A and B row-major 16-bit patterns of
+// `type`. n: 64 or 128; k: a positive multiple of 8 (rows are gathered in 16-byte chunks); any m
+// (one block per 64 rows; rows past m read as zeros and are not written).
+void launch_wgmma_gemm(WgmmaOperand type, WgmmaSwizzle swizzle, int n, const uint16_t* a, const uint16_t* b,
+                       float* c, int m, int k, WgmmaFault fault);
+
+}  // namespace yolo::testing
