@@ -11,7 +11,9 @@ CUDA_HOME   ?= /usr/local/cuda
 NVCC        ?= $(shell command -v nvcc 2>/dev/null || ls $(CUDA_HOME)/bin/nvcc 2>/dev/null)
 # CUDA=1 builds the CUDA backend (needs nvcc), CUDA=0 a CPU-only build; default: CUDA if nvcc is here.
 CUDA        ?= $(if $(NVCC),1,0)
-# GPU targets as compute capabilities: 75 = T4, 80 = A100, 90 = H100/H200.
+# GPU targets as compute capabilities: 75 = T4, 80 = A100, 90 = H100/H200. 90 (or 90a) builds
+# sm_90a code, which adds wgmma and setmaxnreg (kernels/wgmma.cuh) and runs on compute capability
+# 9.0 exactly, as sm_90 code does (no PTX for later GPUs is embedded either way).
 ARCH        ?= 75 80 90
 STB_INC     ?= /usr/include/stb
 DOCTEST_INC ?= /usr/include
@@ -55,7 +57,8 @@ CXXFLAGS_EMU := $(BASEFLAGS) $(EMU_OPT) $(WARN) $(SANITIZE) -DYOLO_CUDA=0 -DYOLO
 # .cu files as C++: g++ does not know `#pragma unroll` (nvcc's), which is only a hint.
 EMU_CU_FLAGS := -Wno-unknown-pragmas
 
-GENCODE   := $(foreach a,$(ARCH),-gencode=arch=compute_$(a),code=sm_$(a))
+ARCH_CODES := $(sort $(foreach a,$(ARCH),$(if $(filter 90 90a,$(a)),90a,$(a))))
+GENCODE   := $(foreach a,$(ARCH_CODES),-gencode=arch=compute_$(a),code=sm_$(a))
 NVCCFLAGS := -std=c++20 -O3 -g -lineinfo -I. -MMD -MP $(GENCODE) -DYOLO_CUDA=1 -DYOLO_EMU=0 \
              $(if $(filter 1,$(WERROR)),-Werror all-warnings) -Xcompiler -Wall,-Wextra \
              $(call sysinc,$(filter-out $(CUDA_HOME)/include,$(NCCL_HOME:%=%/include))) \
@@ -78,7 +81,7 @@ ifeq ($(ONLY),)
   TEST_KERNEL := $(wildcard tests/test_kernel*.cpp)
   BENCH_CU    := $(wildcard tools/bench_*.cu)
 else
-  KERNEL_CU   := $(wildcard $(ONLY:%=kernels/%.cu))
+  KERNEL_CU   := $(sort $(wildcard $(ONLY:%=kernels/%.cu)) kernels/hopper.cu)
   TEST_KERNEL := tests/test_kernel_emulation.cpp $(wildcard $(ONLY:%=tests/test_kernel_%.cpp))
   BENCH_CU    := tools/bench_copy.cu $(wildcard $(ONLY:%=tools/bench_%.cu))
   # The one dispatch point needs every family; a family's fast CPU unit (NAME_cpu.cpp) goes with it.

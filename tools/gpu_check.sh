@@ -29,20 +29,24 @@
 #   fold       fewer passes around BatchNorm: bench_kernels' bn+leaky backward reading y beside the
 #              one recomputing it (batch 16), then YOLOv3-416 bf16 batch 16 with the shortcuts
 #              folded (default) and with --no-fold, 36 steps each, medians              ~3 min
+#   wgmma      Hopper's building blocks (kernels/wgmma.cuh) on the hardware: the warpgroup GEMM
+#              tests (every swizzle, BF16 and FP16, mbarrier rings; skipped where no sm_90a code
+#              runs), the same under compute-sanitizer racecheck and synccheck, and the SASS
+#              check of sm_90a code (GMMA present, no local memory)                      ~2 min
 #   lookahead  YOLOv3-416 as the stock cfg trains it (batch 64, 16 micro-batches a step) in bf16,
 #              and batch 16 in fp16 (the T4's precision, loss scale on the GPU), each with
 #              look-ahead (default) and with --no-look-ahead, medians                   ~5 min
 # Writes full logs to OUTDIR and prints a summary table last. A tool that is missing is
 # reported as unavailable, not as a failure. Needs the binaries built beforehand (here or
-# elsewhere: `make ARCH=90 all build/tests`).
+# elsewhere: `make ARCH=90 all build/tests`, which builds sm_90a code).
 set -u
-usage="usage: tools/gpu_check.sh OUTDIR [tests|sanitizer|bench|loader|train|yolov3|nccl|nccl2|tc|tune|peer|fold|lookahead ...]"
+usage="usage: tools/gpu_check.sh OUTDIR [tests|sanitizer|bench|loader|train|yolov3|nccl|nccl2|tc|tune|peer|fold|lookahead|wgmma ...]"
 OUT=${1:?$usage}
 shift
 sections=("$@")
-(( ${#sections[@]} )) || sections=(tests sanitizer bench loader train yolov3 nccl nccl2 tc tune peer fold lookahead)
+(( ${#sections[@]} )) || sections=(tests sanitizer bench loader train yolov3 nccl nccl2 tc tune peer fold lookahead wgmma)
 for s in "${sections[@]}"; do
-  case $s in tests|sanitizer|bench|loader|train|yolov3|nccl|nccl2|tc|tune|peer|fold|lookahead) ;;
+  case $s in tests|sanitizer|bench|loader|train|yolov3|nccl|nccl2|tc|tune|peer|fold|lookahead|wgmma) ;;
     *) echo "unknown section '$s'; $usage" >&2; exit 2 ;;
   esac
 done
@@ -111,6 +115,23 @@ section_tests() {
   run_step "tf32 sweep (2^32 patterns)" tf32_sweep.log 60 env YOLO_TF32_SWEEP=all build/tests \
     -tc='*to_tf32 on the device equals round_to_tf32*'
   summary[-1]+=" | $(grep -m1 -o 'to_tf32 sweep: [^;]*\(; 0x[^;]*\)\?' "$OUT/tf32_sweep.log" || echo 'no sweep line')"
+}
+
+# The first question the hardware answers for stage 2 (issue 36): do the descriptor, swizzle,
+# fragment and mbarrier facts the emulated twins follow hold on an H100/H200?
+section_wgmma() {
+  run_step "wgmma tests (native)" wgmma.log 90 build/tests -tc='*wgmma*'
+  summary[-1]+=" | $(tail -n 1 "$OUT/wgmma.log")"
+  if command -v compute-sanitizer >/dev/null; then
+    for tool in racecheck synccheck; do
+      run_step "wgmma under $tool" "wgmma_$tool.log" 90 \
+        compute-sanitizer --tool "$tool" --error-exitcode 99 build/tests -tc='*wgmma*'
+      summary[-1]+=" | $(grep -m1 -E '(ERROR|RACECHECK) SUMMARY' "$OUT/wgmma_$tool.log" || echo 'no summary')"
+    done
+  fi
+  run_step "SASS check, sm_90a" sass_wgmma.log 60 tools/sass_check.sh --arch 90a \
+    build/native/tests/wgmma_test_kernels.cu.o build/native/kernels/conv_tc.cu.o
+  summary[-1]+=" | $(tail -n 1 "$OUT/sass_wgmma.log")"
 }
 
 # Every kernel test file (tests/test_kernel_*.cpp).

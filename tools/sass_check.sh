@@ -1,27 +1,31 @@
 #!/usr/bin/env bash
 # Checks the machine code of the tensor-core kernels: for each object and architecture, every
 # function whose demangled name matches the pattern must contain HMMA (mma.sync) instructions,
-# and no function in the objects may touch local memory (LDL/STL: register spills or arrays
-# the compiler could not keep in registers). One line per function and architecture, then a
-# verdict; exit status 0 when everything passes, 1 when something fails, 2 for a usage or tool
-# error.
+# every function matching the wgmma pattern must contain GMMA (wgmma) instructions in sm_90a code
+# and be a refusal stub (BPT.TRAP) in every other, and no function in the objects may touch
+# local memory (LDL/STL: register spills or arrays the compiler could not keep in registers).
+# One line per function and architecture, then a verdict; exit status 0 when everything passes,
+# 1 when something fails, 2 for a usage or tool error.
 #
-#   tools/sass_check.sh [--pattern REGEX] [--arch "75 80 90"] [OBJECT...]
+#   tools/sass_check.sh [--pattern REGEX] [--wgmma-pattern REGEX] [--arch "75 80 90a"] [OBJECT...]
 #
 # OBJECT defaults to build/native/kernels/conv_tc.cu.o build/native/kernels/gemm_tc.cu.o (a
 # CUDA build's nvcc objects). --pattern (default '_tc_|tc_kernel', extended regex) picks the
 # tensor-core kernels by demangled name. Below sm_80 a matching function without HMMA passes
 # only as a refusal stub (it traps: BPT.TRAP), as kernels for TF32 and BF16 are on sm_75.
+# --wgmma-pattern (default 'wgmma_.*kernel') picks the kernels built on kernels/wgmma.cuh.
 # cuobjdump comes from $CUOBJDUMP, PATH or tools/ensure_sass_tools.sh (which installs it).
 set -euo pipefail
 
 pattern='_tc_|tc_kernel'
-archs='75 80 90'
+wgmma_pattern='wgmma_.*kernel'
+archs='75 80 90a'
 objects=()
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --pattern) pattern=${2:?--pattern needs a regex}; shift 2 ;;
-    --arch) archs=${2:?--arch needs a list such as "80 90"}; shift 2 ;;
+    --wgmma-pattern) wgmma_pattern=${2:?--wgmma-pattern needs a regex}; shift 2 ;;
+    --arch) archs=${2:?--arch needs a list such as "80 90a"}; shift 2 ;;
     -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
     -*) echo "sass_check: unknown option $1 (see --help)" >&2; exit 2 ;;
     *) objects+=("$1"); shift ;;
@@ -68,16 +72,17 @@ for object in "${objects[@]}"; do
       fail "$object: no sm_$arch code (built with ARCH that leaves it out? pass --arch)"
       continue
     fi
-    # Per function: mangled name, HMMA count, LDL count, STL count, BPT.TRAP count.
+    # Per function: mangled name, HMMA count, LDL count, STL count, BPT.TRAP count, GMMA count.
     counts=$(awk '
-      function flush() { if (name != "") print name, hmma, ldl, stl, trap }
-      /Function : / { flush(); name = $NF; hmma = ldl = stl = trap = 0; next }
+      function flush() { if (name != "") print name, hmma, ldl, stl, trap, gmma }
+      /Function : / { flush(); name = $NF; hmma = ldl = stl = trap = gmma = 0; next }
       /^[ \t]*\/\*[0-9a-f]+\*\/[ \t]/ {
         op = $2
         if (op ~ /^@/) op = $3
         sub(/;.*/, "", op)
         base = op; sub(/\..*/, "", base)
         if (base == "HMMA") hmma++
+        else if (base == "HGMMA") gmma++
         else if (base == "LDL") ldl++
         else if (base == "STL") stl++
         else if (op ~ /^BPT\.TRAP/) trap++
@@ -87,17 +92,25 @@ for object in "${objects[@]}"; do
       echo "note   $object sm_$arch: no functions"
       continue
     fi
-    while read -r mangled hmma ldl stl trap; do
+    while read -r mangled hmma ldl stl trap gmma; do
       name=$(c++filt <<<"$mangled" 2>/dev/null || echo "$mangled")
       tc=no
       grep -Eq -- "$pattern" <<<"$name" && tc=yes
-      line="sm_$arch  tc:$(printf '%-3s' $tc)  HMMA $(printf '%4d' "$hmma")  LDL/STL $ldl/$stl  $name  ($(basename "$object"))"
+      grep -Eq -- "$wgmma_pattern" <<<"$name" && tc=wg
+      line="sm_$arch  tc:$(printf '%-3s' $tc)  HMMA $(printf '%4d' "$hmma")  GMMA $(printf '%3d' "$gmma")  LDL/STL $ldl/$stl  $name  ($(basename "$object"))"
       bad=""
       [[ $ldl -eq 0 && $stl -eq 0 ]] || bad="local memory traffic"
-      if [[ $tc == yes ]]; then
+      if [[ $tc == wg ]]; then
+        matched=$((matched + 1))
+        if [[ $arch == 90a && $gmma -eq 0 ]]; then
+          bad=${bad:+$bad, }"no GMMA in a wgmma kernel's sm_90a code"
+        elif [[ $arch != 90a && ( $gmma -gt 0 || $trap -eq 0 ) ]]; then
+          bad=${bad:+$bad, }"a wgmma kernel outside sm_90a code must be a trap stub"
+        fi
+      elif [[ $tc == yes ]]; then
         matched=$((matched + 1))
         if [[ $hmma -eq 0 ]]; then
-          if [[ $arch -lt 80 && $trap -gt 0 ]]; then
+          if [[ ${arch%a} -lt 80 && $trap -gt 0 ]]; then
             [[ -n "$bad" ]] || { echo "stub   $line: traps (no tensor cores for it below sm_80)"; continue; }
           else
             bad=${bad:+$bad, }"no HMMA in a tensor-core kernel"

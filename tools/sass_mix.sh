@@ -5,11 +5,11 @@
 # ldmatrix (LDSM), cp.async (LDGSTS), other shared loads/stores, global loads/stores, integer and
 # address arithmetic, FP32, barriers and branches, the rest. What a GPU's issue slots go to, read
 # without one (docs/perf.md holds the figures beside what ncu measured).
-#   tools/sass_mix.sh OBJECT REGEX [ARCH]      e.g. build/native/kernels/conv_tc.cu.o 'conv_forward_tc_kernel<yolo::Bf16, 128, 128, true>' 90
+#   tools/sass_mix.sh OBJECT REGEX [ARCH]      e.g. build/native/kernels/conv_tc.cu.o 'conv_forward_tc_kernel<yolo::Bf16, 128, 128, true>' 90a
 set -euo pipefail
 cd "$(dirname "$0")/.."
 object=${1:?usage: tools/sass_mix.sh OBJECT REGEX [ARCH]} regex=${2:?usage: tools/sass_mix.sh OBJECT REGEX [ARCH]}
-arch=${3:-90}
+arch=${3:-90a}
 cuobjdump=${CUOBJDUMP:-$(command -v cuobjdump || true)}
 if [[ -z "$cuobjdump" ]]; then
   tools_dir=$(tools/ensure_sass_tools.sh) || { echo "sass_mix: no cuobjdump (see above)" >&2; exit 2; }

@@ -14,10 +14,10 @@ if ! grep -q -- '-DYOLO_CUDA=1' "$build/flags" 2>/dev/null; then
   echo "tests: 0 passed, 0 failed, 3 skipped"
   exit 0
 fi
-archs=$(grep -oE 'code=sm_[0-9]+' "$build/flags" | sort -u | sed 's/code=sm_//' | tr '\n' ' ')
+archs=$(grep -oE 'code=sm_[0-9]+a?' "$build/flags" | sort -u | sed 's/code=sm_//' | tr '\n' ' ')
 passed=0 failed=0
 if tools/sass_check.sh --arch "$archs" "$build/native/kernels/conv_tc.cu.o" "$build/native/kernels/gemm_tc.cu.o" \
-  "$build/native/kernels/conv_small_c.cu.o"; then
+  "$build/native/kernels/conv_small_c.cu.o" "$build/native/tests/wgmma_test_kernels.cu.o"; then
   passed=$((passed + 1))
 else
   failed=$((failed + 1))

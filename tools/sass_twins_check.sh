@@ -12,12 +12,12 @@
 # One line per group and architecture, then a verdict; exit status 0 when everything passes, 1
 # when something fails, 2 for a usage or tool error.
 #
-#   tools/sass_twins_check.sh [--arch "75 80 90"] OBJECT...
+#   tools/sass_twins_check.sh [--arch "75 80 90a"] OBJECT...
 #
 # cuobjdump comes from $CUOBJDUMP, PATH or tools/ensure_sass_tools.sh (which installs it).
 set -euo pipefail
 
-archs='75 80 90'
+archs='75 80 90a'
 objects=()
 while [[ $# -gt 0 ]]; do
   case "$1" in
