@@ -1,9 +1,10 @@
-// Hopper's building blocks (kernels/wgmma.cuh) through a small warpgroup GEMM
+// Hopper's building blocks (kernels/wgmma.cuh, tma.cuh) through a small warpgroup GEMM
 // (tests/wgmma_test_kernels.h): wgmma m64nNk16 in BF16 and FP16 from shared memory in every
-// swizzle mode, fed by a cp.async producer warp through a ring of mbarrier-guarded stages whose
-// phases wrap, against an FP64 product of the same 16-bit inputs; the planted faults the
-// emulation must catch (a missing mbarrier wait either way, a wrong swizzle, a missing proxy
-// fence or wgmma.fence); and the run-time choice that refuses wgmma where no sm_90a code runs.
+// swizzle mode, fed by a cp.async producer warp or by TMA boxes through a ring of
+// mbarrier-guarded stages whose phases wrap, against an FP64 product of the same 16-bit inputs;
+// the planted faults the emulation must catch (a missing mbarrier wait either way, a wrong
+// swizzle, a missing proxy fence or wgmma.fence, a wrong expect_tx byte count); the tensor-map
+// encoder's rules; and the run-time choice that refuses wgmma where no sm_90a code runs.
 // Emulated in tests_emu; natively on an H100/H200 of a build with sm_90a code (skipped elsewhere).
 #include <doctest/doctest.h>
 
@@ -13,6 +14,7 @@
 
 #include "kernels/half_types.h"
 #include "kernels/hopper.h"
+#include "kernels/tma.h"
 #include "runtime/check.h"
 #include "tests/kernel_harness.h"
 #include "tests/test_support.h"
@@ -62,11 +64,12 @@ GemmCase random_case(Rng& rng, WgmmaOperand type, int m, int n, int k) {
   return g;
 }
 
-std::vector<float> run(Device device, const GemmCase& g, WgmmaSwizzle swizzle, WgmmaFault fault) {
+std::vector<float> run(Device device, const GemmCase& g, WgmmaSwizzle swizzle, WgmmaFault fault,
+                       WgmmaLoad load = WgmmaLoad::CpAsync) {
   DeviceArray<uint16_t> a(device, g.a), b(device, g.b);
   DeviceArray<float> c(device, size_t(g.m) * g.n);
   c.poison();
-  launch_wgmma_gemm(g.type, swizzle, g.n, a.data(), b.data(), c.data(), g.m, g.k, fault);
+  launch_wgmma_gemm(g.type, swizzle, load, g.n, a.data(), b.data(), c.data(), g.m, g.k, fault);
   return c.download();
 }
 
@@ -109,12 +112,18 @@ TEST_CASE("kernel: wgmma from cp.async-filled, mbarrier-guarded stages matches t
       CAPTURE(g.k);
       std::string first;
       CHECK_MESSAGE(mismatches(g, run(device, g, s, WgmmaFault::None), &first) == 0, first);
+      if (s != WgmmaSwizzle::None) {
+        const int wrong = mismatches(g, run(device, g, s, WgmmaFault::None, WgmmaLoad::Tma), &first);
+        CHECK_MESSAGE(wrong == 0, "TMA: " << first);
+      }
     }
   for (WgmmaOperand type : {WgmmaOperand::Bf16, WgmmaOperand::Fp16}) {  // the wide tile, once each
     const GemmCase g = random_case(rng, type, rng.integer(65, 127), 128, 136);
     CAPTURE(g.m);
     std::string first;
     CHECK_MESSAGE(mismatches(g, run(device, g, WgmmaSwizzle::B128, WgmmaFault::None), &first) == 0, first);
+    const int wrong = mismatches(g, run(device, g, WgmmaSwizzle::B128, WgmmaFault::None, WgmmaLoad::Tma), &first);
+    CHECK_MESSAGE(wrong == 0, "TMA: " << first);
   }
 }
 
@@ -143,6 +152,13 @@ TEST_CASE("emulation: the warpgroup GEMM's planted faults are caught (mbarrier w
                        doctest::Contains("with no fence.proxy.async after it"), Error);
   CHECK_THROWS_WITH_AS(run(device, g, WgmmaSwizzle::B64, WgmmaFault::NoWgmmaFence),
                        doctest::Contains("with no wgmma.fence"), Error);
+  // With TMA: the right run, a read no wait covers, and a transaction count that never reaches
+  // zero (the phase never completes: a hang on a GPU).
+  CHECK(mismatches(g, run(device, g, WgmmaSwizzle::B64, WgmmaFault::None, WgmmaLoad::Tma), nullptr) == 0);
+  CHECK_THROWS_WITH_AS(run(device, g, WgmmaSwizzle::B64, WgmmaFault::SkipFullWait, WgmmaLoad::Tma),
+                       doctest::Contains("with nothing ordering the write before the read"), Error);
+  CHECK_THROWS_WITH_AS(run(device, g, WgmmaSwizzle::B64, WgmmaFault::WrongExpectTx, WgmmaLoad::Tma),
+                       doctest::Contains("can never pass its barriers"), Error);
 #else
   SKIP_TEST("the faults are races or rules a GPU does not report; the emulation checks them");
 #endif
@@ -161,11 +177,32 @@ TEST_CASE("emulation: wgmma is chosen only where sm_90a code runs; the launcher 
     CAPTURE(props.name);
     emu::configure_device(index, props);
     CHECK_FALSE(current_device_runs_wgmma());
-    CHECK_THROWS_WITH_AS(launch_wgmma_gemm(WgmmaOperand::Bf16, WgmmaSwizzle::B128, 64, nullptr, nullptr, nullptr, 1, 8,
-                                           WgmmaFault::None),
+    CHECK_THROWS_WITH_AS(launch_wgmma_gemm(WgmmaOperand::Bf16, WgmmaSwizzle::B128, WgmmaLoad::CpAsync, 64, nullptr,
+                                           nullptr, nullptr, 1, 8, WgmmaFault::None),
                          doctest::Contains("wgmma needs sm_90a code on an sm_90 device"), Error);
   }
 #else
   SKIP_TEST("needs emulated devices of other architectures");
 #endif
+}
+
+TEST_CASE("tensor maps: the encoder refuses what cuTensorMapEncodeTiled refuses, naming the rule") {
+  alignas(16) static uint16_t data[64 * 64];
+  const void* base = data;
+  auto refused = [&](const void* p, uint64_t cols, uint64_t rows, uint64_t stride, uint32_t box_cols,
+                     uint32_t box_rows, int swizzle) {
+    try {
+      tma::encode_2d(p, cols, rows, stride, box_cols, box_rows, swizzle);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  CHECK(refused(static_cast<const char*>(base) + 8, 64, 64, 128, 64, 64, 1).find("16-byte aligned") != std::string::npos);
+  CHECK(refused(base, 60, 64, 120, 56, 64, 0).find("multiple of 16") != std::string::npos);
+  CHECK(refused(base, 64, 64, 64, 64, 64, 0).find("hold a row") != std::string::npos);
+  CHECK(refused(base, 64, 64, 128, 64, 257, 1).find("1..256") != std::string::npos);
+  CHECK(refused(base, 64, 64, 128, 12, 64, 0).find("multiple of 16 bytes") != std::string::npos);
+  CHECK(refused(base, 64, 64, 128, 64, 64, 2).find("wider than its 64-byte swizzle") != std::string::npos);
+  CHECK(refused(base, 64, 64, 128, 64, 64, 4).find("not 0..3") != std::string::npos);
 }

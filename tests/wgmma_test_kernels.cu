@@ -10,6 +10,7 @@
 #include "kernels/hopper.h"
 #include "kernels/mma.cuh"
 #include "kernels/precision.h"
+#include "kernels/tma.cuh"
 #include "kernels/wgmma.cuh"
 
 namespace yolo::testing {
@@ -82,6 +83,24 @@ __device__ void produce(const uint16_t* a, const uint16_t* b, int m, int k, Swiz
   }
 }
 
+// The same ring filled by TMA: one lane announces the stage's bytes and issues two boxes.
+template <int N>
+__device__ void produce_tma(const tma::TensorMap* a_map, const tma::TensorMap* b_map, int k, Swizzle s,
+                            unsigned char* smem, uint64_t* full, uint64_t* empty, WgmmaFault fault) {
+  if (threadIdx.x != 128) return;
+  const StageLayout l = stage_layout(s, N);
+  const int tile_k = int(l.row_bytes / 2), tiles = (k + tile_k - 1) / tile_k;
+  const uint32_t expected = l.stage_bytes - (planted(fault, WgmmaFault::WrongExpectTx) ? 16 : 0);
+  for (int t = 0; t < tiles; ++t) {
+    const int st = t % kWgmmaStages;
+    wgmma::mbarrier_wait(&empty[st], (uint32_t(t / kWgmmaStages) & 1) ^ 1);
+    wgmma::mbarrier_arrive_expect_tx(&full[st], expected);
+    unsigned char* stage = smem + st * l.stage_bytes;
+    tma::load_2d(stage, a_map, t * tile_k, int(blockIdx.x) * 64, &full[st]);
+    tma::load_2d(stage + l.a_bytes, b_map, t * tile_k, 0, &full[st]);
+  }
+}
+
 // The warpgroup: wgmma over each stage's k16 slices, then the D fragment to C.
 template <typename T, int N>
 __device__ void consume(float* c, int m, int k, Swizzle s, uint32_t base, uint64_t* full, uint64_t* empty,
@@ -118,8 +137,10 @@ __device__ void consume(float* c, int m, int k, Swizzle s, uint32_t base, uint64
 
 // Threads 0..127: the warpgroup; 128..159: the producer warp.
 template <typename T, int N>
-__global__ void __launch_bounds__(160) wgmma_gemm_kernel(const uint16_t* a, const uint16_t* b, float* c, int m,
-                                                         int k, int swizzle, WgmmaFault fault) {
+__global__ void __launch_bounds__(160) wgmma_gemm_kernel(const uint16_t* a, const uint16_t* b,
+                                                         const __grid_constant__ tma::TensorMap a_map,
+                                                         const __grid_constant__ tma::TensorMap b_map, float* c, int m,
+                                                         int k, int swizzle, WgmmaLoad load, WgmmaFault fault) {
   DYNAMIC_SHARED(unsigned char, raw);
   const uint32_t raw_address = wgmma::shared_address(raw);
   const uint32_t base = (raw_address + 1023u) & ~1023u;  // where every swizzle pattern starts
@@ -129,12 +150,13 @@ __global__ void __launch_bounds__(160) wgmma_gemm_kernel(const uint16_t* a, cons
   uint64_t* empty = full + kWgmmaStages;
   if (threadIdx.x == 0)
     for (int st = 0; st < kWgmmaStages; ++st) {
-      wgmma::mbarrier_init(&full[st], 32);
+      wgmma::mbarrier_init(&full[st], load == WgmmaLoad::Tma ? 1 : 32);
       wgmma::mbarrier_init(&empty[st], 128);
     }
   __syncthreads();
-  if (threadIdx.x >= 128) produce<N>(a, b, m, k, s, base, smem, full, empty, fault);
-  else consume<T, N>(c, m, k, s, base, full, empty, fault);
+  if (threadIdx.x < 128) consume<T, N>(c, m, k, s, base, full, empty, fault);
+  else if (load == WgmmaLoad::Tma) produce_tma<N>(&a_map, &b_map, k, s, smem, full, empty, fault);
+  else produce<N>(a, b, m, k, s, base, smem, full, empty, fault);
 }
 
 template <typename Kernel>
@@ -147,10 +169,18 @@ void allow_shared(Kernel kernel, size_t bytes) {
 }
 
 template <typename T, int N>
-void launch(Swizzle s, const uint16_t* a, const uint16_t* b, float* c, int m, int k, WgmmaFault fault) {
+void launch(Swizzle s, WgmmaLoad load, const uint16_t* a, const uint16_t* b, float* c, int m, int k,
+            WgmmaFault fault) {
   const size_t bytes = shared_bytes(s, N);
+  tma::TensorMap a_map{}, b_map{};
+  if (load == WgmmaLoad::Tma) {
+    const uint32_t tile_k = stage_layout(s, N).row_bytes / 2;
+    a_map = tma::encode_2d(a, uint64_t(k), uint64_t(m), uint64_t(k) * 2, tile_k, 64, int(s));
+    b_map = tma::encode_2d(b, uint64_t(k), uint64_t(N), uint64_t(k) * 2, tile_k, N, int(s));
+  }
   allow_shared(wgmma_gemm_kernel<T, N>, bytes);
-  LAUNCH((wgmma_gemm_kernel<T, N>), dim3(ceil_div(size_t(m), 64)), dim3(160), bytes, 0, a, b, c, m, k, int(s), fault);
+  LAUNCH((wgmma_gemm_kernel<T, N>), dim3(ceil_div(size_t(m), 64)), dim3(160), bytes, 0, a, b, a_map, b_map, c, m, k,
+         int(s), load, fault);
 }
 
 }  // namespace
@@ -167,8 +197,8 @@ const char* wgmma_swizzle_name(WgmmaSwizzle s) {
 
 int wgmma_tile_k(WgmmaSwizzle s) { return int(stage_layout(Swizzle(int(s)), 64).row_bytes / 2); }
 
-void launch_wgmma_gemm(WgmmaOperand type, WgmmaSwizzle swizzle, int n, const uint16_t* a, const uint16_t* b,
-                       float* c, int m, int k, WgmmaFault fault) {
+void launch_wgmma_gemm(WgmmaOperand type, WgmmaSwizzle swizzle, WgmmaLoad load, int n, const uint16_t* a,
+                       const uint16_t* b, float* c, int m, int k, WgmmaFault fault) {
   if (!current_device_runs_wgmma())
     throw Error("launch_wgmma_gemm: wgmma needs sm_90a code on an sm_90 device; this device is sm_" +
                 std::to_string(current_compute_capability()) + (current_compute_capability() == 90 ? " without it" : ""));
@@ -178,13 +208,15 @@ void launch_wgmma_gemm(WgmmaOperand type, WgmmaSwizzle swizzle, int n, const uin
 #if defined(__CUDACC__)
   if (fault != WgmmaFault::None) throw Error("launch_wgmma_gemm: planted faults exist under emulation only");
 #endif
+  if (load == WgmmaLoad::Tma && swizzle == WgmmaSwizzle::None)
+    throw Error("launch_wgmma_gemm: TMA writes boxes as dense rows; the unswizzled layout is core matrices");
   const Swizzle s = Swizzle(int(swizzle));
   if (type == WgmmaOperand::Bf16) {
-    if (n == 64) launch<Bf16, 64>(s, a, b, c, m, k, fault);
-    else launch<Bf16, 128>(s, a, b, c, m, k, fault);
+    if (n == 64) launch<Bf16, 64>(s, load, a, b, c, m, k, fault);
+    else launch<Bf16, 128>(s, load, a, b, c, m, k, fault);
   } else {
-    if (n == 64) launch<Fp16, 64>(s, a, b, c, m, k, fault);
-    else launch<Fp16, 128>(s, a, b, c, m, k, fault);
+    if (n == 64) launch<Fp16, 64>(s, load, a, b, c, m, k, fault);
+    else launch<Fp16, 128>(s, load, a, b, c, m, k, fault);
   }
 }
 

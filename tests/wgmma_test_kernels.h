@@ -1,14 +1,17 @@
-// A small warpgroup GEMM that tests the Hopper building blocks of kernels/wgmma.cuh together
-// (tests/test_kernel_wgmma.cpp), emulated and on an H100/H200 with sm_90a code: a producer warp
-// gathers operand tiles with 16-byte cp.async into a ring of swizzled shared-memory stages, each
-// guarded by a "full" and an "empty" mbarrier; a warpgroup runs wgmma.mma_async on them. Launchers
-// throw yolo::Error where current_device_runs_wgmma is false.
+// A small warpgroup GEMM that tests the Hopper building blocks of kernels/wgmma.cuh and tma.cuh
+// together (tests/test_kernel_wgmma.cpp), emulated and on an H100/H200 with sm_90a code: a
+// producer warp fills a ring of swizzled shared-memory stages (16-byte cp.async gathers, or TMA
+// boxes), each guarded by a "full" and an "empty" mbarrier; a warpgroup runs wgmma.mma_async on
+// them. Launchers throw yolo::Error where current_device_runs_wgmma is false.
 #pragma once
 #include <cstdint>
 
 namespace yolo::testing {
 
 enum class WgmmaOperand { Bf16, Fp16 };
+// How the producer fills a stage: 16-byte cp.async gathers by its 32 lanes, or two TMA boxes
+// issued by one lane (swizzled layouts only: TMA writes boxes as dense rows).
+enum class WgmmaLoad { CpAsync, Tma };
 // The descriptor's layout types (kernels/wgmma.cuh's Swizzle, by the same codes).
 enum class WgmmaSwizzle { None = 0, B128 = 1, B64 = 2, B32 = 3 };
 const char* wgmma_swizzle_name(WgmmaSwizzle s);
@@ -22,6 +25,7 @@ enum class WgmmaFault {
   WrongSwizzle,   // the producer writes rows without the swizzle's XOR
   NoProxyFence,   // the producer arrives with no fence.proxy.async after its cp.async writes
   NoWgmmaFence,   // the warpgroup issues wgmma.mma_async with no wgmma.fence first
+  WrongExpectTx,  // TMA: the producer announces 16 bytes fewer than its boxes bring
 };
 
 // Ring stages of the kernel (so a K of more than 3 tiles wraps the mbarriers' phases).
@@ -32,7 +36,7 @@ int wgmma_tile_k(WgmmaSwizzle s);
 // C (m x n, FP32, row-major) = A (m x k) * B (n x k)^T; A and B row-major 16-bit patterns of
 // `type`. n: 64 or 128; k: a positive multiple of 8 (rows are gathered in 16-byte chunks); any m
 // (one block per 64 rows; rows past m read as zeros and are not written).
-void launch_wgmma_gemm(WgmmaOperand type, WgmmaSwizzle swizzle, int n, const uint16_t* a, const uint16_t* b,
-                       float* c, int m, int k, WgmmaFault fault);
+void launch_wgmma_gemm(WgmmaOperand type, WgmmaSwizzle swizzle, WgmmaLoad load, int n, const uint16_t* a,
+                       const uint16_t* b, float* c, int m, int k, WgmmaFault fault);
 
 }  // namespace yolo::testing

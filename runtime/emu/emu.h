@@ -32,6 +32,7 @@ using cudaStream_t = CUstream_st*;  // a stream's queue (runtime/stream_queue.h)
 #define __constant__ static
 #define __restrict__ __restrict
 #define __launch_bounds__(...)
+#define __grid_constant__
 #define __align__(n) alignas(n)
 constexpr int warpSize = 32;
 
@@ -139,6 +140,8 @@ void fence_proxy_async();                                        // fence.proxy.
 // Writes to shared memory through the generic proxy that the async proxy (wgmma, TMA) may read
 // only after the writing thread's fence_proxy_async: cp.async's completions report here.
 void note_generic_shared_write(const void* dst, size_t bytes);
+// Writes by the async proxy (TMA): ordered for readers by the mbarrier they complete, no fence.
+void note_async_shared_write(const void* dst, size_t bytes);
 // wgmma's queue: the op's arithmetic (`run`, from kernels/wgmma.cuh, next to its fragment
 // layout) runs when a wgmma_wait_group of this thread covers it, so it reads shared memory as
 // late as a GPU may, through async_proxy_read.

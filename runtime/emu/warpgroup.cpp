@@ -138,6 +138,10 @@ void mbarrier_arrive(uint32_t address, uint32_t tx_bytes) {
 
 void mbarrier_complete_tx(uint32_t address, uint32_t tx_bytes) {
   Mbarrier& m = mbarrier_at(address, "complete_tx");
+  // The copy was issued by this thread: what it did before happens before the phase completes.
+  ThreadWork& issuer = block_warpgroup_state().threads[thread_rank()];
+  join(m.arrivals, issuer.clock);
+  ++issuer.clock[thread_rank()];
   m.tx -= tx_bytes;
   if (m.tx < -kMbarrierLimit)
     throw Error("complete_tx at " + at(address) + ": the transaction count falls below -(2^20-1)");
@@ -174,6 +178,19 @@ void note_generic_shared_write(const void* dst, size_t bytes) {
     state->chunk_writer[c] = thread_rank() + 1;
     state->chunk_write[c] = ChunkWrite{thread_rank() + 1, mine.clock[thread_rank()]};
     mine.written_chunks.push_back(c);
+  }
+}
+
+void note_async_shared_write(const void* dst, size_t bytes) {
+  WarpgroupState& state = block_warpgroup_state();
+  const uint32_t first = shared_address(dst) / 16, last = uint32_t((shared_address(dst) + bytes - 1) / 16);
+  if (state.chunk_writer.size() <= last) {
+    state.chunk_writer.resize(last + 1, 0);
+    state.chunk_write.resize(last + 1);
+  }
+  for (uint32_t c = first; c <= last; ++c) {
+    state.chunk_writer[c] = 0;
+    state.chunk_write[c] = ChunkWrite{thread_rank() + 1, state.threads[thread_rank()].clock[thread_rank()]};
   }
 }
 
