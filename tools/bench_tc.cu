@@ -66,34 +66,6 @@ RowMajorGemm gemm_of(const Conv2dShape& s, Pass pass) {
 }
 
 #if YOLO_HAVE_CUBLAS
-// One cuBLAS handle on the benchmark's stream, for one run of the entry.
-class CublasHandle {
- public:
-  explicit CublasHandle(cudaStream_t stream) {
-    const CublasApi& api = cublas();
-    CHECKED(api.Create(&handle_));
-    try {
-      CHECKED(api.SetStream(handle_, stream));
-      // Tensor cores where the compute type allows them (never TF32 for CUBLAS_COMPUTE_32F), and
-      // 16-bit outputs' split-K reductions in FP32, as ours are.
-      CHECKED(api.SetMathMode(handle_, cublasMath_t(CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)));
-    } catch (...) {
-      api.Destroy(handle_);
-      throw;
-    }
-  }
-  ~CublasHandle() {
-    const cublasStatus_t status = cublas().Destroy(handle_);
-    if (status != CUBLAS_STATUS_SUCCESS) std::fprintf(stderr, "conv_tc: cublasDestroy failed (status %d)\n", int(status));
-  }
-  CublasHandle(const CublasHandle&) = delete;
-  CublasHandle& operator=(const CublasHandle&) = delete;
-  cublasHandle_t get() const { return handle_; }
-
- private:
-  cublasHandle_t handle_ = nullptr;
-};
-
 // cublasGemmEx at the pass's GEMM in precision p; a, b, c hold the row-major A, B and C.
 void run_cublas(cublasHandle_t handle, Precision p, Pass pass, const Conv2dShape& s, const LayerBuffers& buf) {
   const cudaDataType in_type = p == Precision::Bf16 ? CUDA_R_16BF : p == Precision::Fp16 ? CUDA_R_16F : CUDA_R_32F;

@@ -7,6 +7,7 @@
 // Search order: $YOLO_CUBLAS_LIB (the library, or a folder holding libcublas.so.13, .so.12 or
 // .so), then libcublas.so.13, libcublas.so.12, libcublas.so on the loader's default paths.
 #pragma once
+#include <cstdio>
 #include <string>
 
 #include "runtime/check.h"
@@ -94,4 +95,38 @@ inline void check_result(cublasStatus_t status, const char* call, const char* fi
   }
 }
 }  // namespace yolo
+#endif
+
+#if YOLO_HAVE_CUBLAS
+namespace yolo::bench {
+
+// One cuBLAS handle on the benchmark's stream, for one run of the entry.
+class CublasHandle {
+ public:
+  explicit CublasHandle(cudaStream_t stream) {
+    const CublasApi& api = cublas();
+    CHECKED(api.Create(&handle_));
+    try {
+      CHECKED(api.SetStream(handle_, stream));
+      // Tensor cores where the compute type allows them (never TF32 for CUBLAS_COMPUTE_32F), and
+      // 16-bit outputs' split-K reductions in FP32, as ours are.
+      CHECKED(api.SetMathMode(handle_, cublasMath_t(CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)));
+    } catch (...) {
+      api.Destroy(handle_);
+      throw;
+    }
+  }
+  ~CublasHandle() {
+    const cublasStatus_t status = cublas().Destroy(handle_);
+    if (status != CUBLAS_STATUS_SUCCESS) std::fprintf(stderr, "cuBLAS: cublasDestroy failed (status %d)\n", int(status));
+  }
+  CublasHandle(const CublasHandle&) = delete;
+  CublasHandle& operator=(const CublasHandle&) = delete;
+  cublasHandle_t get() const { return handle_; }
+
+ private:
+  cublasHandle_t handle_ = nullptr;
+};
+
+}  // namespace yolo::bench
 #endif
