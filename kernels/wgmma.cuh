@@ -293,6 +293,33 @@ __device__ __forceinline__ void wait_group(float (&d)[M]) {
   fence_registers(d);
 }
 
+// ---- register reallocation between warpgroups (setmaxnreg, sm_90a) --------------------------------
+// A producer warpgroup gives registers back (dec) so the math warpgroups can take them (inc);
+// every thread of the warpgroup executes it. The emulation has no register file: it checks the
+// count and that the warp is converged.
+template <int Registers>
+__device__ __forceinline__ void setmaxnreg_inc() {
+  static_assert(Registers % 8 == 0 && Registers >= 24 && Registers <= 256, "setmaxnreg takes 24..256 in steps of 8");
+#if YOLO_WGMMA_NATIVE
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(Registers));
+#elif defined(__CUDACC__)
+  __trap();
+#else
+  yolo::emu::converge_warp("setmaxnreg.inc");
+#endif
+}
+template <int Registers>
+__device__ __forceinline__ void setmaxnreg_dec() {
+  static_assert(Registers % 8 == 0 && Registers >= 24 && Registers <= 256, "setmaxnreg takes 24..256 in steps of 8");
+#if YOLO_WGMMA_NATIVE
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(Registers));
+#elif defined(__CUDACC__)
+  __trap();
+#else
+  yolo::emu::converge_warp("setmaxnreg.dec");
+#endif
+}
+
 // ---- mbarriers and the proxy fence (sm_90) -------------------------------------------------------
 
 __device__ __forceinline__ void mbarrier_init(uint64_t* bar, uint32_t count) {

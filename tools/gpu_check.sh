@@ -29,10 +29,12 @@
 #   fold       fewer passes around BatchNorm: bench_kernels' bn+leaky backward reading y beside the
 #              one recomputing it (batch 16), then YOLOv3-416 bf16 batch 16 with the shortcuts
 #              folded (default) and with --no-fold, 36 steps each, medians              ~3 min
-#   wgmma      Hopper's building blocks (kernels/wgmma.cuh) on the hardware: the warpgroup GEMM
-#              tests (every swizzle, BF16 and FP16, mbarrier rings; skipped where no sm_90a code
-#              runs), the same under compute-sanitizer racecheck and synccheck, and the SASS
-#              check of sm_90a code (GMMA present, no local memory)                      ~2 min
+#   wgmma      Hopper's building blocks (kernels/wgmma.cuh, tma.cuh) on the hardware: the
+#              warpgroup tests and gemm_nt_wgmma's (every swizzle, BF16 and FP16, cp.async and
+#              TMA rings; skipped where no sm_90a code runs), the same under compute-sanitizer
+#              racecheck and synccheck, the SASS check of sm_90a code (GMMA present, no local
+#              memory), then bench_kernels --filter "fwd bf16": gemm_nt_wgmma at YOLOv3's 1x1
+#              layers beside cuBLAS and the mma.sync convolutions                       ~3 min
 #   lookahead  YOLOv3-416 as the stock cfg trains it (batch 64, 16 micro-batches a step) in bf16,
 #              and batch 16 in fp16 (the T4's precision, loss scale on the GPU), each with
 #              look-ahead (default) and with --no-look-ahead, medians                   ~5 min
@@ -120,7 +122,7 @@ section_tests() {
 # The first question the hardware answers for stage 2 (issue 36): do the descriptor, swizzle,
 # fragment and mbarrier facts the emulated twins follow hold on an H100/H200?
 section_wgmma() {
-  run_step "wgmma tests (native)" wgmma.log 90 build/tests -tc='*wgmma*'
+  run_step "wgmma tests (native)" wgmma.log 90 build/tests -tc='*wgmma*,tensor maps*'
   summary[-1]+=" | $(tail -n 1 "$OUT/wgmma.log")"
   if command -v compute-sanitizer >/dev/null; then
     for tool in racecheck synccheck; do
@@ -130,8 +132,9 @@ section_wgmma() {
     done
   fi
   run_step "SASS check, sm_90a" sass_wgmma.log 60 tools/sass_check.sh --arch 90a \
-    build/native/tests/wgmma_test_kernels.cu.o build/native/kernels/conv_tc.cu.o
+    build/native/tests/wgmma_test_kernels.cu.o build/native/kernels/gemm_wgmma.cu.o build/native/kernels/conv_tc.cu.o
   summary[-1]+=" | $(tail -n 1 "$OUT/sass_wgmma.log")"
+  run_step "gemm_wgmma vs cuBLAS, mma.sync" bench_wgmma.log 150 build/bench_kernels --filter "fwd bf16"
 }
 
 # Every kernel test file (tests/test_kernel_*.cpp).
@@ -511,6 +514,7 @@ echo
 [[ -f "$OUT/bench_loader.log" ]] && cat "$OUT/bench_loader.log" && echo
 [[ -f "$OUT/bench_tc.log" ]] && cat "$OUT/bench_tc.log" && echo
 [[ -f "$OUT/bench_fold.log" ]] && cat "$OUT/bench_fold.log" && echo
+[[ -f "$OUT/bench_wgmma.log" ]] && grep -E "1x1|^op " "$OUT/bench_wgmma.log" && echo
 [[ -f "$OUT/peer_table.txt" ]] && cat "$OUT/peer_table.txt" && echo
 cat "$OUT/sections.txt"
 printf '%-28s %-12s %s\n' "step" "status" "detail"

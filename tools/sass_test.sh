@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # make test / CI wrapper for tools/sass_check.sh: the tensor-core kernels' machine code has HMMA
-# instructions and no local-memory traffic (nor do the small-channel convolutions': their
+# instructions (the wgmma kernels GMMA in sm_90a code, trap stubs elsewhere) and no local-memory traffic (nor do the small-channel convolutions': their
 # receptive field lives in registers), for every architecture the CUDA build targets; and for
 # tools/sass_twins_check.sh: batchnorm's and the activations' FP32 and 16-bit instantiations use
 # the same FP arithmetic forms (no FMA contracted in one only); and for tools/occupancy_check.sh:
@@ -17,7 +17,8 @@ fi
 archs=$(grep -oE 'code=sm_[0-9]+a?' "$build/flags" | sort -u | sed 's/code=sm_//' | tr '\n' ' ')
 passed=0 failed=0
 if tools/sass_check.sh --arch "$archs" "$build/native/kernels/conv_tc.cu.o" "$build/native/kernels/gemm_tc.cu.o" \
-  "$build/native/kernels/conv_small_c.cu.o" "$build/native/tests/wgmma_test_kernels.cu.o"; then
+  "$build/native/kernels/conv_small_c.cu.o" "$build/native/kernels/gemm_wgmma.cu.o" \
+  "$build/native/tests/wgmma_test_kernels.cu.o"; then
   passed=$((passed + 1))
 else
   failed=$((failed + 1))
