@@ -146,6 +146,8 @@ void note_async_shared_write(const void* dst, size_t bytes);
 // layout) runs when a wgmma_wait_group of this thread covers it, so it reads shared memory as
 // late as a GPU may, through async_proxy_read.
 void wgmma_fence();
+// The warp executes a .sync.aligned instruction together (setmaxnreg): every lane, none exited.
+void converge_warp(const char* what);
 void wgmma_queue(std::function<void()> run);
 void wgmma_commit_group();
 void wgmma_wait_group(unsigned pending_groups);

@@ -236,6 +236,8 @@ void converge(const char* what) {
 
 }  // namespace
 
+void converge_warp(const char* what) { converge(what); }
+
 void wgmma_fence() {
   converge("wgmma.fence");
   block_warpgroup_state().threads[thread_rank()].fenced = true;
