@@ -1,14 +1,19 @@
-// gemm_wgmma: Hopper's first wgmma kernel (gemm_nt_wgmma, kernels/gemm_wgmma.h) at every 1x1,
-// stride-1 layer of YOLOv3-416 (tools/yolov3_convs.h) as the GEMM its forward pass is: m = the
-// batch's pixels, n = c_out, k = c_in, BF16 in and out, FP32 accumulation. Its cuBLAS column
-// times cublasGemmEx at the same GEMM in one run; `--filter "fwd bf16"` puts these rows beside
-// the mma.sync convolutions' (conv_tc) at the same layers. The % column is against the measured
-// mma.sync ceiling: wgmma's own is higher (cuBLAS reached 790 TFLOP/s on the H200), so a row may
-// pass 100%. Rows only where sm_90a code runs (one line says so elsewhere).
+// Hopper's first wgmma kernels beside cuBLAS, in bf16 at YOLOv3-416's layers (batch 16):
+//   gemm_wgmma  gemm_nt_wgmma (kernels/gemm_wgmma.h), both operands by TMA, at every 1x1 stride-1
+//               layer as the GEMM its forward pass is: m = the batch's pixels, n = c_out,
+//               k = c_in (op "gemm fwd bf16");
+//   conv_wgmma  conv2d_forward_wgmma (kernels/conv_wgmma.h), A gathered by cp.async, at every
+//               layer whose c_in is a multiple of 8 (all but the first; op "wgmma fwd bf16").
+// Each row's cuBLAS column times cublasGemmEx at the same GEMM (the im2col form for 3x3: a dense
+// A, so cuBLAS times the product alone), in one run; `--filter "fwd bf16"` puts them beside the
+// mma.sync convolutions' rows (conv_tc "conv fwd bf16") at the same layers. The % column is
+// against the measured mma.sync ceiling: wgmma's own is higher (cuBLAS reached 790 TFLOP/s on
+// the H200), so a row may pass 100%. Rows only where sm_90a code runs (one line says so elsewhere).
 #include <cstdio>
 #include <memory>
 #include <string>
 
+#include "kernels/conv_wgmma.h"
 #include "kernels/gemm_wgmma.h"
 #include "kernels/hopper.h"
 #include "tools/bench.h"
@@ -18,60 +23,97 @@
 namespace yolo::bench {
 namespace {
 
-constexpr const char* kFamily = "gemm_wgmma";
-constexpr const char* kOp = "gemm fwd bf16";
+constexpr const char* kGemmFamily = "gemm_wgmma";
+constexpr const char* kGemmOp = "gemm fwd bf16";
+constexpr const char* kConvFamily = "conv_wgmma";
+constexpr const char* kConvOp = "wgmma fwd bf16";
 
-bool wanted(const Context& context, const YoloConv& layer) {
-  return layer.k == 1 && layer.stride == 1 &&
-         (context.filter.empty() ||
-          (std::string(kFamily) + " " + kOp + " " + layer.label).find(context.filter) != std::string::npos);
+bool matches(const Context& context, const char* family, const char* op, const YoloConv& layer) {
+  return context.filter.empty() ||
+         (std::string(family) + " " + op + " " + layer.label).find(context.filter) != std::string::npos;
+}
+bool gemm_row(const Context& context, const YoloConv& layer) {
+  return layer.k == 1 && layer.stride == 1 && matches(context, kGemmFamily, kGemmOp, layer);
+}
+bool conv_row(const Context& context, const YoloConv& layer) {
+  return layer.c_in % 8 == 0 && matches(context, kConvFamily, kConvOp, layer);
 }
 
 #if defined(__CUDACC__)
+#if YOLO_HAVE_CUBLAS
+// cublasGemmEx of the row-major C[m][n] = A[m][k] * B[n][k]^T in bf16 (cublas_loader.h's mapping).
+void cublas_nt(cublasHandle_t handle, const void* a, const void* b, void* c, int m, int n, int k) {
+  const ColumnMajorGemm g = to_column_major(RowMajorGemm{m, n, k, false, true});
+  const float alpha = 1.0f, beta = 0.0f;
+  CHECKED(cublas().GemmEx(handle, g.trans_first ? CUBLAS_OP_T : CUBLAS_OP_N, g.trans_second ? CUBLAS_OP_T : CUBLAS_OP_N,
+                          g.m, g.n, g.k, &alpha, b, CUDA_R_16BF, g.ld_first, a, CUDA_R_16BF, g.ld_second, &beta, c,
+                          CUDA_R_16BF, g.ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+#endif
+
+// One layer's row of `family`: ours timed by `run`, cuBLAS at (m, n, k) with fresh operands.
+template <typename Run>
+Result time_row(const Context& context, const char* op, const YoloConv& layer, double bytes, int m, int n, int k,
+                CublasHandle* handle, Run run) {
+  Result r{op, layer.label, 0, bytes, 2.0 * double(m) * n * k};
+  r.ceiling = "bf16";
+  r.ms = time_ms(context, run);
+#if YOLO_HAVE_CUBLAS
+  if (handle) {
+    const DeviceMemory a(context.device, size_t(m) * k * 2), b(context.device, size_t(n) * k * 2),
+        c(context.device, size_t(m) * n * 2);
+    fill_as<Bf16>(a, size_t(m) * k, 11, context.stream);
+    fill_as<Bf16>(b, size_t(n) * k, 12, context.stream);
+    r.cublas_ms = time_ms(context, [&] { cublas_nt(handle->get(), a.data(), b.data(), c.data(), m, n, k); });
+  }
+#else
+  (void)handle;
+#endif
+  return r;
+}
+
 void run_gpu(const Context& context, std::vector<Result>& out) {
   bool any = false;
-  for (const YoloConv& layer : kYoloConvs) any = any || wanted(context, layer);
+  for (const YoloConv& layer : kYoloConvs) any = any || gemm_row(context, layer) || conv_row(context, layer);
   if (!any) return;
   if (!current_device_runs_wgmma()) {
-    std::printf("%s: no rows: this device runs no sm_90a code (an H100 or H200, and ARCH with 90)\n", kFamily);
+    std::printf("%s, %s: no rows: this device runs no sm_90a code (an H100 or H200, and ARCH with 90)\n", kGemmFamily,
+                kConvFamily);
     return;
   }
   const cudaStream_t stream = context.stream;
+  CublasHandle* handle = nullptr;
 #if YOLO_HAVE_CUBLAS
-  std::unique_ptr<CublasHandle> handle;
-  if (cublas_status().loaded) handle = std::make_unique<CublasHandle>(stream);
+  std::unique_ptr<CublasHandle> owner;
+  if (cublas_status().loaded) owner = std::make_unique<CublasHandle>(stream);
+  handle = owner.get();
 #endif
   for (const YoloConv& layer : kYoloConvs) {
-    if (!wanted(context, layer)) continue;
-    const int m = context.batch * layer.h * layer.w, n = layer.c_out, k = layer.c_in;
-    const DeviceMemory a(context.device, size_t(m) * k * 2), b(context.device, size_t(n) * k * 2),
-        c(context.device, size_t(m) * n * 2);
-    fill_as<Bf16>(a, size_t(m) * k, 1, stream);
-    fill_as<Bf16>(b, size_t(n) * k, 2, stream);
-    Result r{kOp, layer.label, 0, 2.0 * (double(m) * k + double(n) * k + double(m) * n), 2.0 * m * n * k};
-    r.ceiling = "bf16";
-    const auto* a_data = static_cast<const Bf16*>(a.data());
-    const auto* b_data = static_cast<const Bf16*>(b.data());
-    r.ms = time_ms(context, [&] { gemm_nt_wgmma(a_data, b_data, static_cast<Bf16*>(c.data()), m, n, k, stream); });
-#if YOLO_HAVE_CUBLAS
-    if (handle) {
-      // Row-major C[m][n] = A[m][k] * B[n][k]^T, as cuBLAS's column-major call (cublas_loader.h).
-      const ColumnMajorGemm g = to_column_major(RowMajorGemm{m, n, k, false, true});
-      const float alpha = 1.0f, beta = 0.0f;
-      r.cublas_ms = time_ms(context, [&] {
-        CHECKED(cublas().GemmEx(handle->get(), g.trans_first ? CUBLAS_OP_T : CUBLAS_OP_N,
-                                g.trans_second ? CUBLAS_OP_T : CUBLAS_OP_N, g.m, g.n, g.k, &alpha, b.data(), CUDA_R_16BF,
-                                g.ld_first, a.data(), CUDA_R_16BF, g.ld_second, &beta, c.data(), CUDA_R_16BF, g.ldc,
-                                CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-      });
+    const Conv2dShape s{context.batch, layer.h, layer.w, layer.c_in, layer.c_out, layer.k, layer.stride};
+    const int pixels = s.n * s.out_h() * s.out_w(), taps = s.k * s.k * s.c_in;
+    const size_t in_n = size_t(s.n) * s.h * s.w * s.c_in, out_n = size_t(pixels) * s.c_out;
+    const DeviceMemory x(context.device, in_n * 2), w(context.device, s.weight_count() * 2),
+        y(context.device, out_n * 2);
+    fill_as<Bf16>(x, in_n, 1, stream);
+    fill_as<Bf16>(w, s.weight_count(), 2, stream);
+    const double bytes = 2.0 * double(in_n + s.weight_count() + out_n);
+    const auto* xd = static_cast<const Bf16*>(x.data());
+    const auto* wd = static_cast<const Bf16*>(w.data());
+    auto* yd = static_cast<Bf16*>(y.data());
+    if (gemm_row(context, layer))
+      out.push_back(time_row(context, kGemmOp, layer, bytes, pixels, s.c_out, s.c_in, handle,
+                             [&] { gemm_nt_wgmma(xd, wd, yd, pixels, s.c_out, s.c_in, stream); }));
+    if (conv_row(context, layer)) {
+      const NhwcView<const Bf16> in{xd, s.n, s.h, s.w, s.c_in, s.c_in};
+      const NhwcView<Bf16> o{yd, s.n, s.out_h(), s.out_w(), s.c_out, s.c_out};
+      out.push_back(time_row(context, kConvOp, layer, bytes, pixels, s.c_out, taps, handle,
+                             [&] { conv2d_forward_wgmma(s, in, wd, nullptr, o, stream); }));
     }
-#endif
-    out.push_back(r);
   }
 }
 #endif
 
-BENCH_ENTRY(kFamily, [](const Context& context, std::vector<Result>& out) {
+BENCH_ENTRY(kGemmFamily, [](const Context& context, std::vector<Result>& out) {
   if (!context.plans.empty() || context.tune || !context.device.is_cuda()) return;
 #if defined(__CUDACC__)
   run_gpu(context, out);

@@ -28,6 +28,8 @@ struct CublasStatusInfo {
   std::string why_not;  // when not loaded: what was tried and what failed
 };
 
+class CublasHandle;  // below, where cuBLAS's headers are (a benchmark's handle on its stream)
+
 // Tries to load cuBLAS once; later calls return the same answer. Never throws.
 const CublasStatusInfo& cublas_status();
 

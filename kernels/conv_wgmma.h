@@ -1,0 +1,22 @@
+// The convolution's forward pass on Hopper's wgmma (issue 36, stage 2): conv2d_forward_tc's
+// product (kernels/conv.h) for 16-bit T, on the main loop of kernels/wgmma_tiles.cuh. The im2col
+// rows of A are gathered by the producer warpgroup with 16-byte cp.async in the 128-byte swizzle
+// (8 channels of one pixel and tap per copy; zeros where the tap falls outside the image: TMA's
+// tiled boxes cannot describe the gather), the weights arrive by TMA as the [c_out][k*k*c_in]
+// matrix they are. Not called by the trainer yet: timed first beside conv2d_forward_tc and
+// cuBLAS (tools/bench_wgmma.cu).
+//   Needs current_device_runs_wgmma() (kernels/hopper.h), c_in a multiple of 8, `in`'s pixel
+//   stride a multiple of 8 and its data and the weights 16-byte aligned; throws yolo::Error
+//   otherwise. out may be a channel slice (any stride). bias: FP32 per output channel, or null.
+#pragma once
+#include "kernels/conv.h"
+#include "kernels/half_types.h"
+#include "kernels/tensor.h"
+
+namespace yolo {
+
+template <typename T>
+void conv2d_forward_wgmma(const Conv2dShape& shape, NhwcView<const T> in, const T* weights, const float* bias,
+                          NhwcView<T> out, cudaStream_t stream);
+
+}  // namespace yolo

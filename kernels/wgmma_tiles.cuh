@@ -1,0 +1,131 @@
+// The warp-specialised main loop the wgmma kernels share (kernels/gemm_wgmma.cu, conv_wgmma.cu),
+// laid out as DeepGEMM's sm_90 GEMM: blocks of 128x128 outputs and 384 threads; warpgroup 0
+// produces (fills a ring of 4 stages of 64 k, both operands K-major in the 128-byte swizzle,
+// after giving its registers back with setmaxnreg), warpgroups 1 and 2 multiply (64 rows each,
+// m64n128k16 wgmma, one batch in flight while the stage before it is released) and store.
+// Each stage is guarded by a "full" mbarrier (the producer's arrivals and TMA bytes) and an
+// "empty" one (the 256 math threads' arrivals). Internal to those files.
+#pragma once
+#include <cstdint>
+
+#include "kernels/common.cuh"
+#include "kernels/mma.cuh"
+#include "kernels/wgmma.cuh"
+
+namespace yolo::wgmma {
+
+constexpr int kBlockM = 128, kBlockN = 128, kBlockK = 64, kStages = 4, kThreads = 384;
+constexpr uint32_t kTileBytes = 128 * kBlockK * 2;  // one operand's 128 rows of 64 k: 128 bytes each
+constexpr uint32_t kStageBytes = 2 * kTileBytes;    // A's tile, then B's
+constexpr size_t kSharedBytes = 1024 + size_t(kStages) * kStageBytes + 2 * kStages * sizeof(uint64_t);
+constexpr uint32_t kRowGroupBytes = 8 * 128;  // 8 rows of the 128-byte swizzle: the descriptor's stride
+
+// The ring in the block's dynamic shared memory: stages from the first 1024-byte boundary (where
+// the 128-byte swizzle's pattern starts), then the mbarriers.
+struct Ring {
+  unsigned char* smem;  // stage 0's first byte
+  uint32_t address;     // its shared address
+  uint64_t* full;
+  uint64_t* empty;
+  __device__ unsigned char* a_tile(int stage) const { return smem + stage * kStageBytes; }
+  __device__ unsigned char* b_tile(int stage) const { return smem + stage * kStageBytes + kTileBytes; }
+};
+
+// Thread 0 makes the mbarriers ("full" expects `full_arrivals`); every thread of the block must
+// call it (it ends in __syncthreads).
+__device__ __forceinline__ Ring make_ring(uint32_t full_arrivals) {
+  DYNAMIC_SHARED(unsigned char, raw);
+  const uint32_t raw_address = shared_address(raw);
+  Ring ring;
+  ring.address = (raw_address + 1023u) & ~1023u;
+  ring.smem = raw + (ring.address - raw_address);
+  ring.full = reinterpret_cast<uint64_t*>(ring.smem + kStages * kStageBytes);
+  ring.empty = ring.full + kStages;
+  if (threadIdx.x == 0)
+    for (int st = 0; st < kStages; ++st) {
+      mbarrier_init(&ring.full[st], full_arrivals);
+      mbarrier_init(&ring.empty[st], 256);  // every thread of both math warpgroups
+    }
+  __syncthreads();
+  return ring;
+}
+
+// k-tile t's stage and the parity its "full" phase completes with (t / kStages is the round).
+__device__ __forceinline__ int stage_of(int t) { return t % kStages; }
+__device__ __forceinline__ uint32_t full_parity(int t) { return uint32_t(t / kStages) & 1; }
+// What the producer waits for before refilling: the previous round's release (passes at once in
+// the first round: a fresh mbarrier counts its phase "-1" of parity 1 as complete).
+__device__ __forceinline__ uint32_t empty_parity(int t) { return full_parity(t) ^ 1; }
+
+// Math warpgroup `half` (0, 1): rows 64*half.. of each A tile against all 128 rows of B's.
+template <typename T>
+__device__ void multiply(int k_tiles, int half, const Ring& ring, float (&acc)[64]) {
+#pragma unroll
+  for (int i = 0; i < 64; ++i) acc[i] = 0.0f;
+  for (int t = 0; t < k_tiles; ++t) {
+    const int st = stage_of(t);
+    mbarrier_wait(&ring.full[st], full_parity(t));
+    const uint32_t a_tile = ring.address + uint32_t(st) * kStageBytes + uint32_t(half) * 64 * 128;
+    const uint32_t b_tile = ring.address + uint32_t(st) * kStageBytes + kTileBytes;
+    fence(acc);
+#pragma unroll
+    for (uint32_t j = 0; j < kBlockK / 16; ++j)
+      mma_async<T, 128>(acc, descriptor(a_tile + 32 * j, Swizzle::B128, 0, kRowGroupBytes),
+                        descriptor(b_tile + 32 * j, Swizzle::B128, 0, kRowGroupBytes), t > 0 || j > 0);
+    commit_group();
+    wait_group<1>(acc);  // the previous stage's batch is done: release that stage
+    if (t > 0) mbarrier_arrive(&ring.empty[stage_of(t - 1)]);
+  }
+  wait_group<0>(acc);
+}
+
+// Where a block's outputs go: row r (of the whole problem) at base + r * pitch, `cols` columns,
+// an FP32 bias per column (or none), rounded to T.
+template <typename T>
+struct OutRows {
+  T* base;
+  long long pitch;
+  int rows, cols;
+  const float* bias;
+};
+
+// The D fragment (wgmma.cuh) of math warpgroup `half` plus the bias, rounded to T; pairs of
+// columns stored as one 32-bit word where the rows allow it.
+template <typename T>
+__device__ void store(const float (&acc)[64], const OutRows<T>& out, int half) {
+  const unsigned warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
+  const bool pairs = out.pitch % 2 == 0 && reinterpret_cast<uintptr_t>(out.base) % 4 == 0;
+#pragma unroll
+  for (int i = 0; i < 64; i += 2) {
+    const int row = int(blockIdx.y) * kBlockM + 64 * half + int(16 * warp + lane / 4) + 8 * ((i / 2) % 2);
+    const int col = int(blockIdx.x) * kBlockN + 8 * (i / 4) + int(2 * (lane % 4));
+    if (row >= out.rows || col >= out.cols) continue;
+    float lo = acc[i], hi = acc[i + 1];
+    if (out.bias) {
+      lo += out.bias[col];
+      if (col + 1 < out.cols) hi += out.bias[col + 1];
+    }
+    T* dst = out.base + row * out.pitch + col;
+    if (pairs && col + 1 < out.cols) {
+      *reinterpret_cast<uint32_t*>(dst) = mma::pack2<T>(lo, hi);
+    } else {
+      dst[0] = from_float<T>(lo);
+      if (col + 1 < out.cols) dst[1] = from_float<T>(hi);
+    }
+  }
+}
+
+// The math warpgroups' part of a kernel: multiply, store. TakeRegisters: the producer warpgroup
+// gave its registers back with setmaxnreg_dec<40> (a 384-thread block launches at 168 each:
+// 128 * 40 + 256 * 232 is exactly what the block holds, so the math warpgroups' inc never waits
+// for registers that are not coming).
+template <typename T, bool TakeRegisters>
+__device__ void multiply_and_store(int k_tiles, const Ring& ring, const OutRows<T>& out) {
+  if constexpr (TakeRegisters) setmaxnreg_inc<232>();
+  const int half = int(threadIdx.x / 128) - 1;
+  float acc[64];
+  multiply<T>(k_tiles, half, ring, acc);
+  store<T>(acc, out, half);
+}
+
+}  // namespace yolo::wgmma

@@ -1,0 +1,119 @@
+// conv2d_forward_wgmma (kernels/conv_wgmma.h): against an FP64 reference of the same 16-bit
+// inputs at odd sizes, 3x3 (stride 1 and 2: taps outside the image, a K not a multiple of the
+// 64-wide k-tile) and 1x1, BF16 and FP16, with and without bias, into a channel slice of a wider
+// output whose other channels must stay untouched, outputs poisoned first; its refusals.
+// Emulated in tests_emu (the happens-before, proxy-fence and mbarrier checks of
+// runtime/emu/warpgroup.cpp run on every case); natively where sm_90a code runs.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "kernels/conv_wgmma.h"
+#include "kernels/hopper.h"
+#include "runtime/check.h"
+#include "tests/kernel_harness.h"
+#include "tests/test_support.h"
+
+using namespace yolo;
+using namespace yolo::testing;
+
+namespace {
+
+template <typename T>
+std::vector<T> random_values(Rng& rng, size_t count) {
+  std::vector<T> v(count);
+  for (T& x : v) x = from_float<T>(rng.uniform(-1.0f, 1.0f));
+  return v;
+}
+
+// out (c_total channels a pixel, the convolution's at channel `offset`) against the FP64 sum;
+// the other channels keep the poison.
+template <typename T>
+void check_conv(Device device, Rng& rng, const Conv2dShape& s, bool with_bias, int offset, int c_total) {
+  CAPTURE(s.n);
+  CAPTURE(s.h);
+  CAPTURE(s.w);
+  CAPTURE(s.c_in);
+  CAPTURE(s.c_out);
+  CAPTURE(s.k);
+  CAPTURE(s.stride);
+  CAPTURE(with_bias);
+  const std::vector<T> x = random_values<T>(rng, size_t(s.n) * s.h * s.w * s.c_in);
+  const std::vector<T> wts = random_values<T>(rng, s.weight_count());
+  std::vector<float> bias(size_t(s.c_out));
+  for (float& b : bias) b = rng.uniform(-1.0f, 1.0f);
+  const int oh = s.out_h(), ow = s.out_w();
+  DeviceArray<T> d_x(device, x), d_w(device, wts), d_out(device, size_t(s.n) * oh * ow * c_total);
+  DeviceArray<float> d_bias(device, bias);
+  d_out.poison();
+  const NhwcView<const T> in{d_x.data(), s.n, s.h, s.w, s.c_in, s.c_in};
+  const NhwcView<T> out{d_out.data() + offset, s.n, oh, ow, s.c_out, c_total};
+  conv2d_forward_wgmma<T>(s, in, d_w.data(), with_bias ? d_bias.data() : nullptr, out, nullptr);
+  const std::vector<T> got = d_out.download();
+  const double unit = std::is_same_v<T, Bf16> ? std::ldexp(1.0, -8) : std::ldexp(1.0, -11);
+  int wrong = 0, touched = 0;
+  std::string first;
+  for (int b = 0; b < s.n; ++b)
+    for (int oy = 0; oy < oh; ++oy)
+      for (int ox = 0; ox < ow; ++ox)
+        for (int ch = 0; ch < c_total; ++ch) {
+          const size_t at = ((size_t(b) * oh + oy) * ow + ox) * c_total + ch;
+          uint16_t bits;
+          std::memcpy(&bits, &got[at], 2);
+          const int o = ch - offset;
+          if (o < 0 || o >= s.c_out) {
+            touched += bits != 0xffff;
+            continue;
+          }
+          double sum = with_bias ? bias[size_t(o)] : 0.0, size = std::fabs(sum);
+          for (int r = 0; r < s.k; ++r)
+            for (int c = 0; c < s.k; ++c) {
+              const int iy = oy * s.stride - s.pad() + r, ix = ox * s.stride - s.pad() + c;
+              if (iy < 0 || iy >= s.h || ix < 0 || ix >= s.w) continue;
+              for (int i = 0; i < s.c_in; ++i) {
+                const double p = double(to_float(x[((size_t(b) * s.h + iy) * s.w + ix) * s.c_in + i])) *
+                                 double(to_float(wts[((size_t(o) * s.k + r) * s.k + c) * s.c_in + i]));
+                sum += p;
+                size += std::fabs(p);
+              }
+            }
+          const double g = to_float(got[at]);
+          if (std::fabs(g - sum) <= unit * std::fabs(sum) + 1e-6 * size + 1e-30) continue;
+          if (wrong++ == 0)
+            first = "out[" + std::to_string(b) + "," + std::to_string(oy) + "," + std::to_string(ox) + "," +
+                    std::to_string(o) + "] = " + std::to_string(g) + ", expected " + std::to_string(sum);
+        }
+  CHECK_MESSAGE(wrong == 0, first);
+  CHECK(touched == 0);
+}
+
+}  // namespace
+
+TEST_CASE("kernel: conv2d_forward_wgmma matches the FP64 sum (3x3 stride 1 and 2, 1x1; bf16, fp16; a slice)") {
+  KERNEL_TEST_DEVICE(device);
+  if (!current_device_runs_wgmma()) SKIP_TEST("this device runs no sm_90a code (wgmma)");
+  Rng rng;
+  CAPTURE(rng.seed());
+  check_conv<Bf16>(device, rng, Conv2dShape{2, 11, 9, 24, 40, 3, 1}, true, 0, 40);
+  check_conv<Fp16>(device, rng, Conv2dShape{1, 13, 12, 16, 136, 3, 2}, false, 8, 152);
+  check_conv<Bf16>(device, rng, Conv2dShape{1, 17, 9, 72, 24, 1, 1}, true, 5, 33);
+}
+
+TEST_CASE("kernel: conv2d_forward_wgmma refuses inputs its 16-byte gathers cannot read") {
+  KERNEL_TEST_DEVICE(device);
+  const Conv2dShape s{1, 4, 4, 12, 8, 3, 1};
+  DeviceArray<Bf16> x(device, 4 * 4 * 16), w(device, s.weight_count()), y(device, 4 * 4 * 8);
+  const NhwcView<Bf16> out{y.data(), 1, 4, 4, 8, 8};
+  if (!current_device_runs_wgmma()) {
+    CHECK_THROWS_WITH_AS(conv2d_forward_wgmma<Bf16>(s, NhwcView<const Bf16>{x.data(), 1, 4, 4, 12, 12}, w.data(),
+                                                    nullptr, out, nullptr),
+                         doctest::Contains("wgmma needs sm_90a code"), Error);
+    return;
+  }
+  CHECK_THROWS_WITH_AS(conv2d_forward_wgmma<Bf16>(s, NhwcView<const Bf16>{x.data(), 1, 4, 4, 12, 12}, w.data(),
+                                                  nullptr, out, nullptr),
+                       doctest::Contains("must be multiples of 8"), Error);
+}
