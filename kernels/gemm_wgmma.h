@@ -18,8 +18,17 @@ namespace yolo {
 template <typename T>
 void gemm_nt_wgmma(const T* a, const T* b, T* c, int m, int n, int k, cudaStream_t stream);
 
-// The reference: the same product in FP64 over the same 16-bit inputs, rounded to T once.
+// C[m][n] = A[m][k] * B[k][n], B row-major (n contiguous: wgmma reads it MN-major): the backward
+// data pass of a 1x1, stride-1 convolution (A the output gradient [pixels][c_out], B the
+// weights [c_out][c_in]). The same main loop; B arrives as two 64-column TMA boxes a stage.
+// Needs n and k multiples of 8 (B's and A's rows are 16-byte multiples), any m.
+template <typename T>
+void gemm_nn_wgmma(const T* a, const T* b, T* c, int m, int n, int k, cudaStream_t stream);
+
+// The references: the same products in FP64 over the same 16-bit inputs, rounded to T once.
 template <typename T>
 void gemm_nt_reference(const T* a, const T* b, T* c, int m, int n, int k);
+template <typename T>
+void gemm_nn_reference(const T* a, const T* b, T* c, int m, int n, int k);
 
 }  // namespace yolo

@@ -17,6 +17,13 @@
 //     with the row's place in the pattern (`swizzled`: address bits 4.. ^= bits 7..). The k16
 //     slices of a row are 32 bytes apart: their descriptors start 32 bytes apart. Tiles start
 //     where the pattern does (1024, 512, 256 bytes); `leading_bytes` is unused.
+// MN-major operands (wgmma's imm-trans 1; 16-bit types only), as the ISA's canonical layouts
+// give them (`mn_major_address`): each swizzle row holds swizzle_bytes of consecutive M (or N)
+// elements of one k; the 8 k of a k-block are consecutive rows (one 8 * swizzle_bytes pattern),
+// k-blocks `stride_bytes` apart and groups of swizzle_bytes / 2 M/N elements `leading_bytes`
+// apart. Without a swizzle: core matrices of 8 M/N elements (16 bytes) by 8 k, 16-byte rows;
+// M/N groups of 8 `stride_bytes` apart, k-blocks `leading_bytes` apart. A k16 slice spans two
+// k-blocks: its descriptor starts 2 * stride_bytes (swizzled) after the previous one.
 // D fragment (PTX ISA, "Register Fragments" of wgmma .m64nNk16): warp w of the warpgroup holds
 // rows 16w..16w+15, the m16n8 accumulator layout repeated along N: d[i] is D[row][col] with
 // row = 16w + lane/4 + 8*((i/2)%2), col = 8*(i/4) + 2*(lane%4) + i%2.
@@ -76,6 +83,17 @@ __host__ __device__ constexpr uint32_t k_major_address(uint32_t base, Swizzle s,
   return swizzled(base + (row / 8) * stride_bytes + (row % 8) * swizzle_bytes(s) + k_byte, s);
 }
 
+// Where element (mn, k) of an MN-major tile at `base` lives (see the top of the file).
+__host__ __device__ constexpr uint32_t mn_major_address(uint32_t base, Swizzle s, uint32_t leading_bytes,
+                                                        uint32_t stride_bytes, uint32_t mn, uint32_t k) {
+  if (s == Swizzle::None)
+    return base + (mn / 8) * stride_bytes + (k / 8) * leading_bytes + (k % 8) * 16 + (mn % 8) * 2;
+  const uint32_t per_row = swizzle_bytes(s) / 2;  // 16-bit elements in a swizzle row
+  return swizzled(base + (mn / per_row) * leading_bytes + (k / 8) * stride_bytes + (k % 8) * swizzle_bytes(s) +
+                      (mn % per_row) * 2,
+                  s);
+}
+
 // The 64-bit matrix descriptor: start address, leading and stride byte offsets (each >> 4 in
 // 14 bits), base offset 0 (tiles start where their pattern does), layout type.
 __host__ __device__ constexpr uint64_t descriptor(uint32_t address, Swizzle s, uint32_t leading_bytes,
@@ -88,30 +106,32 @@ __host__ __device__ constexpr uint64_t descriptor(uint32_t address, Swizzle s, u
 // ---- emulated twin: each thread computes its own accumulators from shared memory ---------------
 namespace emulated {
 
-// The shared address of element (row, k) of the k16 slice a descriptor names. Throws for what the
-// emulation does not model (a base offset; a slice crossing a swizzle row; a start address away
-// from the pattern's first row, which needs the base offset on a GPU).
-inline uint32_t operand_address(uint64_t desc, uint32_t row, uint32_t k) {
+// The shared address of element (mn, k) of the k16 slice a descriptor names, K-major or (mn_major)
+// MN-major. Throws for what the emulation does not model (a base offset; a K-major slice
+// crossing a swizzle row; a start address away from its pattern's first row, which needs the
+// base offset on a GPU).
+inline uint32_t operand_address(uint64_t desc, bool mn_major, uint32_t mn, uint32_t k) {
   const uint32_t start = uint32_t(desc & 0x3fff) << 4, leading = uint32_t(desc >> 16 & 0x3fff) << 4;
   const uint32_t stride = uint32_t(desc >> 32 & 0x3fff) << 4;
   const Swizzle s = Swizzle(desc >> 62);
   if ((desc >> 49 & 7) != 0) throw Error("wgmma descriptor: a matrix base offset (not emulated)");
   if (s != Swizzle::None) {
-    const uint32_t width = swizzle_bytes(s);
-    if (start % width + 32 > width)
+    const uint32_t width = swizzle_bytes(s), pattern = 8 * width;
+    if (!mn_major && start % width + 32 > width)
       throw Error("wgmma descriptor: the k16 slice at shared address " + std::to_string(start) + " crosses a " +
                   std::to_string(width) + "-byte swizzle row");
-    if (start % (8 * width) >= width)
-      throw Error("wgmma descriptor: start address " + std::to_string(start) + " is not in the first row of its " +
-                  std::to_string(8 * width) + "-byte swizzle pattern (a GPU needs the base offset field)");
+    if (mn_major ? start % pattern != 0 : start % pattern >= width)
+      throw Error("wgmma descriptor: start address " + std::to_string(start) + " is not at the first row of its " +
+                  std::to_string(pattern) + "-byte swizzle pattern (a GPU needs the base offset field)");
   }
-  return k_major_address(start, s, leading, stride, row, 2 * k);
+  return mn_major ? mn_major_address(start, s, leading, stride, mn, k)
+                  : k_major_address(start, s, leading, stride, mn, 2 * k);
 }
 
 template <typename T>
-double element(uint64_t desc, uint32_t row, uint32_t k) {
+double element(uint64_t desc, bool mn_major, uint32_t mn, uint32_t k) {
   uint16_t bits;
-  std::memcpy(&bits, yolo::emu::async_proxy_read(operand_address(desc, row, k), 2), 2);
+  std::memcpy(&bits, yolo::emu::async_proxy_read(operand_address(desc, mn_major, mn, k), 2), 2);
   if constexpr (std::is_same_v<T, Bf16>) return double(to_float(Bf16{bits}));
   else return double(to_float(Fp16{bits}));
 }
@@ -119,14 +139,15 @@ double element(uint64_t desc, uint32_t row, uint32_t k) {
 // Queued until the thread's wgmma.wait_group covers it; then D = A*B (+ D) for this thread's
 // fragment, each output's products summed exactly and rounded once (the hardware's order and
 // truncation differ: GPU-vs-emulation comparisons are tolerances).
-template <typename T, int N>
+template <typename T, int N, bool TransA, bool TransB>
 void mma(float* d, uint64_t a_desc, uint64_t b_desc, bool accumulate) {
   const unsigned rank = yolo::emu::thread_rank() % 128, warp = rank / 32, lane = rank % 32;
   yolo::emu::wgmma_queue([=] {
     for (unsigned i = 0; i < unsigned(N) / 2; ++i) {
       const unsigned row = 16 * warp + lane / 4 + 8 * ((i / 2) % 2), col = 8 * (i / 4) + 2 * (lane % 4) + i % 2;
       double sum = accumulate ? double(d[i]) : 0.0;
-      for (unsigned k = 0; k < 16; ++k) sum += element<T>(a_desc, row, k) * element<T>(b_desc, col, k);
+      for (unsigned k = 0; k < 16; ++k)
+        sum += element<T>(a_desc, TransA, row, k) * element<T>(b_desc, TransB, col, k);
       d[i] = float(sum);
     }
   });
@@ -162,9 +183,10 @@ __device__ __forceinline__ void fence(float (&d)[M]) {
 }
 
 // D (+)= A * B for one m64nNk16 slice (N 64 or 128); T is Bf16 or Fp16; accumulate = false
-// ignores D's value. The PTX, one macro per N for both operand types (the operand lists are
-// long): scale-d is a predicate set from `accumulate`; scale-a/b 1, both operands K-major.
-#define YOLO_WGMMA_M64N64K16(TYPE)                                                        \
+// ignores D's value; TransA / TransB: that operand is MN-major (imm-trans 1). The PTX, one macro
+// per N for both operand types (the operand lists are long): scale-d is a predicate set from
+// `accumulate`; scale-a and scale-b 1; TRANS the two imm-trans values as "a, b".
+#define YOLO_WGMMA_M64N64K16(TYPE, TRANS)                                                        \
   asm volatile(                                                                          \
       "{\n.reg .pred p;\n"                                                                \
       "setp.ne.b32 p, %34, 0;\n"                                                    \
@@ -172,13 +194,13 @@ __device__ __forceinline__ void fence(float (&d)[M]) {
       "{"                                                                                \
       "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "   \
       "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"   \
-      "}, %32, %33, p, 1, 1, 0, 0;\n}\n"                                          \
+      "}, %32, %33, p, 1, 1, " TRANS ";\n}\n"                                          \
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),   \
         "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),   \
         "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),   \
         "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]) \
       : "l"(a_desc), "l"(b_desc), "r"(int(accumulate)))
-#define YOLO_WGMMA_M64N128K16(TYPE)                                                        \
+#define YOLO_WGMMA_M64N128K16(TYPE, TRANS)                                                        \
   asm volatile(                                                                          \
       "{\n.reg .pred p;\n"                                                                \
       "setp.ne.b32 p, %66, 0;\n"                                                    \
@@ -188,7 +210,7 @@ __device__ __forceinline__ void fence(float (&d)[M]) {
       "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "   \
       "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "   \
       "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"   \
-      "}, %64, %65, p, 1, 1, 0, 0;\n}\n"                                          \
+      "}, %64, %65, p, 1, 1, " TRANS ";\n}\n"                                          \
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),   \
         "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),   \
         "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),   \
@@ -199,18 +221,25 @@ __device__ __forceinline__ void fence(float (&d)[M]) {
         "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]) \
       : "l"(a_desc), "l"(b_desc), "r"(int(accumulate)))
 
-template <typename T, int N>
+template <typename T, int N, bool TransA = false, bool TransB = false>
 __device__ __forceinline__ void mma_async(float (&d)[N / 2], uint64_t a_desc, uint64_t b_desc, bool accumulate) {
   static_assert(N == 64 || N == 128, "the wgmma shapes built here are m64n64k16 and m64n128k16");
   static_assert(std::is_same_v<T, Bf16> || std::is_same_v<T, Fp16>, "wgmma operands here are Bf16 or Fp16");
 #if YOLO_WGMMA_NATIVE
+// The four transpose combinations of one shape and type.
+#define YOLO_WGMMA_ANY_TRANS(MACRO, TYPE)           \
+  if constexpr (!TransA && !TransB) MACRO(TYPE, "0, 0"); \
+  else if constexpr (!TransA) MACRO(TYPE, "0, 1");       \
+  else if constexpr (!TransB) MACRO(TYPE, "1, 0");       \
+  else MACRO(TYPE, "1, 1")
   if constexpr (N == 64) {
-    if constexpr (std::is_same_v<T, Bf16>) YOLO_WGMMA_M64N64K16("bf16");
-    else YOLO_WGMMA_M64N64K16("f16");
+    if constexpr (std::is_same_v<T, Bf16>) YOLO_WGMMA_ANY_TRANS(YOLO_WGMMA_M64N64K16, "bf16");
+    else YOLO_WGMMA_ANY_TRANS(YOLO_WGMMA_M64N64K16, "f16");
   } else {
-    if constexpr (std::is_same_v<T, Bf16>) YOLO_WGMMA_M64N128K16("bf16");
-    else YOLO_WGMMA_M64N128K16("f16");
+    if constexpr (std::is_same_v<T, Bf16>) YOLO_WGMMA_ANY_TRANS(YOLO_WGMMA_M64N128K16, "bf16");
+    else YOLO_WGMMA_ANY_TRANS(YOLO_WGMMA_M64N128K16, "f16");
   }
+#undef YOLO_WGMMA_ANY_TRANS
 #elif defined(__CUDACC__)
   (void)d;
   (void)a_desc;
@@ -218,7 +247,7 @@ __device__ __forceinline__ void mma_async(float (&d)[N / 2], uint64_t a_desc, ui
   (void)accumulate;
   __trap();  // no wgmma outside sm_90a code; launchers ask current_device_runs_wgmma first
 #else
-  emulated::mma<T, N>(d, a_desc, b_desc, accumulate);
+  emulated::mma<T, N, TransA, TransB>(d, a_desc, b_desc, accumulate);
 #endif
 }
 #undef YOLO_WGMMA_M64N64K16

@@ -57,8 +57,21 @@ __device__ __forceinline__ uint32_t full_parity(int t) { return uint32_t(t / kSt
 // the first round: a fresh mbarrier counts its phase "-1" of parity 1 as complete).
 __device__ __forceinline__ uint32_t empty_parity(int t) { return full_parity(t) ^ 1; }
 
-// Math warpgroup `half` (0, 1): rows 64*half.. of each A tile against all 128 rows of B's.
-template <typename T>
+// B's tile when it is MN-major (BMnMajor): two 64-column halves (one TMA box each, 64 k-rows of
+// 128 bytes), kMnHalfBytes apart; k-blocks of 8 rows are one swizzle pattern apart.
+constexpr uint32_t kMnHalfBytes = kBlockK * 128;
+
+// The descriptor of B's k16 slice j: K-major slices are 32 bytes apart in each row; MN-major
+// ones two k-blocks (16 rows) apart.
+template <bool BMnMajor>
+__device__ __forceinline__ uint64_t b_slice(uint32_t b_tile, uint32_t j) {
+  if constexpr (BMnMajor) return descriptor(b_tile + 2 * kRowGroupBytes * j, Swizzle::B128, kMnHalfBytes, kRowGroupBytes);
+  else return descriptor(b_tile + 32 * j, Swizzle::B128, 0, kRowGroupBytes);
+}
+
+// Math warpgroup `half` (0, 1): rows 64*half.. of each A tile against all 128 rows (K-major) or
+// columns (MN-major) of B's.
+template <typename T, bool BMnMajor = false>
 __device__ void multiply(int k_tiles, int half, const Ring& ring, float (&acc)[64]) {
 #pragma unroll
   for (int i = 0; i < 64; ++i) acc[i] = 0.0f;
@@ -70,8 +83,8 @@ __device__ void multiply(int k_tiles, int half, const Ring& ring, float (&acc)[6
     fence(acc);
 #pragma unroll
     for (uint32_t j = 0; j < kBlockK / 16; ++j)
-      mma_async<T, 128>(acc, descriptor(a_tile + 32 * j, Swizzle::B128, 0, kRowGroupBytes),
-                        descriptor(b_tile + 32 * j, Swizzle::B128, 0, kRowGroupBytes), t > 0 || j > 0);
+      mma_async<T, 128, false, BMnMajor>(acc, descriptor(a_tile + 32 * j, Swizzle::B128, 0, kRowGroupBytes),
+                                         b_slice<BMnMajor>(b_tile, j), t > 0 || j > 0);
     commit_group();
     wait_group<1>(acc);  // the previous stage's batch is done: release that stage
     if (t > 0) mbarrier_arrive(&ring.empty[stage_of(t - 1)]);
@@ -119,12 +132,12 @@ __device__ void store(const float (&acc)[64], const OutRows<T>& out, int half) {
 // gave its registers back with setmaxnreg_dec<40> (a 384-thread block launches at 168 each:
 // 128 * 40 + 256 * 232 is exactly what the block holds, so the math warpgroups' inc never waits
 // for registers that are not coming).
-template <typename T, bool TakeRegisters>
+template <typename T, bool TakeRegisters, bool BMnMajor = false>
 __device__ void multiply_and_store(int k_tiles, const Ring& ring, const OutRows<T>& out) {
   if constexpr (TakeRegisters) setmaxnreg_inc<232>();
   const int half = int(threadIdx.x / 128) - 1;
   float acc[64];
-  multiply<T>(k_tiles, half, ring, acc);
+  multiply<T, BMnMajor>(k_tiles, half, ring, acc);
   store<T>(acc, out, half);
 }
 

@@ -1,7 +1,9 @@
 // Hopper's first wgmma kernels beside cuBLAS, in bf16 at YOLOv3-416's layers (batch 16):
 //   gemm_wgmma  gemm_nt_wgmma (kernels/gemm_wgmma.h), both operands by TMA, at every 1x1 stride-1
 //               layer as the GEMM its forward pass is: m = the batch's pixels, n = c_out,
-//               k = c_in (op "gemm fwd bf16");
+//               k = c_in (op "gemm fwd bf16"); gemm_nn_wgmma (B MN-major) as its backward data
+//               pass: m = pixels, n = c_in, k = c_out (op "gemm bwd data bf16"; c_out of 255
+//               is not a multiple of 8: no row);
 //   conv_wgmma  conv2d_forward_wgmma (kernels/conv_wgmma.h), A gathered by cp.async, at every
 //               layer whose c_in is a multiple of 8 (all but the first; op "wgmma fwd bf16").
 // Each row's cuBLAS column times cublasGemmEx at the same GEMM (the im2col form for 3x3: a dense
@@ -25,6 +27,7 @@ namespace {
 
 constexpr const char* kGemmFamily = "gemm_wgmma";
 constexpr const char* kGemmOp = "gemm fwd bf16";
+constexpr const char* kGemmBackOp = "gemm bwd data bf16";
 constexpr const char* kConvFamily = "conv_wgmma";
 constexpr const char* kConvOp = "wgmma fwd bf16";
 
@@ -35,15 +38,18 @@ bool matches(const Context& context, const char* family, const char* op, const Y
 bool gemm_row(const Context& context, const YoloConv& layer) {
   return layer.k == 1 && layer.stride == 1 && matches(context, kGemmFamily, kGemmOp, layer);
 }
+bool gemm_back_row(const Context& context, const YoloConv& layer) {
+  return layer.k == 1 && layer.stride == 1 && layer.c_out % 8 == 0 && matches(context, kGemmFamily, kGemmBackOp, layer);
+}
 bool conv_row(const Context& context, const YoloConv& layer) {
   return layer.c_in % 8 == 0 && matches(context, kConvFamily, kConvOp, layer);
 }
 
 #if defined(__CUDACC__)
 #if YOLO_HAVE_CUBLAS
-// cublasGemmEx of the row-major C[m][n] = A[m][k] * B[n][k]^T in bf16 (cublas_loader.h's mapping).
-void cublas_nt(cublasHandle_t handle, const void* a, const void* b, void* c, int m, int n, int k) {
-  const ColumnMajorGemm g = to_column_major(RowMajorGemm{m, n, k, false, true});
+// cublasGemmEx of the row-major product `rm` in bf16 (cublas_loader.h's mapping).
+void cublas_gemm(cublasHandle_t handle, const void* a, const void* b, void* c, const RowMajorGemm& rm) {
+  const ColumnMajorGemm g = to_column_major(rm);
   const float alpha = 1.0f, beta = 0.0f;
   CHECKED(cublas().GemmEx(handle, g.trans_first ? CUBLAS_OP_T : CUBLAS_OP_N, g.trans_second ? CUBLAS_OP_T : CUBLAS_OP_N,
                           g.m, g.n, g.k, &alpha, b, CUDA_R_16BF, g.ld_first, a, CUDA_R_16BF, g.ld_second, &beta, c,
@@ -51,10 +57,11 @@ void cublas_nt(cublasHandle_t handle, const void* a, const void* b, void* c, int
 }
 #endif
 
-// One layer's row of `family`: ours timed by `run`, cuBLAS at (m, n, k) with fresh operands.
+// One layer's row: ours timed by `run`, cuBLAS at the same product `g` with fresh operands.
 template <typename Run>
-Result time_row(const Context& context, const char* op, const YoloConv& layer, double bytes, int m, int n, int k,
+Result time_row(const Context& context, const char* op, const YoloConv& layer, double bytes, const RowMajorGemm& g,
                 CublasHandle* handle, Run run) {
+  const int m = g.m, n = g.n, k = g.k;
   Result r{op, layer.label, 0, bytes, 2.0 * double(m) * n * k};
   r.ceiling = "bf16";
   r.ms = time_ms(context, run);
@@ -64,7 +71,7 @@ Result time_row(const Context& context, const char* op, const YoloConv& layer, d
         c(context.device, size_t(m) * n * 2);
     fill_as<Bf16>(a, size_t(m) * k, 11, context.stream);
     fill_as<Bf16>(b, size_t(n) * k, 12, context.stream);
-    r.cublas_ms = time_ms(context, [&] { cublas_nt(handle->get(), a.data(), b.data(), c.data(), m, n, k); });
+    r.cublas_ms = time_ms(context, [&] { cublas_gemm(handle->get(), a.data(), b.data(), c.data(), g); });
   }
 #else
   (void)handle;
@@ -74,7 +81,8 @@ Result time_row(const Context& context, const char* op, const YoloConv& layer, d
 
 void run_gpu(const Context& context, std::vector<Result>& out) {
   bool any = false;
-  for (const YoloConv& layer : kYoloConvs) any = any || gemm_row(context, layer) || conv_row(context, layer);
+  for (const YoloConv& layer : kYoloConvs)
+    any = any || gemm_row(context, layer) || gemm_back_row(context, layer) || conv_row(context, layer);
   if (!any) return;
   if (!current_device_runs_wgmma()) {
     std::printf("%s, %s: no rows: this device runs no sm_90a code (an H100 or H200, and ARCH with 90)\n", kGemmFamily,
@@ -101,12 +109,17 @@ void run_gpu(const Context& context, std::vector<Result>& out) {
     const auto* wd = static_cast<const Bf16*>(w.data());
     auto* yd = static_cast<Bf16*>(y.data());
     if (gemm_row(context, layer))
-      out.push_back(time_row(context, kGemmOp, layer, bytes, pixels, s.c_out, s.c_in, handle,
+      out.push_back(time_row(context, kGemmOp, layer, bytes, RowMajorGemm{pixels, s.c_out, s.c_in, false, true}, handle,
                              [&] { gemm_nt_wgmma(xd, wd, yd, pixels, s.c_out, s.c_in, stream); }));
+    if (gemm_back_row(context, layer)) {  // dX[pixels][c_in] = dY[pixels][c_out] * W[c_out][c_in]: y holds dY
+      auto* dx = const_cast<Bf16*>(xd);
+      out.push_back(time_row(context, kGemmBackOp, layer, bytes, RowMajorGemm{pixels, s.c_in, s.c_out, false, false},
+                             handle, [&] { gemm_nn_wgmma(yd, wd, dx, pixels, s.c_in, s.c_out, stream); }));
+    }
     if (conv_row(context, layer)) {
       const NhwcView<const Bf16> in{xd, s.n, s.h, s.w, s.c_in, s.c_in};
       const NhwcView<Bf16> o{yd, s.n, s.out_h(), s.out_w(), s.c_out, s.c_out};
-      out.push_back(time_row(context, kConvOp, layer, bytes, pixels, s.c_out, taps, handle,
+      out.push_back(time_row(context, kConvOp, layer, bytes, RowMajorGemm{pixels, s.c_out, taps, false, true}, handle,
                              [&] { conv2d_forward_wgmma(s, in, wd, nullptr, o, stream); }));
     }
   }
