@@ -1,4 +1,4 @@
-// conv2d_forward_wgmma (kernels/conv_wgmma.h).
+// conv2d_forward_wgmma and conv2d_backward_data_wgmma (kernels/conv_wgmma.h).
 #include "kernels/conv_wgmma.h"
 
 #include <string>
@@ -77,7 +77,95 @@ __global__ void __launch_bounds__(kThreads, 1)
   multiply_and_store<T, false>(k_tiles, ring, OutRows<T>{out.data, out.stride, g.pixels, out.c, bias});
 }
 
+// ---- backward data (stride 1) -------------------------------------------------------------------
+
+constexpr int kMaxTaps = 9;  // 3x3; a 1x1 uses the first map
+struct TapMaps {
+  tma::TensorMap tap[kMaxTaps];  // the weights of tap (kh, kw) as a [c_out][c_in] matrix
+};
+
+// Producer thread p gathers row p (input pixel m0 + p) of A: k-tile t covers tap t / groups and
+// output channels 64 * (t % groups).. (groups = c_out / 64); thread 0 brings the tap's weights.
+template <typename T>
+__device__ void produce_backward(const Gather g, NhwcView<const T> grad_out, const TapMaps* maps, int k_tiles,
+                                 const Ring& ring) {
+  const int p = int(threadIdx.x), pixel = int(blockIdx.y) * kBlockM + p, groups = g.c_in / kBlockK;
+  const bool row_valid = pixel < g.pixels;
+  const int b = row_valid ? pixel / (g.h * g.w) : 0, rest = row_valid ? pixel % (g.h * g.w) : 0;
+  const int y0 = rest / g.w + g.pad, x0 = rest % g.w + g.pad;  // the output pixel of tap (0, 0)
+  for (int t = 0; t < k_tiles; ++t) {
+    const int st = stage_of(t), tap = t / groups, c0 = (t % groups) * kBlockK;
+    mbarrier_wait(&ring.empty[st], empty_parity(t));
+    if (p == 0) {
+      mbarrier_arrive_expect_tx(&ring.full[st], kTileBytes);
+      for (int h = 0; h < 2; ++h)
+        tma::load_2d(ring.b_tile(st) + h * kMnHalfBytes, &maps->tap[tap], int(blockIdx.x) * kBlockN + 64 * h, c0,
+                     &ring.full[st]);
+    }
+    const int oy = y0 - tap / g.k, ox = x0 - tap % g.k;
+    const bool inside = row_valid && oy >= 0 && oy < g.out_h && ox >= 0 && ox < g.out_w;
+    const uint32_t a_tile = ring.address + uint32_t(st) * kStageBytes;
+#pragma unroll
+    for (int q = 0; q < kBlockK / 8; ++q) {
+      const T* src = inside ? grad_out.data + grad_out.at(b, oy, ox, c0 + 8 * q) : grad_out.data;
+      const uint32_t address = k_major_address(a_tile, Swizzle::B128, 0, kRowGroupBytes, uint32_t(p), uint32_t(16 * q));
+      mma::cp_async_16(ring.smem + (address - ring.address), src, inside);
+    }
+    mma::cp_async_commit();
+    if (t > 0) {
+      mma::cp_async_wait<1>();
+      fence_proxy_async();
+      mbarrier_arrive(&ring.full[stage_of(t - 1)]);
+    }
+  }
+  mma::cp_async_wait<0>();
+  fence_proxy_async();
+  mbarrier_arrive(&ring.full[stage_of(k_tiles - 1)]);
+}
+
+// g describes the backward problem: pixels and (h, w) are the input's, c_in the reduction's
+// channels (the forward's c_out), k_total = taps * c_out.
+template <typename T>
+__global__ void __launch_bounds__(kThreads, 1)
+    conv_backward_data_wgmma_kernel(Gather g, NhwcView<const T> grad_out, const __grid_constant__ TapMaps maps,
+                                    NhwcView<T> grad_in) {
+  const Ring ring = make_ring(128 + 1);
+  const int k_tiles = g.k_total / kBlockK;
+  if (threadIdx.x < 128) {
+    produce_backward<T>(g, grad_out, &maps, k_tiles, ring);
+    return;
+  }
+  multiply_and_store<T, false, true>(k_tiles, ring, OutRows<T>{grad_in.data, grad_in.stride, g.pixels, grad_in.c, nullptr});
+}
+
 }  // namespace
+
+template <typename T>
+void conv2d_backward_data_wgmma(const Conv2dShape& s, NhwcView<const T> grad_out, const T* weights,
+                                NhwcView<T> grad_in, cudaStream_t stream) {
+  s.validate();
+  if (!current_device_runs_wgmma())
+    throw Error("conv2d_backward_data_wgmma: wgmma needs sm_90a code on an sm_90 device (H100, H200) and a build "
+                "whose ARCH has 90");
+  if (s.stride != 1 || s.k * s.k > kMaxTaps || s.c_out % kBlockK != 0 || s.c_in % 8 != 0 || grad_out.stride % 8 != 0 ||
+      reinterpret_cast<uintptr_t>(grad_out.data) % 16 != 0)
+    throw Error("conv2d_backward_data_wgmma: needs stride 1, a 1x1 or 3x3 kernel, c_out a multiple of 64 (" +
+                std::to_string(s.c_out) + "), c_in a multiple of 8 (" + std::to_string(s.c_in) +
+                ") and grad_out's pixel stride a multiple of 8 with 16-byte aligned data");
+  if (grad_out.n != s.n || grad_out.h != s.out_h() || grad_out.w != s.out_w() || grad_out.c != s.c_out ||
+      grad_in.n != s.n || grad_in.h != s.h || grad_in.w != s.w || grad_in.c != s.c_in)
+    throw Error("conv2d_backward_data_wgmma: the views do not match the shape");
+  if (s.n == 0) return;
+  const int taps = s.k * s.k;
+  const Gather g{s.n * s.h * s.w, s.out_h(), s.out_w(), s.h, s.w, s.c_out, s.k, 1, s.pad(), taps * s.c_out};
+  TapMaps maps{};
+  for (int tap = 0; tap < taps; ++tap)  // W[co][tap][ci]: rows co, taps * c_in elements apart
+    maps.tap[tap] = tma::encode_2d(weights + size_t(tap) * s.c_in, uint64_t(s.c_in), uint64_t(s.c_out),
+                                   uint64_t(taps) * s.c_in * 2, 64, kBlockK, 1);
+  tc::allow_shared(conv_backward_data_wgmma_kernel<T>, kSharedBytes);
+  LAUNCH(conv_backward_data_wgmma_kernel<T>, dim3(ceil_div(size_t(s.c_in), kBlockN), ceil_div(size_t(g.pixels), kBlockM)),
+         dim3(kThreads), kSharedBytes, stream, g, grad_out, maps, grad_in);
+}
 
 template <typename T>
 void conv2d_forward_wgmma(const Conv2dShape& s, NhwcView<const T> in, const T* weights, const float* bias,
@@ -106,5 +194,9 @@ template void conv2d_forward_wgmma<Bf16>(const Conv2dShape&, NhwcView<const Bf16
                                          NhwcView<Bf16>, cudaStream_t);
 template void conv2d_forward_wgmma<Fp16>(const Conv2dShape&, NhwcView<const Fp16>, const Fp16*, const float*,
                                          NhwcView<Fp16>, cudaStream_t);
+template void conv2d_backward_data_wgmma<Bf16>(const Conv2dShape&, NhwcView<const Bf16>, const Bf16*, NhwcView<Bf16>,
+                                               cudaStream_t);
+template void conv2d_backward_data_wgmma<Fp16>(const Conv2dShape&, NhwcView<const Fp16>, const Fp16*, NhwcView<Fp16>,
+                                               cudaStream_t);
 
 }  // namespace yolo

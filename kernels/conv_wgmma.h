@@ -1,5 +1,5 @@
-// The convolution's forward pass on Hopper's wgmma (issue 36, stage 2): conv2d_forward_tc's
-// product (kernels/conv.h) for 16-bit T, on the main loop of kernels/wgmma_tiles.cuh. The im2col
+// The convolution's forward and backward data passes on Hopper's wgmma (issue 36, stage 2):
+// conv2d_forward_tc's product (kernels/conv.h) for 16-bit T, on the main loop of kernels/wgmma_tiles.cuh. The im2col
 // rows of A are gathered by the producer warpgroup with 16-byte cp.async in the 128-byte swizzle
 // (8 channels of one pixel and tap per copy; zeros where the tap falls outside the image: TMA's
 // tiled boxes cannot describe the gather), the weights arrive by TMA as the [c_out][k*k*c_in]
@@ -18,5 +18,15 @@ namespace yolo {
 template <typename T>
 void conv2d_forward_wgmma(const Conv2dShape& shape, NhwcView<const T> in, const T* weights, const float* bias,
                           NhwcView<T> out, cudaStream_t stream);
+
+// The backward data pass (grad_in = the gradient of conv2d_forward_wgmma's input, overwritten)
+// for stride 1: an implicit GEMM over the input's pixels, n = c_in, k = (tap, c_out). A is
+// grad_out gathered at the mirrored taps (cp.async, zeros outside the image), B the weights of
+// one tap and 64 output channels a k-tile, read MN-major (their c_in rows as they lie) from two
+// TMA boxes; one tensor map a tap. Needs stride 1, c_out a multiple of 64 (a k-tile stays in one
+// tap), c_in a multiple of 8, grad_out's pixel stride a multiple of 8 and its data 16-byte aligned.
+template <typename T>
+void conv2d_backward_data_wgmma(const Conv2dShape& shape, NhwcView<const T> grad_out, const T* weights,
+                                NhwcView<T> grad_in, cudaStream_t stream);
 
 }  // namespace yolo

@@ -1,4 +1,4 @@
-// conv2d_forward_wgmma (kernels/conv_wgmma.h): against an FP64 reference of the same 16-bit
+// conv2d_forward_wgmma and conv2d_backward_data_wgmma (kernels/conv_wgmma.h): against an FP64 reference of the same 16-bit
 // inputs at odd sizes, 3x3 (stride 1 and 2: taps outside the image, a K not a multiple of the
 // 64-wide k-tile) and 1x1, BF16 and FP16, with and without bias, into a channel slice of a wider
 // output whose other channels must stay untouched, outputs poisoned first; its refusals.
@@ -90,7 +90,62 @@ void check_conv(Device device, Rng& rng, const Conv2dShape& s, bool with_bias, i
   CHECK(touched == 0);
 }
 
+// grad_in against the FP64 sum of grad_out at the mirrored taps.
+template <typename T>
+void check_backward(Device device, Rng& rng, const Conv2dShape& s) {
+  CAPTURE(s.n);
+  CAPTURE(s.h);
+  CAPTURE(s.w);
+  CAPTURE(s.c_in);
+  CAPTURE(s.c_out);
+  CAPTURE(s.k);
+  const int oh = s.out_h(), ow = s.out_w();
+  const std::vector<T> dy = random_values<T>(rng, size_t(s.n) * oh * ow * s.c_out);
+  const std::vector<T> wts = random_values<T>(rng, s.weight_count());
+  DeviceArray<T> d_dy(device, dy), d_w(device, wts), d_dx(device, size_t(s.n) * s.h * s.w * s.c_in);
+  d_dx.poison();
+  conv2d_backward_data_wgmma<T>(s, NhwcView<const T>{d_dy.data(), s.n, oh, ow, s.c_out, s.c_out}, d_w.data(),
+                                NhwcView<T>{d_dx.data(), s.n, s.h, s.w, s.c_in, s.c_in}, nullptr);
+  const std::vector<T> got = d_dx.download();
+  const double unit = std::is_same_v<T, Bf16> ? std::ldexp(1.0, -8) : std::ldexp(1.0, -11);
+  int wrong = 0;
+  std::string first;
+  for (int b = 0; b < s.n; ++b)
+    for (int iy = 0; iy < s.h; ++iy)
+      for (int ix = 0; ix < s.w; ++ix)
+        for (int i = 0; i < s.c_in; ++i) {
+          double sum = 0, size = 0;
+          for (int r = 0; r < s.k; ++r)
+            for (int c = 0; c < s.k; ++c) {
+              const int oy = iy + s.pad() - r, ox = ix + s.pad() - c;
+              if (oy < 0 || oy >= oh || ox < 0 || ox >= ow) continue;
+              for (int o = 0; o < s.c_out; ++o) {
+                const double p = double(to_float(dy[((size_t(b) * oh + oy) * ow + ox) * s.c_out + o])) *
+                                 double(to_float(wts[((size_t(o) * s.k + r) * s.k + c) * s.c_in + i]));
+                sum += p;
+                size += std::fabs(p);
+              }
+            }
+          const double g = to_float(got[((size_t(b) * s.h + iy) * s.w + ix) * s.c_in + i]);
+          if (std::fabs(g - sum) <= unit * std::fabs(sum) + 1e-6 * size + 1e-30) continue;
+          if (wrong++ == 0)
+            first = "grad_in[" + std::to_string(b) + "," + std::to_string(iy) + "," + std::to_string(ix) + "," +
+                    std::to_string(i) + "] = " + std::to_string(g) + ", expected " + std::to_string(sum);
+        }
+  CHECK_MESSAGE(wrong == 0, first);
+}
+
 }  // namespace
+
+TEST_CASE("kernel: conv2d_backward_data_wgmma matches the FP64 sum (3x3, 1x1; bf16, fp16)") {
+  KERNEL_TEST_DEVICE(device);
+  if (!current_device_runs_wgmma()) SKIP_TEST("this device runs no sm_90a code (wgmma)");
+  Rng rng;
+  CAPTURE(rng.seed());
+  check_backward<Bf16>(device, rng, Conv2dShape{2, 9, 7, 24, 64, 3, 1});
+  check_backward<Fp16>(device, rng, Conv2dShape{1, 6, 5, 136, 128, 3, 1});
+  check_backward<Bf16>(device, rng, Conv2dShape{1, 13, 10, 40, 64, 1, 1});
+}
 
 TEST_CASE("kernel: conv2d_forward_wgmma matches the FP64 sum (3x3 stride 1 and 2, 1x1; bf16, fp16; a slice)") {
   KERNEL_TEST_DEVICE(device);

@@ -5,7 +5,9 @@
 //               pass: m = pixels, n = c_in, k = c_out (op "gemm bwd data bf16"; c_out of 255
 //               is not a multiple of 8: no row);
 //   conv_wgmma  conv2d_forward_wgmma (kernels/conv_wgmma.h), A gathered by cp.async, at every
-//               layer whose c_in is a multiple of 8 (all but the first; op "wgmma fwd bf16").
+//               layer whose c_in is a multiple of 8 (all but the first; op "wgmma fwd bf16");
+//               conv2d_backward_data_wgmma at the stride-1 layers whose c_out is a multiple of
+//               64 (op "wgmma bwd data bf16": m = the input's pixels, n = c_in, k = taps * c_out).
 // Each row's cuBLAS column times cublasGemmEx at the same GEMM (the im2col form for 3x3: a dense
 // A, so cuBLAS times the product alone), in one run; `--filter "fwd bf16"` puts them beside the
 // mma.sync convolutions' rows (conv_tc "conv fwd bf16") at the same layers. The % column is
@@ -30,6 +32,7 @@ constexpr const char* kGemmOp = "gemm fwd bf16";
 constexpr const char* kGemmBackOp = "gemm bwd data bf16";
 constexpr const char* kConvFamily = "conv_wgmma";
 constexpr const char* kConvOp = "wgmma fwd bf16";
+constexpr const char* kConvBackOp = "wgmma bwd data bf16";
 
 bool matches(const Context& context, const char* family, const char* op, const YoloConv& layer) {
   return context.filter.empty() ||
@@ -43,6 +46,10 @@ bool gemm_back_row(const Context& context, const YoloConv& layer) {
 }
 bool conv_row(const Context& context, const YoloConv& layer) {
   return layer.c_in % 8 == 0 && matches(context, kConvFamily, kConvOp, layer);
+}
+bool conv_back_row(const Context& context, const YoloConv& layer) {
+  return layer.stride == 1 && layer.c_in % 8 == 0 && layer.c_out % 64 == 0 &&
+         matches(context, kConvFamily, kConvBackOp, layer);
 }
 
 #if defined(__CUDACC__)
@@ -82,7 +89,8 @@ Result time_row(const Context& context, const char* op, const YoloConv& layer, d
 void run_gpu(const Context& context, std::vector<Result>& out) {
   bool any = false;
   for (const YoloConv& layer : kYoloConvs)
-    any = any || gemm_row(context, layer) || gemm_back_row(context, layer) || conv_row(context, layer);
+    any = any || gemm_row(context, layer) || gemm_back_row(context, layer) || conv_row(context, layer) ||
+          conv_back_row(context, layer);
   if (!any) return;
   if (!current_device_runs_wgmma()) {
     std::printf("%s, %s: no rows: this device runs no sm_90a code (an H100 or H200, and ARCH with 90)\n", kGemmFamily,
@@ -121,6 +129,14 @@ void run_gpu(const Context& context, std::vector<Result>& out) {
       const NhwcView<Bf16> o{yd, s.n, s.out_h(), s.out_w(), s.c_out, s.c_out};
       out.push_back(time_row(context, kConvOp, layer, bytes, RowMajorGemm{pixels, s.c_out, taps, false, true}, handle,
                              [&] { conv2d_forward_wgmma(s, in, wd, nullptr, o, stream); }));
+    }
+    if (conv_back_row(context, layer)) {  // y holds grad_out, x receives grad_in
+      const NhwcView<const Bf16> grad_out{yd, s.n, s.out_h(), s.out_w(), s.c_out, s.c_out};
+      const NhwcView<Bf16> grad_in{const_cast<Bf16*>(xd), s.n, s.h, s.w, s.c_in, s.c_in};
+      const int in_pixels = s.n * s.h * s.w;
+      out.push_back(time_row(context, kConvBackOp, layer, bytes,
+                             RowMajorGemm{in_pixels, s.c_in, s.k * s.k * s.c_out, false, false}, handle,
+                             [&] { conv2d_backward_data_wgmma(s, grad_out, wd, grad_in, stream); }));
     }
   }
 }
