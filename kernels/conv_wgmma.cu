@@ -74,7 +74,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     produce<T>(g, in, &w_map, k_tiles, ring);
     return;
   }
-  multiply_and_store<T, false>(k_tiles, ring, OutRows<T>{out.data, out.stride, g.pixels, out.c, bias});
+  multiply_and_store<T, false, false, false>(k_tiles, ring, OutRows<T>{out.data, out.stride, g.pixels, out.c, bias});
 }
 
 // ---- backward data (stride 1) -------------------------------------------------------------------
@@ -135,7 +135,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     produce_backward<T>(g, grad_out, &maps, k_tiles, ring);
     return;
   }
-  multiply_and_store<T, false, true>(k_tiles, ring, OutRows<T>{grad_in.data, grad_in.stride, g.pixels, grad_in.c, nullptr});
+  const OutRows<T> out{grad_in.data, grad_in.stride, g.pixels, grad_in.c, nullptr};
+  multiply_and_store<T, false, false, true>(k_tiles, ring, out);
 }
 
 }  // namespace

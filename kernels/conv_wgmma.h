@@ -1,4 +1,4 @@
-// The convolution's forward and backward data passes on Hopper's wgmma (issue 36, stage 2):
+// The convolution's three passes on Hopper's wgmma (issue 36, stage 2):
 // conv2d_forward_tc's product (kernels/conv.h) for 16-bit T, on the main loop of kernels/wgmma_tiles.cuh. The im2col
 // rows of A are gathered by the producer warpgroup with 16-byte cp.async in the 128-byte swizzle
 // (8 channels of one pixel and tap per copy; zeros where the tap falls outside the image: TMA's
@@ -28,5 +28,17 @@ void conv2d_forward_wgmma(const Conv2dShape& shape, NhwcView<const T> in, const 
 template <typename T>
 void conv2d_backward_data_wgmma(const Conv2dShape& shape, NhwcView<const T> grad_out, const T* weights,
                                 NhwcView<T> grad_in, cudaStream_t stream);
+
+// The weight gradient (grad_weights = the sum over the batch's pixels, FP32, overwritten;
+// kernels/conv_wgmma_weights.cu): the product grad_out^T (c_out x pixels) times the im2col of
+// `in` (pixels x taps * c_in), both read MN-major: grad_out's pixel rows by TMA, the im2col rows
+// gathered by cp.async. The pixels are split among blocks (partial sums in the workspace, then
+// summed in a fixed order: deterministic; the workspace's size depends on the current device's
+// SMs). Needs c_in and c_out multiples of 8, grad_out dense
+// (stride c_out) and `in`'s pixel stride a multiple of 8, 16-byte aligned data. No bias gradient.
+size_t conv2d_backward_weights_wgmma_workspace_bytes(const Conv2dShape& shape);
+template <typename T>
+void conv2d_backward_weights_wgmma(const Conv2dShape& shape, NhwcView<const T> in, NhwcView<const T> grad_out,
+                                   float* grad_weights, void* workspace, size_t workspace_bytes, cudaStream_t stream);
 
 }  // namespace yolo

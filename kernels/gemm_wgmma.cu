@@ -52,7 +52,7 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_nn_wgmma_kernel(const __grid
     if (threadIdx.x == 0) produce_mn(&a_map, &b_map, k_tiles, ring);
     return;
   }
-  multiply_and_store<T, true, true>(k_tiles, ring, OutRows<T>{c, n, m, n, nullptr});
+  multiply_and_store<T, true, false, true>(k_tiles, ring, OutRows<T>{c, n, m, n, nullptr});
 }
 
 template <typename T>
@@ -66,7 +66,7 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_nt_wgmma_kernel(const __grid
     if (threadIdx.x == 0) produce(&a_map, &b_map, k_tiles, ring);
     return;
   }
-  multiply_and_store<T, true>(k_tiles, ring, OutRows<T>{c, n, m, n, nullptr});
+  multiply_and_store<T, true, false, false>(k_tiles, ring, OutRows<T>{c, n, m, n, nullptr});
 }
 
 }  // namespace

@@ -57,34 +57,35 @@ __device__ __forceinline__ uint32_t full_parity(int t) { return uint32_t(t / kSt
 // the first round: a fresh mbarrier counts its phase "-1" of parity 1 as complete).
 __device__ __forceinline__ uint32_t empty_parity(int t) { return full_parity(t) ^ 1; }
 
-// B's tile when it is MN-major (BMnMajor): two 64-column halves (one TMA box each, 64 k-rows of
-// 128 bytes), kMnHalfBytes apart; k-blocks of 8 rows are one swizzle pattern apart.
+// An operand's tile when it is MN-major: two 64-element halves of its 128 rows or columns (one
+// TMA box, or 64 gathered k-rows, each: 64 k-rows of 128 bytes), kMnHalfBytes apart; k-blocks of
+// 8 rows are one swizzle pattern apart.
 constexpr uint32_t kMnHalfBytes = kBlockK * 128;
 
-// The descriptor of B's k16 slice j: K-major slices are 32 bytes apart in each row; MN-major
-// ones two k-blocks (16 rows) apart.
-template <bool BMnMajor>
-__device__ __forceinline__ uint64_t b_slice(uint32_t b_tile, uint32_t j) {
-  if constexpr (BMnMajor) return descriptor(b_tile + 2 * kRowGroupBytes * j, Swizzle::B128, kMnHalfBytes, kRowGroupBytes);
-  else return descriptor(b_tile + 32 * j, Swizzle::B128, 0, kRowGroupBytes);
+// The descriptor of the k16 slice j of a tile: K-major slices are 32 bytes apart in each row;
+// MN-major ones two k-blocks (16 rows) apart.
+template <bool MnMajor>
+__device__ __forceinline__ uint64_t slice(uint32_t tile, uint32_t j) {
+  if constexpr (MnMajor) return descriptor(tile + 2 * kRowGroupBytes * j, Swizzle::B128, kMnHalfBytes, kRowGroupBytes);
+  else return descriptor(tile + 32 * j, Swizzle::B128, 0, kRowGroupBytes);
 }
 
-// Math warpgroup `half` (0, 1): rows 64*half.. of each A tile against all 128 rows (K-major) or
-// columns (MN-major) of B's.
-template <typename T, bool BMnMajor = false>
+// Math warpgroup `half` (0, 1): the 64 rows of A's tile from row 64*half (K-major: 64 rows of
+// 128 bytes in; MN-major: the half's box) against all 128 of B's, over `k_tiles` stages.
+template <typename T, bool AMnMajor, bool BMnMajor>
 __device__ void multiply(int k_tiles, int half, const Ring& ring, float (&acc)[64]) {
 #pragma unroll
   for (int i = 0; i < 64; ++i) acc[i] = 0.0f;
   for (int t = 0; t < k_tiles; ++t) {
     const int st = stage_of(t);
     mbarrier_wait(&ring.full[st], full_parity(t));
-    const uint32_t a_tile = ring.address + uint32_t(st) * kStageBytes + uint32_t(half) * 64 * 128;
+    const uint32_t a_tile = ring.address + uint32_t(st) * kStageBytes +
+                            uint32_t(half) * (AMnMajor ? kMnHalfBytes : 64 * 128);
     const uint32_t b_tile = ring.address + uint32_t(st) * kStageBytes + kTileBytes;
     fence(acc);
 #pragma unroll
     for (uint32_t j = 0; j < kBlockK / 16; ++j)
-      mma_async<T, 128, false, BMnMajor>(acc, descriptor(a_tile + 32 * j, Swizzle::B128, 0, kRowGroupBytes),
-                                         b_slice<BMnMajor>(b_tile, j), t > 0 || j > 0);
+      mma_async<T, 128, AMnMajor, BMnMajor>(acc, slice<AMnMajor>(a_tile, j), slice<BMnMajor>(b_tile, j), t > 0 || j > 0);
     commit_group();
     wait_group<1>(acc);  // the previous stage's batch is done: release that stage
     if (t > 0) mbarrier_arrive(&ring.empty[stage_of(t - 1)]);
@@ -93,21 +94,21 @@ __device__ void multiply(int k_tiles, int half, const Ring& ring, float (&acc)[6
 }
 
 // Where a block's outputs go: row r (of the whole problem) at base + r * pitch, `cols` columns,
-// an FP32 bias per column (or none), rounded to T.
-template <typename T>
+// an FP32 bias per column (or none), rounded to Out (16-bit, or FP32 for partial sums).
+template <typename Out>
 struct OutRows {
-  T* base;
+  Out* base;
   long long pitch;
   int rows, cols;
   const float* bias;
 };
 
-// The D fragment (wgmma.cuh) of math warpgroup `half` plus the bias, rounded to T; pairs of
-// columns stored as one 32-bit word where the rows allow it.
-template <typename T>
-__device__ void store(const float (&acc)[64], const OutRows<T>& out, int half) {
+// The D fragment (wgmma.cuh) of math warpgroup `half` plus the bias, as Out; pairs of columns
+// stored together where the rows allow it.
+template <typename Out>
+__device__ void store(const float (&acc)[64], const OutRows<Out>& out, int half) {
   const unsigned warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
-  const bool pairs = out.pitch % 2 == 0 && reinterpret_cast<uintptr_t>(out.base) % 4 == 0;
+  const bool pairs = out.pitch % 2 == 0 && reinterpret_cast<uintptr_t>(out.base) % (2 * sizeof(Out)) == 0;
 #pragma unroll
   for (int i = 0; i < 64; i += 2) {
     const int row = int(blockIdx.y) * kBlockM + 64 * half + int(16 * warp + lane / 4) + 8 * ((i / 2) % 2);
@@ -118,12 +119,19 @@ __device__ void store(const float (&acc)[64], const OutRows<T>& out, int half) {
       lo += out.bias[col];
       if (col + 1 < out.cols) hi += out.bias[col + 1];
     }
-    T* dst = out.base + row * out.pitch + col;
-    if (pairs && col + 1 < out.cols) {
-      *reinterpret_cast<uint32_t*>(dst) = mma::pack2<T>(lo, hi);
+    Out* dst = out.base + row * out.pitch + col;
+    if constexpr (std::is_same_v<Out, float>) {
+      if (pairs && col + 1 < out.cols) {
+        *reinterpret_cast<float2*>(dst) = make_float2(lo, hi);
+      } else {
+        dst[0] = lo;
+        if (col + 1 < out.cols) dst[1] = hi;
+      }
+    } else if (pairs && col + 1 < out.cols) {
+      *reinterpret_cast<uint32_t*>(dst) = mma::pack2<Out>(lo, hi);
     } else {
-      dst[0] = from_float<T>(lo);
-      if (col + 1 < out.cols) dst[1] = from_float<T>(hi);
+      dst[0] = from_float<Out>(lo);
+      if (col + 1 < out.cols) dst[1] = from_float<Out>(hi);
     }
   }
 }
@@ -132,13 +140,14 @@ __device__ void store(const float (&acc)[64], const OutRows<T>& out, int half) {
 // gave its registers back with setmaxnreg_dec<40> (a 384-thread block launches at 168 each:
 // 128 * 40 + 256 * 232 is exactly what the block holds, so the math warpgroups' inc never waits
 // for registers that are not coming).
-template <typename T, bool TakeRegisters, bool BMnMajor = false>
-__device__ void multiply_and_store(int k_tiles, const Ring& ring, const OutRows<T>& out) {
+// AMnMajor, BMnMajor: how the operands lie in their stages (see multiply).
+template <typename T, bool TakeRegisters, bool AMnMajor, bool BMnMajor, typename Out>
+__device__ void multiply_and_store(int k_tiles, const Ring& ring, const OutRows<Out>& out) {
   if constexpr (TakeRegisters) setmaxnreg_inc<232>();
   const int half = int(threadIdx.x / 128) - 1;
   float acc[64];
-  multiply<T, BMnMajor>(k_tiles, half, ring, acc);
-  store<T>(acc, out, half);
+  multiply<T, AMnMajor, BMnMajor>(k_tiles, half, ring, acc);
+  store<Out>(acc, out, half);
 }
 
 }  // namespace yolo::wgmma

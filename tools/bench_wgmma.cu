@@ -7,12 +7,15 @@
 //   conv_wgmma  conv2d_forward_wgmma (kernels/conv_wgmma.h), A gathered by cp.async, at every
 //               layer whose c_in is a multiple of 8 (all but the first; op "wgmma fwd bf16");
 //               conv2d_backward_data_wgmma at the stride-1 layers whose c_out is a multiple of
-//               64 (op "wgmma bwd data bf16": m = the input's pixels, n = c_in, k = taps * c_out).
+//               64 (op "wgmma bwd data bf16": m = the input's pixels, n = c_in, k = taps * c_out);
+//               conv2d_backward_weights_wgmma where c_in and c_out are multiples of 8 (op "wgmma
+//               bwd weights bf16": m = c_out, n = taps * c_in, k = pixels; FP32 out, as cuBLAS's).
 // Each row's cuBLAS column times cublasGemmEx at the same GEMM (the im2col form for 3x3: a dense
 // A, so cuBLAS times the product alone), in one run; `--filter "fwd bf16"` puts them beside the
 // mma.sync convolutions' rows (conv_tc "conv fwd bf16") at the same layers. The % column is
 // against the measured mma.sync ceiling: wgmma's own is higher (cuBLAS reached 790 TFLOP/s on
 // the H200), so a row may pass 100%. Rows only where sm_90a code runs (one line says so elsewhere).
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -33,6 +36,7 @@ constexpr const char* kGemmBackOp = "gemm bwd data bf16";
 constexpr const char* kConvFamily = "conv_wgmma";
 constexpr const char* kConvOp = "wgmma fwd bf16";
 constexpr const char* kConvBackOp = "wgmma bwd data bf16";
+constexpr const char* kConvWeightsOp = "wgmma bwd weights bf16";
 
 bool matches(const Context& context, const char* family, const char* op, const YoloConv& layer) {
   return context.filter.empty() ||
@@ -47,6 +51,9 @@ bool gemm_back_row(const Context& context, const YoloConv& layer) {
 bool conv_row(const Context& context, const YoloConv& layer) {
   return layer.c_in % 8 == 0 && matches(context, kConvFamily, kConvOp, layer);
 }
+bool conv_weights_row(const Context& context, const YoloConv& layer) {
+  return layer.c_in % 8 == 0 && layer.c_out % 8 == 0 && matches(context, kConvFamily, kConvWeightsOp, layer);
+}
 bool conv_back_row(const Context& context, const YoloConv& layer) {
   return layer.stride == 1 && layer.c_in % 8 == 0 && layer.c_out % 64 == 0 &&
          matches(context, kConvFamily, kConvBackOp, layer);
@@ -55,19 +62,20 @@ bool conv_back_row(const Context& context, const YoloConv& layer) {
 #if defined(__CUDACC__)
 #if YOLO_HAVE_CUBLAS
 // cublasGemmEx of the row-major product `rm` in bf16 (cublas_loader.h's mapping).
-void cublas_gemm(cublasHandle_t handle, const void* a, const void* b, void* c, const RowMajorGemm& rm) {
+void cublas_gemm(cublasHandle_t handle, const void* a, const void* b, void* c, const RowMajorGemm& rm, bool fp32_out) {
   const ColumnMajorGemm g = to_column_major(rm);
   const float alpha = 1.0f, beta = 0.0f;
   CHECKED(cublas().GemmEx(handle, g.trans_first ? CUBLAS_OP_T : CUBLAS_OP_N, g.trans_second ? CUBLAS_OP_T : CUBLAS_OP_N,
                           g.m, g.n, g.k, &alpha, b, CUDA_R_16BF, g.ld_first, a, CUDA_R_16BF, g.ld_second, &beta, c,
-                          CUDA_R_16BF, g.ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+                          fp32_out ? CUDA_R_32F : CUDA_R_16BF, g.ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 #endif
 
-// One layer's row: ours timed by `run`, cuBLAS at the same product `g` with fresh operands.
+// One layer's row: ours timed by `run`, cuBLAS at the same product `g` with fresh operands (C in
+// FP32 where ours writes FP32: the weight gradient).
 template <typename Run>
 Result time_row(const Context& context, const char* op, const YoloConv& layer, double bytes, const RowMajorGemm& g,
-                CublasHandle* handle, Run run) {
+                CublasHandle* handle, Run run, bool fp32_out = false) {
   const int m = g.m, n = g.n, k = g.k;
   Result r{op, layer.label, 0, bytes, 2.0 * double(m) * n * k};
   r.ceiling = "bf16";
@@ -75,10 +83,10 @@ Result time_row(const Context& context, const char* op, const YoloConv& layer, d
 #if YOLO_HAVE_CUBLAS
   if (handle) {
     const DeviceMemory a(context.device, size_t(m) * k * 2), b(context.device, size_t(n) * k * 2),
-        c(context.device, size_t(m) * n * 2);
+        c(context.device, size_t(m) * n * 4);
     fill_as<Bf16>(a, size_t(m) * k, 11, context.stream);
     fill_as<Bf16>(b, size_t(n) * k, 12, context.stream);
-    r.cublas_ms = time_ms(context, [&] { cublas_gemm(handle->get(), a.data(), b.data(), c.data(), g); });
+    r.cublas_ms = time_ms(context, [&] { cublas_gemm(handle->get(), a.data(), b.data(), c.data(), g, fp32_out); });
   }
 #else
   (void)handle;
@@ -90,7 +98,7 @@ void run_gpu(const Context& context, std::vector<Result>& out) {
   bool any = false;
   for (const YoloConv& layer : kYoloConvs)
     any = any || gemm_row(context, layer) || gemm_back_row(context, layer) || conv_row(context, layer) ||
-          conv_back_row(context, layer);
+          conv_back_row(context, layer) || conv_weights_row(context, layer);
   if (!any) return;
   if (!current_device_runs_wgmma()) {
     std::printf("%s, %s: no rows: this device runs no sm_90a code (an H100 or H200, and ARCH with 90)\n", kGemmFamily,
@@ -137,6 +145,18 @@ void run_gpu(const Context& context, std::vector<Result>& out) {
       out.push_back(time_row(context, kConvBackOp, layer, bytes,
                              RowMajorGemm{in_pixels, s.c_in, s.k * s.k * s.c_out, false, false}, handle,
                              [&] { conv2d_backward_data_wgmma(s, grad_out, wd, grad_in, stream); }));
+    }
+    if (conv_weights_row(context, layer)) {  // x holds the input, y grad_out; FP32 gradient and partials
+      const size_t workspace = conv2d_backward_weights_wgmma_workspace_bytes(s);
+      const DeviceMemory dw(context.device, s.weight_count() * 4), ws(context.device, std::max<size_t>(workspace, 16));
+      const NhwcView<const Bf16> in{xd, s.n, s.h, s.w, s.c_in, s.c_in};
+      const NhwcView<const Bf16> grad_out{yd, s.n, s.out_h(), s.out_w(), s.c_out, s.c_out};
+      out.push_back(time_row(
+          context, kConvWeightsOp, layer, bytes, RowMajorGemm{s.c_out, taps, pixels, true, false}, handle,
+          [&] {
+            conv2d_backward_weights_wgmma(s, in, grad_out, static_cast<float*>(dw.data()), ws.data(), workspace, stream);
+          },
+          true));
     }
   }
 }

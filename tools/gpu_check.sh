@@ -35,7 +35,7 @@
 #              racecheck and synccheck, the SASS check of sm_90a code (GMMA present, no local
 #              memory), then bench_kernels --filter "fwd bf16": gemm_nt_wgmma (1x1 layers) and
 #              conv2d_forward_wgmma (every layer but the first) beside cuBLAS and the mma.sync
-#              convolutions, and --filter "bwd data bf16": gemm_nn_wgmma likewise        ~5 min
+#              convolutions; --filter "bwd data bf16" and "bwd weights bf16" likewise   ~6 min
 #   lookahead  YOLOv3-416 as the stock cfg trains it (batch 64, 16 micro-batches a step) in bf16,
 #              and batch 16 in fp16 (the T4's precision, loss scale on the GPU), each with
 #              look-ahead (default) and with --no-look-ahead, medians                   ~5 min
@@ -134,10 +134,11 @@ section_wgmma() {
   fi
   run_step "SASS check, sm_90a" sass_wgmma.log 60 tools/sass_check.sh --arch 90a \
     build/native/tests/wgmma_test_kernels.cu.o build/native/kernels/gemm_wgmma.cu.o \
-    build/native/kernels/conv_wgmma.cu.o build/native/kernels/conv_tc.cu.o
+    build/native/kernels/conv_wgmma.cu.o build/native/kernels/conv_wgmma_weights.cu.o build/native/kernels/conv_tc.cu.o
   summary[-1]+=" | $(tail -n 1 "$OUT/sass_wgmma.log")"
   run_step "wgmma fwd vs cuBLAS, mma.sync" bench_wgmma.log 150 build/bench_kernels --filter "fwd bf16"
   run_step "wgmma bwd data vs cuBLAS" bench_wgmma_bwd.log 120 build/bench_kernels --filter "bwd data bf16"
+  run_step "wgmma bwd weights vs cuBLAS" bench_wgmma_wgrad.log 120 build/bench_kernels --filter "bwd weights bf16"
 }
 
 # Every kernel test file (tests/test_kernel_*.cpp).
@@ -519,6 +520,7 @@ echo
 [[ -f "$OUT/bench_fold.log" ]] && cat "$OUT/bench_fold.log" && echo
 [[ -f "$OUT/bench_wgmma.log" ]] && grep -E "fwd bf16|^op " "$OUT/bench_wgmma.log" && echo
 [[ -f "$OUT/bench_wgmma_bwd.log" ]] && grep -E "bwd data bf16|^op " "$OUT/bench_wgmma_bwd.log" && echo
+[[ -f "$OUT/bench_wgmma_wgrad.log" ]] && grep -E "bwd weights bf16|^op " "$OUT/bench_wgmma_wgrad.log" && echo
 [[ -f "$OUT/peer_table.txt" ]] && cat "$OUT/peer_table.txt" && echo
 cat "$OUT/sections.txt"
 printf '%-28s %-12s %s\n' "step" "status" "detail"

@@ -1,0 +1,156 @@
+// conv2d_backward_weights_wgmma (kernels/conv_wgmma.h): grad_weights[c_out][taps * c_in] =
+// sum over pixels p of grad_out[p][c_out] * im2col(in)[p][taps * c_in], on the main loop of
+// kernels/wgmma_tiles.cuh with both operands MN-major (the reduction runs over their rows).
+#include <algorithm>
+#include <string>
+
+#include "kernels/common.cuh"
+#include "kernels/conv_wgmma.h"
+#include "kernels/hopper.h"
+#include "kernels/tc_plan.h"
+#include "kernels/tc_tiles.cuh"
+#include "kernels/tma.cuh"
+#include "kernels/wgmma_tiles.cuh"
+
+namespace yolo {
+
+namespace {
+
+using namespace wgmma;
+
+// Blocks the pixel sum is split into: enough for two waves of the current device's SMs over the
+// output tiles, each split at least one k-tile (so the workspace depends on the device too).
+struct Split {
+  int tiles_m, tiles_n, k_tiles, splits, per_split;
+};
+Split split_of(const Conv2dShape& s) {
+  Split p{};
+  p.tiles_m = int(ceil_div(size_t(s.c_out), kBlockM));
+  p.tiles_n = int(ceil_div(size_t(s.k) * s.k * s.c_in, kBlockN));
+  p.k_tiles = int(ceil_div(size_t(s.n) * s.out_h() * s.out_w(), kBlockK));
+  if (p.k_tiles == 0) return p;  // no pixels: no splits, the gradient is zero
+  p.splits = std::clamp(2 * tc::current_gpu().sms / (p.tiles_m * p.tiles_n), 1, p.k_tiles);
+  p.per_split = int(ceil_div(size_t(p.k_tiles), size_t(p.splits)));
+  p.splits = int(ceil_div(size_t(p.k_tiles), size_t(p.per_split)));  // no empty split
+  return p;
+}
+
+struct WeightsGather {
+  int pixels, out_h, out_w, h, w, c_in, k, stride, pad, n_total;  // n_total = taps * c_in
+};
+
+// Producer thread p: k-row p % 64 (a pixel of this split's k-tile) of B's tile, chunks of 8
+// (tap, channel) columns 8 * (p / 64).. (two threads a row, 8 chunks each); thread 0 also brings
+// grad_out's 64 pixels by 128 channels as two TMA boxes. Announced a k-tile late, as forward.
+template <typename T>
+__device__ void produce(const WeightsGather g, NhwcView<const T> in, const tma::TensorMap* dy_map, int first_tile,
+                        int k_tiles, const Ring& ring) {
+  const int p = int(threadIdx.x), row = p % 64, column0 = 8 * (p / 64) * 8;
+  for (int t = 0; t < k_tiles; ++t) {
+    const int st = stage_of(t), pixel = (first_tile + t) * kBlockK + row;
+    mbarrier_wait(&ring.empty[st], empty_parity(t));
+    if (p == 0) {
+      mbarrier_arrive_expect_tx(&ring.full[st], kTileBytes);
+      for (int h = 0; h < 2; ++h)
+        tma::load_2d(ring.a_tile(st) + h * kMnHalfBytes, dy_map, int(blockIdx.y) * kBlockM + 64 * h,
+                     (first_tile + t) * kBlockK, &ring.full[st]);
+    }
+    const bool pixel_valid = pixel < g.pixels;
+    const int b = pixel_valid ? pixel / (g.out_h * g.out_w) : 0, rest = pixel_valid ? pixel % (g.out_h * g.out_w) : 0;
+    const int y0 = rest / g.out_w * g.stride - g.pad, x0 = rest % g.out_w * g.stride - g.pad;
+    const uint32_t b_tile = ring.address + uint32_t(st) * kStageBytes + kTileBytes;
+#pragma unroll
+    for (int q = 0; q < 8; ++q) {
+      const int local = column0 + 8 * q, column = int(blockIdx.x) * kBlockN + local;
+      const int tap = column / g.c_in, c = column % g.c_in;
+      const int iy = y0 + tap / g.k, ix = x0 + tap % g.k;
+      const bool inside = pixel_valid && column < g.n_total && iy >= 0 && iy < g.h && ix >= 0 && ix < g.w;
+      const T* src = inside ? in.data + in.at(b, iy, ix, c) : in.data;
+      const uint32_t address =
+          mn_major_address(b_tile, Swizzle::B128, kMnHalfBytes, kRowGroupBytes, uint32_t(local), uint32_t(row));
+      mma::cp_async_16(ring.smem + (address - ring.address), src, inside);
+    }
+    mma::cp_async_commit();
+    if (t > 0) {
+      mma::cp_async_wait<1>();
+      fence_proxy_async();
+      mbarrier_arrive(&ring.full[stage_of(t - 1)]);
+    }
+  }
+  mma::cp_async_wait<0>();
+  fence_proxy_async();
+  mbarrier_arrive(&ring.full[stage_of(k_tiles - 1)]);
+}
+
+// Block (x, y, z): columns x, rows (output channels) y, split z of the pixels; its partial sums
+// to partials[z].
+template <typename T>
+__global__ void __launch_bounds__(kThreads, 1)
+    conv_backward_weights_wgmma_kernel(WeightsGather g, NhwcView<const T> in, const __grid_constant__ tma::TensorMap dy_map,
+                                       int c_out, int per_split, int k_tiles_total, float* partials) {
+  const Ring ring = make_ring(128 + 1);
+  const int first = int(blockIdx.z) * per_split, k_tiles = min(per_split, k_tiles_total - first);
+  if (threadIdx.x < 128) {
+    produce<T>(g, in, &dy_map, first, k_tiles, ring);
+    return;
+  }
+  const OutRows<float> out{partials + size_t(blockIdx.z) * c_out * g.n_total, g.n_total, c_out, g.n_total, nullptr};
+  multiply_and_store<T, false, true, true>(k_tiles, ring, out);
+}
+
+// grad_weights[i] = the splits' partial sums in order.
+__global__ void sum_partials_kernel(const float* partials, int splits, size_t count, float* grad_weights) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < count; i += size_t(gridDim.x) * blockDim.x) {
+    float sum = 0;
+    for (int z = 0; z < splits; ++z) sum += partials[size_t(z) * count + i];
+    grad_weights[i] = sum;
+  }
+}
+
+}  // namespace
+
+size_t conv2d_backward_weights_wgmma_workspace_bytes(const Conv2dShape& s) {
+  return size_t(split_of(s).splits) * s.weight_count() * sizeof(float);
+}
+
+template <typename T>
+void conv2d_backward_weights_wgmma(const Conv2dShape& s, NhwcView<const T> in, NhwcView<const T> grad_out,
+                                   float* grad_weights, void* workspace, size_t workspace_bytes, cudaStream_t stream) {
+  s.validate();
+  if (!current_device_runs_wgmma())
+    throw Error("conv2d_backward_weights_wgmma: wgmma needs sm_90a code on an sm_90 device (H100, H200) and a build "
+                "whose ARCH has 90");
+  if (s.c_in % 8 != 0 || s.c_out % 8 != 0 || grad_out.stride != s.c_out || in.stride % 8 != 0 ||
+      reinterpret_cast<uintptr_t>(in.data) % 16 != 0)
+    throw Error("conv2d_backward_weights_wgmma: needs c_in (" + std::to_string(s.c_in) + ") and c_out (" +
+                std::to_string(s.c_out) + ") multiples of 8, a dense grad_out and the input's pixel stride a "
+                "multiple of 8 with 16-byte aligned data");
+  if (in.n != s.n || in.h != s.h || in.w != s.w || in.c != s.c_in || grad_out.n != s.n || grad_out.h != s.out_h() ||
+      grad_out.w != s.out_w() || grad_out.c != s.c_out)
+    throw Error("conv2d_backward_weights_wgmma: the views do not match the shape");
+  const size_t need = conv2d_backward_weights_wgmma_workspace_bytes(s);
+  if (workspace_bytes < need || (need > 0 && reinterpret_cast<uintptr_t>(workspace) % 16 != 0))
+    throw Error("conv2d_backward_weights_wgmma: needs " + std::to_string(need) +
+                " bytes of 16-byte aligned workspace, given " + std::to_string(workspace_bytes));
+  const Split p = split_of(s);
+  const int pixels = s.n * s.out_h() * s.out_w();
+  const size_t count = s.weight_count();
+  auto* partials = static_cast<float*>(workspace);
+  if (p.splits > 0) {
+    const WeightsGather g{pixels, s.out_h(), s.out_w(), s.h, s.w, s.c_in, s.k, s.stride, s.pad(), s.k * s.k * s.c_in};
+    const tma::TensorMap dy_map =
+        tma::encode_2d(grad_out.data, uint64_t(s.c_out), uint64_t(pixels), uint64_t(s.c_out) * 2, 64, kBlockK, 1);
+    tc::allow_shared(conv_backward_weights_wgmma_kernel<T>, kSharedBytes);
+    LAUNCH(conv_backward_weights_wgmma_kernel<T>, dim3(p.tiles_n, p.tiles_m, p.splits), dim3(kThreads), kSharedBytes,
+           stream, g, in, dy_map, s.c_out, p.per_split, p.k_tiles, partials);
+  }
+  LAUNCH(sum_partials_kernel, dim3(std::min<unsigned>(ceil_div(count, 256), 1024)), dim3(256), 0, stream, partials,
+         p.splits, count, grad_weights);
+}
+
+template void conv2d_backward_weights_wgmma<Bf16>(const Conv2dShape&, NhwcView<const Bf16>, NhwcView<const Bf16>,
+                                                  float*, void*, size_t, cudaStream_t);
+template void conv2d_backward_weights_wgmma<Fp16>(const Conv2dShape&, NhwcView<const Fp16>, NhwcView<const Fp16>,
+                                                  float*, void*, size_t, cudaStream_t);
+
+}  // namespace yolo
