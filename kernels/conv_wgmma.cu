@@ -50,16 +50,9 @@ __device__ void produce(const Gather g, NhwcView<const T> in, const tma::TensorM
       const uint32_t address = k_major_address(a_tile, Swizzle::B128, 0, kRowGroupBytes, uint32_t(p), uint32_t(16 * q));
       mma::cp_async_16(ring.smem + (address - ring.address), src, inside);
     }
-    mma::cp_async_commit();
-    if (t > 0) {
-      mma::cp_async_wait<1>();
-      fence_proxy_async();
-      mbarrier_arrive(&ring.full[stage_of(t - 1)]);
-    }
+    gathered(t, ring);
   }
-  mma::cp_async_wait<0>();
-  fence_proxy_async();
-  mbarrier_arrive(&ring.full[stage_of(k_tiles - 1)]);
+  gathered_last(k_tiles, ring);
 }
 
 // No register handoff: the math warpgroups' 64 accumulators fit the 168 registers a thread
@@ -111,16 +104,9 @@ __device__ void produce_backward(const Gather g, NhwcView<const T> grad_out, con
       const uint32_t address = k_major_address(a_tile, Swizzle::B128, 0, kRowGroupBytes, uint32_t(p), uint32_t(16 * q));
       mma::cp_async_16(ring.smem + (address - ring.address), src, inside);
     }
-    mma::cp_async_commit();
-    if (t > 0) {
-      mma::cp_async_wait<1>();
-      fence_proxy_async();
-      mbarrier_arrive(&ring.full[stage_of(t - 1)]);
-    }
+    gathered(t, ring);
   }
-  mma::cp_async_wait<0>();
-  fence_proxy_async();
-  mbarrier_arrive(&ring.full[stage_of(k_tiles - 1)]);
+  gathered_last(k_tiles, ring);
 }
 
 // g describes the backward problem: pixels and (h, w) are the input's, c_in the reduction's
@@ -164,8 +150,8 @@ void conv2d_backward_data_wgmma(const Conv2dShape& s, NhwcView<const T> grad_out
     maps.tap[tap] = tma::encode_2d(weights + size_t(tap) * s.c_in, uint64_t(s.c_in), uint64_t(s.c_out),
                                    uint64_t(taps) * s.c_in * 2, 64, kBlockK, 1);
   tc::allow_shared(conv_backward_data_wgmma_kernel<T>, kSharedBytes);
-  LAUNCH(conv_backward_data_wgmma_kernel<T>, dim3(ceil_div(size_t(s.c_in), kBlockN), ceil_div(size_t(g.pixels), kBlockM)),
-         dim3(kThreads), kSharedBytes, stream, g, grad_out, maps, grad_in);
+  const dim3 grid(ceil_div(size_t(s.c_in), kBlockN), ceil_div(size_t(g.pixels), kBlockM));
+  LAUNCH(conv_backward_data_wgmma_kernel<T>, grid, dim3(kThreads), kSharedBytes, stream, g, grad_out, maps, grad_in);
 }
 
 template <typename T>

@@ -70,24 +70,18 @@ __device__ void produce(const WeightsGather g, NhwcView<const T> in, const tma::
           mn_major_address(b_tile, Swizzle::B128, kMnHalfBytes, kRowGroupBytes, uint32_t(local), uint32_t(row));
       mma::cp_async_16(ring.smem + (address - ring.address), src, inside);
     }
-    mma::cp_async_commit();
-    if (t > 0) {
-      mma::cp_async_wait<1>();
-      fence_proxy_async();
-      mbarrier_arrive(&ring.full[stage_of(t - 1)]);
-    }
+    gathered(t, ring);
   }
-  mma::cp_async_wait<0>();
-  fence_proxy_async();
-  mbarrier_arrive(&ring.full[stage_of(k_tiles - 1)]);
+  gathered_last(k_tiles, ring);
 }
 
 // Block (x, y, z): columns x, rows (output channels) y, split z of the pixels; its partial sums
 // to partials[z].
 template <typename T>
 __global__ void __launch_bounds__(kThreads, 1)
-    conv_backward_weights_wgmma_kernel(WeightsGather g, NhwcView<const T> in, const __grid_constant__ tma::TensorMap dy_map,
-                                       int c_out, int per_split, int k_tiles_total, float* partials) {
+    conv_backward_weights_wgmma_kernel(WeightsGather g, NhwcView<const T> in,
+                                       const __grid_constant__ tma::TensorMap dy_map, int c_out, int per_split,
+                                       int k_tiles_total, float* partials) {
   const Ring ring = make_ring(128 + 1);
   const int first = int(blockIdx.z) * per_split, k_tiles = min(per_split, k_tiles_total - first);
   if (threadIdx.x < 128) {

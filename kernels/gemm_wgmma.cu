@@ -16,57 +16,45 @@ namespace {
 
 using namespace wgmma;
 
-// One thread of the producer warpgroup: k-tile t's two boxes into its stage once both math
-// warpgroups released it.
+// One thread of the producer warpgroup: k-tile t's boxes into its stage once both math
+// warpgroups released it. B K-major: one box of 128 rows; MN-major: two of 64 columns.
+template <bool BMnMajor>
 __device__ void produce(const tma::TensorMap* a_map, const tma::TensorMap* b_map, int k_tiles, const Ring& ring) {
   for (int t = 0; t < k_tiles; ++t) {
     const int st = stage_of(t);
     mbarrier_wait(&ring.empty[st], empty_parity(t));
     mbarrier_arrive_expect_tx(&ring.full[st], kStageBytes);
     tma::load_2d(ring.a_tile(st), a_map, t * kBlockK, int(blockIdx.y) * kBlockM, &ring.full[st]);
-    tma::load_2d(ring.b_tile(st), b_map, t * kBlockK, int(blockIdx.x) * kBlockN, &ring.full[st]);
+    if constexpr (BMnMajor) {
+      for (int h = 0; h < 2; ++h)
+        tma::load_2d(ring.b_tile(st) + h * kMnHalfBytes, b_map, int(blockIdx.x) * kBlockN + 64 * h, t * kBlockK,
+                     &ring.full[st]);
+    } else {
+      tma::load_2d(ring.b_tile(st), b_map, t * kBlockK, int(blockIdx.x) * kBlockN, &ring.full[st]);
+    }
   }
 }
 
-// The same with B MN-major: its stage tile is two boxes of 64 columns by 64 k-rows.
-__device__ void produce_mn(const tma::TensorMap* a_map, const tma::TensorMap* b_map, int k_tiles, const Ring& ring) {
-  for (int t = 0; t < k_tiles; ++t) {
-    const int st = stage_of(t);
-    mbarrier_wait(&ring.empty[st], empty_parity(t));
-    mbarrier_arrive_expect_tx(&ring.full[st], kStageBytes);
-    tma::load_2d(ring.a_tile(st), a_map, t * kBlockK, int(blockIdx.y) * kBlockM, &ring.full[st]);
-    for (int h = 0; h < 2; ++h)
-      tma::load_2d(ring.b_tile(st) + h * kMnHalfBytes, b_map, int(blockIdx.x) * kBlockN + 64 * h, t * kBlockK,
-                   &ring.full[st]);
-  }
-}
-
-template <typename T>
-__global__ void __launch_bounds__(kThreads, 1) gemm_nn_wgmma_kernel(const __grid_constant__ tma::TensorMap a_map,
-                                                                    const __grid_constant__ tma::TensorMap b_map,
-                                                                    T* c, int m, int n, int k) {
+template <typename T, bool BMnMajor>
+__global__ void __launch_bounds__(kThreads, 1) gemm_wgmma_kernel(const __grid_constant__ tma::TensorMap a_map,
+                                                                 const __grid_constant__ tma::TensorMap b_map, T* c,
+                                                                 int m, int n, int k) {
   const Ring ring = make_ring(1);
   const int k_tiles = (k + kBlockK - 1) / kBlockK;
   if (threadIdx.x < 128) {
     setmaxnreg_dec<40>();
-    if (threadIdx.x == 0) produce_mn(&a_map, &b_map, k_tiles, ring);
+    if (threadIdx.x == 0) produce<BMnMajor>(&a_map, &b_map, k_tiles, ring);
     return;
   }
-  multiply_and_store<T, true, false, true>(k_tiles, ring, OutRows<T>{c, n, m, n, nullptr});
+  multiply_and_store<T, true, false, BMnMajor>(k_tiles, ring, OutRows<T>{c, n, m, n, nullptr});
 }
 
-template <typename T>
-__global__ void __launch_bounds__(kThreads, 1) gemm_nt_wgmma_kernel(const __grid_constant__ tma::TensorMap a_map,
-                                                                    const __grid_constant__ tma::TensorMap b_map,
-                                                                    T* c, int m, int n, int k) {
-  const Ring ring = make_ring(1);
-  const int k_tiles = (k + kBlockK - 1) / kBlockK;
-  if (threadIdx.x < 128) {
-    setmaxnreg_dec<40>();
-    if (threadIdx.x == 0) produce(&a_map, &b_map, k_tiles, ring);
-    return;
-  }
-  multiply_and_store<T, true, false, false>(k_tiles, ring, OutRows<T>{c, n, m, n, nullptr});
+template <typename T, bool BMnMajor>
+void launch(const tma::TensorMap& a_map, const tma::TensorMap& b_map, T* c, int m, int n, int k,
+            cudaStream_t stream) {
+  tc::allow_shared(gemm_wgmma_kernel<T, BMnMajor>, kSharedBytes);
+  LAUNCH((gemm_wgmma_kernel<T, BMnMajor>), dim3(ceil_div(size_t(n), kBlockN), ceil_div(size_t(m), kBlockM)),
+         dim3(kThreads), kSharedBytes, stream, a_map, b_map, c, m, n, k);
 }
 
 }  // namespace
@@ -80,9 +68,7 @@ void gemm_nt_wgmma(const T* a, const T* b, T* c, int m, int n, int k, cudaStream
                 ", n " + std::to_string(n) + ", k " + std::to_string(k) + ")");
   const tma::TensorMap a_map = tma::encode_2d(a, uint64_t(k), uint64_t(m), uint64_t(k) * 2, kBlockK, kBlockM, 1);
   const tma::TensorMap b_map = tma::encode_2d(b, uint64_t(k), uint64_t(n), uint64_t(k) * 2, kBlockK, kBlockN, 1);
-  tc::allow_shared(gemm_nt_wgmma_kernel<T>, kSharedBytes);
-  LAUNCH(gemm_nt_wgmma_kernel<T>, dim3(ceil_div(size_t(n), kBlockN), ceil_div(size_t(m), kBlockM)), dim3(kThreads),
-         kSharedBytes, stream, a_map, b_map, c, m, n, k);
+  launch<T, false>(a_map, b_map, c, m, n, k, stream);
 }
 
 template <typename T>
@@ -94,9 +80,7 @@ void gemm_nn_wgmma(const T* a, const T* b, T* c, int m, int n, int k, cudaStream
                 ", n " + std::to_string(n) + ", k " + std::to_string(k) + ")");
   const tma::TensorMap a_map = tma::encode_2d(a, uint64_t(k), uint64_t(m), uint64_t(k) * 2, kBlockK, kBlockM, 1);
   const tma::TensorMap b_map = tma::encode_2d(b, uint64_t(n), uint64_t(k), uint64_t(n) * 2, 64, kBlockK, 1);
-  tc::allow_shared(gemm_nn_wgmma_kernel<T>, kSharedBytes);
-  LAUNCH(gemm_nn_wgmma_kernel<T>, dim3(ceil_div(size_t(n), kBlockN), ceil_div(size_t(m), kBlockM)), dim3(kThreads),
-         kSharedBytes, stream, a_map, b_map, c, m, n, k);
+  launch<T, true>(a_map, b_map, c, m, n, k, stream);
 }
 
 template <typename T>

@@ -58,9 +58,11 @@ TensorMap encode_2d(const void* base, uint64_t cols, uint64_t rows, uint64_t row
   const CUresult r = encode(reinterpret_cast<CUtensorMap*>(&map), CU_TENSOR_MAP_DATA_TYPE_UINT16, 2,
                             const_cast<void*>(base), dims, strides, box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
                             swizzles[swizzle], CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  if (r != CUDA_SUCCESS) throw Error("tensor map: cuTensorMapEncodeTiled failed with CUresult " + std::to_string(int(r)));
+  if (r != CUDA_SUCCESS)
+    throw Error("tensor map: cuTensorMapEncodeTiled failed with CUresult " + std::to_string(int(r)));
 #else
-  const emulated::Map fields{emulated::kMagic, base, cols, rows, row_stride_bytes, box_cols, box_rows, uint32_t(swizzle)};
+  const emulated::Map fields{emulated::kMagic, base, cols, rows, row_stride_bytes,
+                             box_cols, box_rows, uint32_t(swizzle)};
   static_assert(sizeof fields <= sizeof map.bytes, "the emulated fields must fit the map");
   std::memcpy(map.bytes, &fields, sizeof fields);
 #endif

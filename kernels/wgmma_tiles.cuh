@@ -57,6 +57,23 @@ __device__ __forceinline__ uint32_t full_parity(int t) { return uint32_t(t / kSt
 // the first round: a fresh mbarrier counts its phase "-1" of parity 1 as complete).
 __device__ __forceinline__ uint32_t empty_parity(int t) { return full_parity(t) ^ 1; }
 
+// A gathering producer thread (cp.async into the ring) after issuing k-tile t's copies: commits
+// them, and announces k-tile t - 1 on its stage's "full" mbarrier once those copies landed and
+// were fenced for the async proxy (one k-tile late, so two stay in flight). gathered_last
+// announces the final k-tile.
+__device__ __forceinline__ void gathered(int t, const Ring& ring) {
+  mma::cp_async_commit();
+  if (t == 0) return;
+  mma::cp_async_wait<1>();
+  fence_proxy_async();
+  mbarrier_arrive(&ring.full[stage_of(t - 1)]);
+}
+__device__ __forceinline__ void gathered_last(int k_tiles, const Ring& ring) {
+  mma::cp_async_wait<0>();
+  fence_proxy_async();
+  mbarrier_arrive(&ring.full[stage_of(k_tiles - 1)]);
+}
+
 // An operand's tile when it is MN-major: two 64-element halves of its 128 rows or columns (one
 // TMA box, or 64 gathered k-rows, each: 64 k-rows of 128 bytes), kMnHalfBytes apart; k-blocks of
 // 8 rows are one swizzle pattern apart.
@@ -85,7 +102,8 @@ __device__ void multiply(int k_tiles, int half, const Ring& ring, float (&acc)[6
     fence(acc);
 #pragma unroll
     for (uint32_t j = 0; j < kBlockK / 16; ++j)
-      mma_async<T, 128, AMnMajor, BMnMajor>(acc, slice<AMnMajor>(a_tile, j), slice<BMnMajor>(b_tile, j), t > 0 || j > 0);
+      mma_async<T, 128, AMnMajor, BMnMajor>(acc, slice<AMnMajor>(a_tile, j), slice<BMnMajor>(b_tile, j),
+                                            t > 0 || j > 0);
     commit_group();
     wait_group<1>(acc);  // the previous stage's batch is done: release that stage
     if (t > 0) mbarrier_arrive(&ring.empty[stage_of(t - 1)]);

@@ -1,6 +1,7 @@
 // gemm_nt_wgmma and gemm_nn_wgmma (kernels/gemm_wgmma.h), Hopper's first GEMMs (B K-major, and
-// MN-major through wgmma's transpose): against the FP64 reference of the same 16-bit inputs at odd sizes (edges in m, n and k; a K that wraps the 4-stage ring), in
-// BF16 and FP16, outputs poisoned first; its refusals. Emulated in tests_emu (the twins of
+// MN-major through wgmma's transpose): against the FP64 reference of the same 16-bit inputs at
+// odd sizes (edges in m, n and k; a K that wraps the 4-stage ring), in BF16 and FP16, outputs
+// poisoned first; their refusals. Emulated in tests_emu (the twins of
 // runtime/emu/warpgroup.cpp also check its synchronisation on every run); natively on an
 // H100/H200 of a build with sm_90a code, skipped elsewhere.
 #include <doctest/doctest.h>

@@ -154,7 +154,8 @@ void run_gpu(const Context& context, std::vector<Result>& out) {
       out.push_back(time_row(
           context, kConvWeightsOp, layer, bytes, RowMajorGemm{s.c_out, taps, pixels, true, false}, handle,
           [&] {
-            conv2d_backward_weights_wgmma(s, in, grad_out, static_cast<float*>(dw.data()), ws.data(), workspace, stream);
+            auto* grad = static_cast<float*>(dw.data());
+            conv2d_backward_weights_wgmma(s, in, grad_out, grad, ws.data(), workspace, stream);
           },
           true));
     }

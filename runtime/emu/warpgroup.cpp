@@ -61,7 +61,7 @@ struct WarpgroupState {
   std::map<uint32_t, Mbarrier> mbarriers;
   std::vector<ThreadWork> threads;
   std::vector<uint32_t> chunk_writer;  // per 16-byte chunk: writing thread + 1 until it fences, else 0
-  std::vector<ChunkWrite> chunk_write; // per 16-byte chunk: its last generic-proxy write
+  std::vector<ChunkWrite> chunk_write; // per 16-byte chunk: its last write (cp.async or TMA)
 };
 
 WarpgroupState& block_warpgroup_state() {
