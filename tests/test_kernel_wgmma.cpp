@@ -127,7 +127,7 @@ TEST_CASE("kernel: wgmma from cp.async-filled, mbarrier-guarded stages matches t
   }
 }
 
-TEST_CASE("emulation: the warpgroup GEMM's planted faults are caught (mbarrier waits, swizzle, proxy and wgmma fences)") {
+TEST_CASE("emulation: planted faults in the wgmma warpgroup GEMM are caught (waits, init, swizzle, fences, wait_group)") {
 #if YOLO_EMULATED_KERNELS
   KERNEL_TEST_DEVICE(device);
   Rng rng;
@@ -152,6 +152,10 @@ TEST_CASE("emulation: the warpgroup GEMM's planted faults are caught (mbarrier w
                        doctest::Contains("with no fence.proxy.async after it"), Error);
   CHECK_THROWS_WITH_AS(run(device, g, WgmmaSwizzle::B64, WgmmaFault::NoWgmmaFence),
                        doctest::Contains("with no wgmma.fence"), Error);
+  CHECK_THROWS_WITH_AS(run(device, g, WgmmaSwizzle::B64, WgmmaFault::NoWaitGroup),
+                       doctest::Contains("no wgmma.wait_group covered"), Error);
+  CHECK_THROWS_WITH_AS(run(device, g, WgmmaSwizzle::B64, WgmmaFault::NoFullInit),
+                       doctest::Contains("where no mbarrier.init made an mbarrier"), Error);
   // With TMA: the right run, a read no wait covers, and a transaction count that never reaches
   // zero (the phase never completes: a hang on a GPU).
   CHECK(mismatches(g, run(device, g, WgmmaSwizzle::B64, WgmmaFault::None, WgmmaLoad::Tma), nullptr) == 0);
@@ -198,7 +202,8 @@ TEST_CASE("tensor maps: the encoder refuses what cuTensorMapEncodeTiled refuses,
     }
     return std::string("accepted");
   };
-  CHECK(refused(static_cast<const char*>(base) + 8, 64, 64, 128, 64, 64, 1).find("16-byte aligned") != std::string::npos);
+  const char* misaligned = static_cast<const char*>(base) + 8;
+  CHECK(refused(misaligned, 64, 64, 128, 64, 64, 1).find("16-byte aligned") != std::string::npos);
   CHECK(refused(base, 60, 64, 120, 56, 64, 0).find("multiple of 16") != std::string::npos);
   CHECK(refused(base, 64, 64, 64, 64, 64, 0).find("hold a row") != std::string::npos);
   CHECK(refused(base, 64, 64, 128, 64, 257, 1).find("1..256") != std::string::npos);

@@ -123,7 +123,7 @@ __device__ void consume(float* c, int m, int k, Swizzle s, uint32_t base, uint64
       wgmma::mma_async<T, N>(acc, a_desc, b_desc, t > 0 || j > 0);
     }
     wgmma::commit_group();
-    wgmma::wait_group<0>(acc);
+    if (!planted(fault, WgmmaFault::NoWaitGroup)) wgmma::wait_group<0>(acc);
     wgmma::mbarrier_arrive(&empty[st]);
   }
   const unsigned warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -150,7 +150,7 @@ __global__ void __launch_bounds__(160) wgmma_gemm_kernel(const uint16_t* a, cons
   uint64_t* empty = full + kWgmmaStages;
   if (threadIdx.x == 0)
     for (int st = 0; st < kWgmmaStages; ++st) {
-      wgmma::mbarrier_init(&full[st], load == WgmmaLoad::Tma ? 1 : 32);
+      if (!planted(fault, WgmmaFault::NoFullInit)) wgmma::mbarrier_init(&full[st], load == WgmmaLoad::Tma ? 1 : 32);
       wgmma::mbarrier_init(&empty[st], 128);
     }
   __syncthreads();
@@ -199,9 +199,11 @@ int wgmma_tile_k(WgmmaSwizzle s) { return int(stage_layout(Swizzle(int(s)), 64).
 
 void launch_wgmma_gemm(WgmmaOperand type, WgmmaSwizzle swizzle, WgmmaLoad load, int n, const uint16_t* a,
                        const uint16_t* b, float* c, int m, int k, WgmmaFault fault) {
-  if (!current_device_runs_wgmma())
+  if (!current_device_runs_wgmma()) {
+    const int cc = current_compute_capability();
     throw Error("launch_wgmma_gemm: wgmma needs sm_90a code on an sm_90 device; this device is sm_" +
-                std::to_string(current_compute_capability()) + (current_compute_capability() == 90 ? " without it" : ""));
+                std::to_string(cc) + (cc == 90 ? " without it" : ""));
+  }
   if ((n != 64 && n != 128) || m < 1 || k < 8 || k % 8 != 0)
     throw Error("launch_wgmma_gemm: n must be 64 or 128, m positive, k a positive multiple of 8 (n " +
                 std::to_string(n) + ", m " + std::to_string(m) + ", k " + std::to_string(k) + ")");

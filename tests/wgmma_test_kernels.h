@@ -26,6 +26,8 @@ enum class WgmmaFault {
   NoProxyFence,   // the producer arrives with no fence.proxy.async after its cp.async writes
   NoWgmmaFence,   // the warpgroup issues wgmma.mma_async with no wgmma.fence first
   WrongExpectTx,  // TMA: the producer announces 16 bytes fewer than its boxes bring
+  NoWaitGroup,    // the warpgroup never waits for its wgmma batches (wgmma.wait_group)
+  NoFullInit,     // the "full" mbarriers are used without mbarrier.init
 };
 
 // Ring stages of the kernel (so a K of more than 3 tiles wraps the mbarriers' phases).
