@@ -136,7 +136,7 @@ section_wgmma() {
     build/native/tests/wgmma_test_kernels.cu.o build/native/kernels/gemm_wgmma.cu.o \
     build/native/kernels/conv_wgmma.cu.o build/native/kernels/conv_wgmma_weights.cu.o build/native/kernels/conv_tc.cu.o
   summary[-1]+=" | $(tail -n 1 "$OUT/sass_wgmma.log")"
-  run_step "wgmma fwd vs cuBLAS, mma.sync" bench_wgmma.log 150 build/bench_kernels --filter "fwd bf16"
+  run_step "wgmma fwd vs cuBLAS" bench_wgmma.log 150 build/bench_kernels --filter "fwd bf16"
   run_step "wgmma bwd data vs cuBLAS" bench_wgmma_bwd.log 120 build/bench_kernels --filter "bwd data bf16"
   run_step "wgmma bwd weights vs cuBLAS" bench_wgmma_wgrad.log 120 build/bench_kernels --filter "bwd weights bf16"
 }
