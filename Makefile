@@ -81,7 +81,7 @@ ifeq ($(ONLY),)
   TEST_KERNEL := $(wildcard tests/test_kernel*.cpp)
   BENCH_CU    := $(wildcard tools/bench_*.cu)
 else
-  KERNEL_CU   := $(sort $(wildcard $(ONLY:%=kernels/%.cu)) kernels/hopper.cu)
+  KERNEL_CU   := $(sort $(wildcard $(ONLY:%=kernels/%.cu)) kernels/hopper.cu kernels/tma.cu)
   TEST_KERNEL := tests/test_kernel_emulation.cpp $(wildcard $(ONLY:%=tests/test_kernel_%.cpp))
   BENCH_CU    := tools/bench_copy.cu $(wildcard $(ONLY:%=tools/bench_%.cu))
   # The one dispatch point needs every family; a family's fast CPU unit (NAME_cpu.cpp) goes with it.

@@ -6,9 +6,6 @@
 //   d_in = d_out * W       (A K-major, B stored k x n: MN-major; C in T)
 //   dW = d_out^T * in      (A' = A^T stored k x m: MN-major, B MN-major; C in FP32)
 // trans_a with trans_b (A MN-major, B K-major) is refused: no layer multiplies that way.
-#include <mutex>
-#include <set>
-#include <tuple>
 #include <string>
 
 #include "kernels/gemm.h"
@@ -17,23 +14,6 @@
 #include "kernels/tc_tiles.cuh"
 
 namespace yolo {
-
-namespace tc {
-
-bool shared_opt_in_needed(const void* kernel, size_t bytes) {
-  int device = 0;
-#if defined(__CUDACC__)
-  CHECKED(cudaGetDevice(&device));
-#else
-  device = emu::current_device_index();
-#endif
-  static std::mutex mutex;
-  static std::set<std::tuple<int, const void*, size_t>> done;
-  std::lock_guard lock(mutex);
-  return done.insert({device, kernel, bytes}).second;
-}
-
-}  // namespace tc
 
 namespace {
 

@@ -14,19 +14,13 @@
 #include "kernels/hopper.h"
 #include "runtime/check.h"
 #include "tests/kernel_harness.h"
+#include "tests/storage_check.h"
 #include "tests/test_support.h"
 
 using namespace yolo;
 using namespace yolo::testing;
 
 namespace {
-
-template <typename T>
-std::vector<T> random_values(Rng& rng, size_t count) {
-  std::vector<T> v(count);
-  for (T& x : v) x = from_float<T>(rng.uniform(-1.0f, 1.0f) * std::ldexp(1.0f, rng.integer(-2, 2)));
-  return v;
-}
 
 // Outputs further from the reference (itself rounded to T) than two roundings of T and FP32
 // accumulation over k explain. b_rows_k: B is [k][n] (gemm_nn_wgmma), else [n][k].
@@ -36,7 +30,8 @@ void check_gemm(Device device, Rng& rng, int m, int n, int k, bool b_rows_k = fa
   CAPTURE(n);
   CAPTURE(k);
   CAPTURE(b_rows_k);
-  const std::vector<T> a = random_values<T>(rng, size_t(m) * k), b = random_values<T>(rng, size_t(n) * k);
+  const std::vector<T> a = random_storage<T>(rng, size_t(m) * k, -4.0f, 4.0f, false);
+  const std::vector<T> b = random_storage<T>(rng, size_t(n) * k, -4.0f, 4.0f, false);
   std::vector<T> want(size_t(m) * n);
   if (b_rows_k) gemm_nn_reference(a.data(), b.data(), want.data(), m, n, k);
   else gemm_nt_reference(a.data(), b.data(), want.data(), m, n, k);
@@ -50,7 +45,7 @@ void check_gemm(Device device, Rng& rng, int m, int n, int k, bool b_rows_k = fa
   std::string first;
   for (size_t i = 0; i < got.size(); ++i) {
     const double g = to_float(got[i]), w = to_float(want[i]);
-    const double size = 4.0 * k;  // |a*b| <= 16 per product
+    const double size = 4.0 * k;  // a scale for FP32 accumulation over k
     if (std::fabs(g - w) <= 2 * unit * std::fabs(w) + 1e-6 * size) continue;
     if (wrong++ == 0)
       first = "C[" + std::to_string(i / size_t(n)) + "][" + std::to_string(i % size_t(n)) + "] = " + std::to_string(g) +

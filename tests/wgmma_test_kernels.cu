@@ -10,6 +10,7 @@
 #include "kernels/hopper.h"
 #include "kernels/mma.cuh"
 #include "kernels/precision.h"
+#include "kernels/tc_tiles.cuh"
 #include "kernels/tma.cuh"
 #include "kernels/wgmma.cuh"
 
@@ -159,15 +160,6 @@ __global__ void __launch_bounds__(160) wgmma_gemm_kernel(const uint16_t* a, cons
   else produce<N>(a, b, m, k, s, base, smem, full, empty, fault);
 }
 
-template <typename Kernel>
-void allow_shared(Kernel kernel, size_t bytes) {
-#if defined(__CUDACC__)
-  CHECKED(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
-#else
-  emu::allow_dynamic_shared(reinterpret_cast<const void*>(kernel), bytes);
-#endif
-}
-
 template <typename T, int N>
 void launch(Swizzle s, WgmmaLoad load, const uint16_t* a, const uint16_t* b, float* c, int m, int k,
             WgmmaFault fault) {
@@ -178,7 +170,7 @@ void launch(Swizzle s, WgmmaLoad load, const uint16_t* a, const uint16_t* b, flo
     a_map = tma::encode_2d(a, uint64_t(k), uint64_t(m), uint64_t(k) * 2, tile_k, 64, int(s));
     b_map = tma::encode_2d(b, uint64_t(k), uint64_t(N), uint64_t(k) * 2, tile_k, N, int(s));
   }
-  allow_shared(wgmma_gemm_kernel<T, N>, bytes);
+  tc::allow_shared(wgmma_gemm_kernel<T, N>, bytes);
   LAUNCH((wgmma_gemm_kernel<T, N>), dim3(ceil_div(size_t(m), 64)), dim3(160), bytes, 0, a, b, a_map, b_map, c, m, k,
          int(s), load, fault);
 }
