@@ -1,10 +1,10 @@
-// conv2d_forward_wgmma, conv2d_backward_data_wgmma and conv2d_backward_weights_wgmma
-// (kernels/conv_wgmma.h): against an FP64 reference of the same 16-bit
-// inputs at odd sizes, 3x3 (stride 1 and 2: taps outside the image, a K not a multiple of the
-// 64-wide k-tile) and 1x1, BF16 and FP16, with and without bias, into a channel slice of a wider
-// output whose other channels must stay untouched, outputs poisoned first; its refusals.
-// Emulated in tests_emu (the happens-before, proxy-fence and mbarrier checks of
-// runtime/emu/warpgroup.cpp run on every case); natively where sm_90a code runs.
+// conv2d_forward_wgmma and conv2d_backward_data_wgmma (kernels/conv_wgmma.cu): against an FP64
+// reference of the same 16-bit inputs at odd sizes, 3x3 (stride 1 and 2: taps outside the
+// image, a K not a multiple of the 64-wide k-tile) and 1x1, BF16 and FP16, with and without
+// bias, into a channel slice of a wider output whose other channels must stay untouched,
+// outputs poisoned first; their refusals. Emulated in tests_emu (the happens-before,
+// proxy-fence and mbarrier checks of runtime/emu/warpgroup.cpp run on every case); natively
+// where sm_90a code runs. The weight gradient: test_kernel_conv_wgmma_weights.cpp.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -16,19 +16,13 @@
 #include "kernels/hopper.h"
 #include "runtime/check.h"
 #include "tests/kernel_harness.h"
+#include "tests/storage_check.h"
 #include "tests/test_support.h"
 
 using namespace yolo;
 using namespace yolo::testing;
 
 namespace {
-
-template <typename T>
-std::vector<T> random_values(Rng& rng, size_t count) {
-  std::vector<T> v(count);
-  for (T& x : v) x = from_float<T>(rng.uniform(-1.0f, 1.0f));
-  return v;
-}
 
 // out (c_total channels a pixel, the convolution's at channel `offset`) against the FP64 sum;
 // the other channels keep the poison.
@@ -42,8 +36,8 @@ void check_conv(Device device, Rng& rng, const Conv2dShape& s, bool with_bias, i
   CAPTURE(s.k);
   CAPTURE(s.stride);
   CAPTURE(with_bias);
-  const std::vector<T> x = random_values<T>(rng, size_t(s.n) * s.h * s.w * s.c_in);
-  const std::vector<T> wts = random_values<T>(rng, s.weight_count());
+  const std::vector<T> x = random_storage<T>(rng, size_t(s.n) * s.h * s.w * s.c_in, -1.0f, 1.0f, false);
+  const std::vector<T> wts = random_storage<T>(rng, s.weight_count(), -1.0f, 1.0f, false);
   std::vector<float> bias(size_t(s.c_out));
   for (float& b : bias) b = rng.uniform(-1.0f, 1.0f);
   const int oh = s.out_h(), ow = s.out_w();
@@ -101,8 +95,8 @@ void check_backward(Device device, Rng& rng, const Conv2dShape& s) {
   CAPTURE(s.c_out);
   CAPTURE(s.k);
   const int oh = s.out_h(), ow = s.out_w();
-  const std::vector<T> dy = random_values<T>(rng, size_t(s.n) * oh * ow * s.c_out);
-  const std::vector<T> wts = random_values<T>(rng, s.weight_count());
+  const std::vector<T> dy = random_storage<T>(rng, size_t(s.n) * oh * ow * s.c_out, -1.0f, 1.0f, false);
+  const std::vector<T> wts = random_storage<T>(rng, s.weight_count(), -1.0f, 1.0f, false);
   DeviceArray<T> d_dy(device, dy), d_w(device, wts), d_dx(device, size_t(s.n) * s.h * s.w * s.c_in);
   d_dx.poison();
   conv2d_backward_data_wgmma<T>(s, NhwcView<const T>{d_dy.data(), s.n, oh, ow, s.c_out, s.c_out}, d_w.data(),
@@ -136,66 +130,7 @@ void check_backward(Device device, Rng& rng, const Conv2dShape& s) {
   CHECK_MESSAGE(wrong == 0, first);
 }
 
-// grad_weights (FP32) against the FP64 sum over the batch's pixels.
-template <typename T>
-void check_weights(Device device, Rng& rng, const Conv2dShape& s) {
-  CAPTURE(s.n);
-  CAPTURE(s.h);
-  CAPTURE(s.w);
-  CAPTURE(s.c_in);
-  CAPTURE(s.c_out);
-  CAPTURE(s.k);
-  CAPTURE(s.stride);
-  const int oh = s.out_h(), ow = s.out_w();
-  const std::vector<T> x = random_values<T>(rng, size_t(s.n) * s.h * s.w * s.c_in);
-  const std::vector<T> dy = random_values<T>(rng, size_t(s.n) * oh * ow * s.c_out);
-  const size_t workspace = conv2d_backward_weights_wgmma_workspace_bytes(s);
-  CAPTURE(workspace);
-  DeviceArray<T> d_x(device, x), d_dy(device, dy);
-  DeviceArray<float> d_dw(device, s.weight_count()), d_ws(device, workspace / sizeof(float));
-  d_dw.poison();
-  d_ws.poison();
-  conv2d_backward_weights_wgmma<T>(s, NhwcView<const T>{d_x.data(), s.n, s.h, s.w, s.c_in, s.c_in},
-                                   NhwcView<const T>{d_dy.data(), s.n, oh, ow, s.c_out, s.c_out}, d_dw.data(),
-                                   d_ws.data(), workspace, nullptr);
-  const std::vector<float> got = d_dw.download();
-  int wrong = 0;
-  std::string first;
-  for (int o = 0; o < s.c_out; ++o)
-    for (int r = 0; r < s.k; ++r)
-      for (int c = 0; c < s.k; ++c)
-        for (int i = 0; i < s.c_in; ++i) {
-          double sum = 0, size = 0;
-          for (int b = 0; b < s.n; ++b)
-            for (int oy = 0; oy < oh; ++oy)
-              for (int ox = 0; ox < ow; ++ox) {
-                const int iy = oy * s.stride - s.pad() + r, ix = ox * s.stride - s.pad() + c;
-                if (iy < 0 || iy >= s.h || ix < 0 || ix >= s.w) continue;
-                const double p = double(to_float(dy[((size_t(b) * oh + oy) * ow + ox) * s.c_out + o])) *
-                                 double(to_float(x[((size_t(b) * s.h + iy) * s.w + ix) * s.c_in + i]));
-                sum += p;
-                size += std::fabs(p);
-              }
-          const size_t at = ((size_t(o) * s.k + r) * s.k + c) * s.c_in + i;
-          if (std::fabs(double(got[at]) - sum) <= 1e-5 * size + 1e-30) continue;
-          if (wrong++ == 0)
-            first = "grad_weights[" + std::to_string(o) + "," + std::to_string(r) + "," + std::to_string(c) + "," +
-                    std::to_string(i) + "] = " + std::to_string(got[at]) + ", expected " + std::to_string(sum);
-        }
-  CHECK_MESSAGE(wrong == 0, first);
-}
-
 }  // namespace
-
-TEST_CASE("kernel: conv2d_backward_weights_wgmma matches the FP64 sum (3x3 stride 1 and 2, 1x1; split pixels)") {
-  KERNEL_TEST_DEVICE(device);
-  if (!current_device_runs_wgmma()) SKIP_TEST("this device runs no sm_90a code (wgmma)");
-  Rng rng;
-  CAPTURE(rng.seed());
-  check_weights<Bf16>(device, rng, Conv2dShape{2, 9, 7, 16, 24, 3, 1});
-  check_weights<Fp16>(device, rng, Conv2dShape{1, 13, 12, 8, 136, 3, 2});
-  check_weights<Bf16>(device, rng, Conv2dShape{1, 20, 15, 40, 16, 1, 1});
-}
 
 TEST_CASE("kernel: conv2d_backward_data_wgmma matches the FP64 sum (3x3, 1x1; bf16, fp16)") {
   KERNEL_TEST_DEVICE(device);
