@@ -143,11 +143,19 @@ template <typename T, int N, bool TransA, bool TransB>
 void mma(float* d, uint64_t a_desc, uint64_t b_desc, bool accumulate) {
   const unsigned rank = yolo::emu::thread_rank() % 128, warp = rank / 32, lane = rank % 32;
   yolo::emu::wgmma_queue([=] {
+    // The fragment's D[i] is row 16 warp + lane / 4 + 8 h (h = (i / 2) % 2) and column
+    // 8 (i / 4) + 2 (lane % 4) + i % 2: this thread's 2 rows of A and N / 4 columns of B, each
+    // element read once.
+    double a[2][16], b[N / 4][16];
+    for (unsigned h = 0; h < 2; ++h)
+      for (unsigned k = 0; k < 16; ++k) a[h][k] = element<T>(a_desc, TransA, 16 * warp + lane / 4 + 8 * h, k);
+    for (unsigned j = 0; j < unsigned(N) / 4; ++j)
+      for (unsigned k = 0; k < 16; ++k) b[j][k] = element<T>(b_desc, TransB, 8 * (j / 2) + 2 * (lane % 4) + j % 2, k);
     for (unsigned i = 0; i < unsigned(N) / 2; ++i) {
-      const unsigned row = 16 * warp + lane / 4 + 8 * ((i / 2) % 2), col = 8 * (i / 4) + 2 * (lane % 4) + i % 2;
+      const double* row = a[(i / 2) % 2];
+      const double* col = b[2 * (i / 4) + i % 2];
       double sum = accumulate ? double(d[i]) : 0.0;
-      for (unsigned k = 0; k < 16; ++k)
-        sum += element<T>(a_desc, TransA, row, k) * element<T>(b_desc, TransB, col, k);
+      for (unsigned k = 0; k < 16; ++k) sum += row[k] * col[k];
       d[i] = float(sum);
     }
   });
