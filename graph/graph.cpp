@@ -247,6 +247,7 @@ std::string tc_plan_table(const Graph& graph, int micro_batch, Precision precisi
   out << line;
   std::snprintf(line, sizeof line, "%5s %-16s %-16s %-16s\n", "layer", "fwd", "bwd data", "bwd weights");
   out << line;
+  double total_us = 0;
   for (const Node& node : graph.nodes) {
     if (node.spec.type != LayerType::Convolutional) continue;
     const Conv2dShape s{micro_batch, node.in.h, node.in.w, node.in.c, node.out.c, node.spec.size, node.spec.stride};
@@ -264,13 +265,17 @@ std::string tc_plan_table(const Graph& graph, int micro_batch, Precision precisi
       const tc::TcProblem problem = conv2d_tc_problem(s, passes[i], precision);
       const tc::TcPlan plan = tc::choose_plan(problem, gpu);
       char cell[32];
-      std::snprintf(cell, sizeof cell, "%-7s %6.0f", tc::plan_code(plan).c_str(), tc::predict(problem, plan, gpu).total_us);
+      const double us = tc::predict(problem, plan, gpu).total_us;
+      total_us += us;
+      std::snprintf(cell, sizeof cell, "%-7s %6.0f", tc::plan_code(plan).c_str(), us);
       cells[i] = cell;
     }
     std::snprintf(line, sizeof line, "%5d %-16s %-16s %-16s\n", node.index, cells[0].c_str(), cells[1].c_str(),
                   cells[2].c_str());
     out << line;
   }
+  std::snprintf(line, sizeof line, "predicted sum of the tensor-core passes: %.2f ms a micro-batch\n", total_us / 1000);
+  out << line;
   return out.str();
 }
 

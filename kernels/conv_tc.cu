@@ -15,6 +15,7 @@
 #include "kernels/conv.h"
 #include "kernels/conv_geometry.cuh"
 #include "kernels/conv_small_c.h"
+#include "kernels/conv_wgmma.h"
 #include "kernels/tc_epilogue.cuh"
 #include "kernels/tc_tiles.cuh"
 
@@ -365,11 +366,23 @@ TcPlan backward_weights_plan(const Conv2dShape& s) {
   return plan_of<T>(s, TcPass::BackwardWeights);
 }
 
-// The weight gradient's partial sums (split-K slices, or the small-channel kernel's pixel slices).
+// Where the planner chose wgmma but the views rule it out (a pixel stride or a pointer its 16-byte
+// copies and TMA cannot take; the planner sees shapes only): mma.sync, 128x128, no split, so that
+// the workspace sized for the wgmma plan and the moments' blocks (one per 128 pixels) still hold.
+TcPlan mma_instead_of_wgmma() {
+  TcPlan plan;
+  plan.tile = 0, plan.splits = 1, plan.async = true;  // cp.async where the views allow it (checked at launch)
+  return plan;
+}
+
+// The weight gradient's partial sums (split-K slices, the wgmma kernel's pixel splits, or the
+// small-channel kernel's pixel slices).
 template <typename T>
 size_t weights_partials_bytes(const Conv2dShape& s) {
   if (small_c::takes(s)) return small_c::weights_workspace_bytes(s);
-  return partials_bytes(backward_weights_plan<T>(s), s.c_out, (long long)s.k * s.k * s.c_in);
+  const TcPlan plan = backward_weights_plan<T>(s);
+  if (plan.wgmma) return (conv2d_backward_weights_wgmma_workspace_bytes(s) + 255) / 256 * 256;
+  return partials_bytes(plan, s.c_out, (long long)s.k * s.k * s.c_in);
 }
 
 template <typename T>
@@ -395,17 +408,20 @@ TcProblem conv2d_tc_problem(const Conv2dShape& s, TcPass pass, Precision precisi
     case TcPass::Forward:
       p.m = pixels, p.n = s.c_out, p.k = taps * s.c_in, p.max_splits = kMaxSplits;
       p.vec = s.c_in % V == 0, p.a_kmajor = true, p.b_kmajor = true;
+      p.wgmma_shape = conv2d_forward_wgmma_takes(s);
       break;
     case TcPass::BackwardData: {
       const int S = s.stride, classes = S * S;
       p.m = (long long)s.n * ((s.h + S - 1) / S) * ((s.w + S - 1) / S), p.n = s.c_in;
       p.k = taps * s.c_out / classes + 1, p.groups = classes, p.max_splits = std::min(kMaxSplits, 65535 / classes);
       p.vec = s.c_out % V == 0 && s.c_in % V == 0, p.a_kmajor = true, p.b_kmajor = false;
+      p.wgmma_shape = conv2d_backward_data_wgmma_takes(s);
       break;
     }
     case TcPass::BackwardWeights:
       p.m = s.c_out, p.n = taps * s.c_in, p.k = pixels, p.max_splits = kMaxWeightSplits;
       p.vec = s.c_out % V == 0 && s.c_in % V == 0, p.a_kmajor = false, p.b_kmajor = false;
+      p.wgmma_shape = conv2d_backward_weights_wgmma_takes(s);
       break;
     case TcPass::Gemm: throw Error("conv2d_tc_problem: a convolution has no gemm pass");
   }
@@ -441,6 +457,11 @@ void conv2d_forward_tc(const Conv2dShape& s, NhwcView<const T> in, const T* weig
   constexpr int V = Tc<T>::V;
   const bool vec_in = vec_view(in, V), vec_w = (s.k * s.k * s.c_in) % V == 0 && vec_pointer(weights);
   TcPlan plan = forward_plan<T>(s);
+  if (plan.wgmma) {
+    if constexpr (sizeof(T) == 2)
+      if (vec_in && vec_w) return conv2d_forward_wgmma<T>(s, in, weights, bias, out, stream, moments);
+    plan = mma_instead_of_wgmma();
+  }
   plan.async = plan.async && vec_in && vec_w;
   check_workspace_tc(op, forward_workspace<T>(s), workspace, workspace_bytes);
   const ConvGeom g = geometry(s);
@@ -481,6 +502,11 @@ void conv2d_backward_data_tc(const Conv2dShape& s, NhwcView<const T> grad_out, c
   constexpr int V = Tc<T>::V;
   const bool vec_grad = vec_view(grad_out, V), vec_w = s.c_in % V == 0 && vec_pointer(weights);
   TcPlan plan = backward_data_plan<T>(s);
+  if (plan.wgmma) {
+    if constexpr (sizeof(T) == 2)
+      if (vec_grad && vec_w) return conv2d_backward_data_wgmma<T>(s, grad_out, weights, grad_in, accumulate, stream);
+    plan = mma_instead_of_wgmma();
+  }
   plan.async = plan.async && vec_grad && vec_w;
   check_workspace_tc(op, conv2d_backward_data_tc_workspace_bytes<T>(s), workspace, workspace_bytes);
   const ConvGeom g = geometry(s);
@@ -526,6 +552,15 @@ void conv2d_backward_weights_tc(const Conv2dShape& s, NhwcView<const T> in, Nhwc
   constexpr int V = Tc<T>::V;
   const bool vec_grad = vec_view(grad_out, V), vec_in = vec_view(in, V);
   TcPlan plan = backward_weights_plan<T>(s);
+  if (plan.wgmma) {
+    if constexpr (sizeof(T) == 2)
+      if (vec_grad && vec_in && grad_out.stride == s.c_out) {  // TMA reads grad_out as one dense matrix
+        conv2d_backward_weights_wgmma<T>(s, in, grad_out, grad_weights, workspace, weights_partials_bytes<T>(s), stream);
+        if (grad_bias) launch_bias_gradient(s, grad_out, grad_bias, bias_partials, stream);
+        return;
+      }
+    plan = mma_instead_of_wgmma();
+  }
   plan.async = plan.async && vec_grad && vec_in;
   const ConvGeom g = geometry(s);
   const int cols = s.k * s.k * s.c_in;

@@ -3,6 +3,7 @@
 
 #include <string>
 
+#include "kernels/channel_moments.cuh"
 #include "kernels/common.cuh"
 #include "kernels/hopper.h"
 #include "kernels/tc_tiles.cuh"
@@ -57,17 +58,27 @@ __device__ void produce(const Gather g, NhwcView<const T> in, const tma::TensorM
 
 // No register handoff: the math warpgroups' 64 accumulators fit the 168 registers a thread
 // launches with, and the gathering producer needs more than the 40 a handoff would leave it.
+// With moments, the block then reads its stored tile back for BatchNorm's statistics (as
+// conv2d_forward_tc does), in the ring's shared memory once every thread is past the main loop.
 template <typename T>
 __global__ void __launch_bounds__(kThreads, 1)
     conv_forward_wgmma_kernel(Gather g, NhwcView<const T> in, const __grid_constant__ tma::TensorMap w_map,
-                              const float* bias, NhwcView<T> out) {
+                              const float* bias, NhwcView<T> out, ConvMoments moments) {
   const Ring ring = make_ring(128 + 1);  // the 128 gatherers, and thread 0's expect_tx
   const int k_tiles = (g.k_total + kBlockK - 1) / kBlockK;
   if (threadIdx.x < 128) {
     produce<T>(g, in, &w_map, k_tiles, ring);
-    return;
+    if (moments.partials == nullptr) return;
+  } else {
+    multiply_and_store<T, false, false, false>(k_tiles, ring,
+                                               OutRows<T>{out.data, out.stride, g.pixels, out.c, bias});
+    if (moments.partials == nullptr) return;
   }
-  multiply_and_store<T, false, false, false>(k_tiles, ring, OutRows<T>{out.data, out.stride, g.pixels, out.c, bias});
+  __syncthreads();  // the tile is stored, and the ring's stages are free
+  const int row0 = int(blockIdx.y) * kBlockM, col0 = int(blockIdx.x) * kBlockN;
+  moments::tile_moments<T, true>(out.data, out.stride, row0, min(kBlockM, g.pixels - row0), col0, min(kBlockN, out.c - col0),
+                           out.c, int(blockIdx.y), reinterpret_cast<float*>(ring.smem), moments.partials,
+                           moments.counts, (int(threadIdx.x) + 256) % kThreads);  // the math threads: 0..255
 }
 
 // ---- backward data (stride 1) -------------------------------------------------------------------
@@ -114,31 +125,46 @@ __device__ void produce_backward(const Gather g, NhwcView<const T> grad_out, con
 template <typename T>
 __global__ void __launch_bounds__(kThreads, 1)
     conv_backward_data_wgmma_kernel(Gather g, NhwcView<const T> grad_out, const __grid_constant__ TapMaps maps,
-                                    NhwcView<T> grad_in) {
+                                    NhwcView<T> grad_in, bool accumulate) {
   const Ring ring = make_ring(128 + 1);
   const int k_tiles = g.k_total / kBlockK;
   if (threadIdx.x < 128) {
     produce_backward<T>(g, grad_out, &maps, k_tiles, ring);
     return;
   }
-  const OutRows<T> out{grad_in.data, grad_in.stride, g.pixels, grad_in.c, nullptr};
+  const OutRows<T> out{grad_in.data, grad_in.stride, g.pixels, grad_in.c, nullptr, accumulate};
   multiply_and_store<T, false, false, true>(k_tiles, ring, out);
+}
+
+constexpr size_t kMaxRowTiles = 65535;  // the grid's y: a tile of 128 pixels each
+
+void require_wgmma(const char* op) {
+  if (!current_device_runs_wgmma())
+    throw Error(std::string(op) + ": wgmma needs sm_90a code on an sm_90 device (H100, H200) and a build whose ARCH "
+                "has 90");
 }
 
 }  // namespace
 
+bool conv2d_forward_wgmma_takes(const Conv2dShape& s) {
+  return s.c_in % 8 == 0 && ceil_div(size_t(s.n) * s.out_h() * s.out_w(), size_t(kBlockM)) <= kMaxRowTiles;
+}
+
+bool conv2d_backward_data_wgmma_takes(const Conv2dShape& s) {
+  return s.stride == 1 && s.k * s.k <= kMaxTaps && s.c_out % kBlockK == 0 && s.c_in % 8 == 0 &&
+         ceil_div(size_t(s.n) * s.h * s.w, size_t(kBlockM)) <= kMaxRowTiles;
+}
+
 template <typename T>
 void conv2d_backward_data_wgmma(const Conv2dShape& s, NhwcView<const T> grad_out, const T* weights,
-                                NhwcView<T> grad_in, cudaStream_t stream) {
+                                NhwcView<T> grad_in, bool accumulate, cudaStream_t stream) {
   s.validate();
-  if (!current_device_runs_wgmma())
-    throw Error("conv2d_backward_data_wgmma: wgmma needs sm_90a code on an sm_90 device (H100, H200) and a build "
-                "whose ARCH has 90");
-  if (s.stride != 1 || s.k * s.k > kMaxTaps || s.c_out % kBlockK != 0 || s.c_in % 8 != 0 || grad_out.stride % 8 != 0 ||
+  require_wgmma("conv2d_backward_data_wgmma");
+  if (!conv2d_backward_data_wgmma_takes(s) || grad_out.stride % 8 != 0 ||
       reinterpret_cast<uintptr_t>(grad_out.data) % 16 != 0)
     throw Error("conv2d_backward_data_wgmma: needs stride 1, a 1x1 or 3x3 kernel, c_out a multiple of 64 (" +
                 std::to_string(s.c_out) + "), c_in a multiple of 8 (" + std::to_string(s.c_in) +
-                ") and grad_out's pixel stride a multiple of 8 with 16-byte aligned data");
+                "), at most 65535 * 128 pixels and grad_out's pixel stride a multiple of 8 with 16-byte aligned data");
   if (grad_out.n != s.n || grad_out.h != s.out_h() || grad_out.w != s.out_w() || grad_out.c != s.c_out ||
       grad_in.n != s.n || grad_in.h != s.h || grad_in.w != s.w || grad_in.c != s.c_in)
     throw Error("conv2d_backward_data_wgmma: the views do not match the shape");
@@ -151,19 +177,19 @@ void conv2d_backward_data_wgmma(const Conv2dShape& s, NhwcView<const T> grad_out
                                    uint64_t(taps) * s.c_in * 2, 64, kBlockK, 1);
   tc::allow_shared(conv_backward_data_wgmma_kernel<T>, kSharedBytes);
   const dim3 grid(ceil_div(size_t(s.c_in), kBlockN), ceil_div(size_t(g.pixels), kBlockM));
-  LAUNCH(conv_backward_data_wgmma_kernel<T>, grid, dim3(kThreads), kSharedBytes, stream, g, grad_out, maps, grad_in);
+  LAUNCH(conv_backward_data_wgmma_kernel<T>, grid, dim3(kThreads), kSharedBytes, stream, g, grad_out, maps, grad_in,
+         accumulate);
 }
 
 template <typename T>
 void conv2d_forward_wgmma(const Conv2dShape& s, NhwcView<const T> in, const T* weights, const float* bias,
-                          NhwcView<T> out, cudaStream_t stream) {
+                          NhwcView<T> out, cudaStream_t stream, ConvMoments moments) {
   s.validate();
-  if (!current_device_runs_wgmma())
-    throw Error("conv2d_forward_wgmma: wgmma needs sm_90a code on an sm_90 device (H100, H200) and a build whose "
-                "ARCH has 90");
-  if (s.c_in % 8 != 0 || in.stride % 8 != 0 || reinterpret_cast<uintptr_t>(in.data) % 16 != 0)
+  require_wgmma("conv2d_forward_wgmma");
+  if (!conv2d_forward_wgmma_takes(s) || in.stride % 8 != 0 || reinterpret_cast<uintptr_t>(in.data) % 16 != 0)
     throw Error("conv2d_forward_wgmma: the input's channels (" + std::to_string(s.c_in) + ") and pixel stride (" +
-                std::to_string(in.stride) + ") must be multiples of 8 and its data 16-byte aligned");
+                std::to_string(in.stride) + ") must be multiples of 8, its data 16-byte aligned, and the output at "
+                "most 65535 * 128 pixels");
   if (in.n != s.n || in.h != s.h || in.w != s.w || in.c != s.c_in || out.n != s.n || out.h != s.out_h() ||
       out.w != s.out_w() || out.c != s.c_out)
     throw Error("conv2d_forward_wgmma: the views do not match the shape");
@@ -174,16 +200,16 @@ void conv2d_forward_wgmma(const Conv2dShape& s, NhwcView<const T> in, const T* w
       tma::encode_2d(weights, uint64_t(g.k_total), uint64_t(s.c_out), uint64_t(g.k_total) * 2, kBlockK, kBlockN, 1);
   tc::allow_shared(conv_forward_wgmma_kernel<T>, kSharedBytes);
   LAUNCH(conv_forward_wgmma_kernel<T>, dim3(ceil_div(size_t(s.c_out), kBlockN), ceil_div(size_t(g.pixels), kBlockM)),
-         dim3(kThreads), kSharedBytes, stream, g, in, w_map, bias, out);
+         dim3(kThreads), kSharedBytes, stream, g, in, w_map, bias, out, moments);
 }
 
 template void conv2d_forward_wgmma<Bf16>(const Conv2dShape&, NhwcView<const Bf16>, const Bf16*, const float*,
-                                         NhwcView<Bf16>, cudaStream_t);
+                                         NhwcView<Bf16>, cudaStream_t, ConvMoments);
 template void conv2d_forward_wgmma<Fp16>(const Conv2dShape&, NhwcView<const Fp16>, const Fp16*, const float*,
-                                         NhwcView<Fp16>, cudaStream_t);
+                                         NhwcView<Fp16>, cudaStream_t, ConvMoments);
 template void conv2d_backward_data_wgmma<Bf16>(const Conv2dShape&, NhwcView<const Bf16>, const Bf16*, NhwcView<Bf16>,
-                                               cudaStream_t);
+                                               bool, cudaStream_t);
 template void conv2d_backward_data_wgmma<Fp16>(const Conv2dShape&, NhwcView<const Fp16>, const Fp16*, NhwcView<Fp16>,
-                                               cudaStream_t);
+                                               bool, cudaStream_t);
 
 }  // namespace yolo

@@ -3,11 +3,13 @@
 // rows of A are gathered by the producer warpgroup with 16-byte cp.async in the 128-byte swizzle
 // (8 channels of one pixel and tap per copy; zeros where the tap falls outside the image: TMA's
 // tiled boxes cannot describe the gather), the weights arrive by TMA as the [c_out][k*k*c_in]
-// matrix they are. Not called by the trainer yet: timed first beside conv2d_forward_tc and
-// cuBLAS (tools/bench_wgmma.cu).
+// matrix they are. The convolutions of kernels/conv.h run it where the planner chooses it
+// (kernels/tc_plan.h); tools/bench_wgmma.cu times it beside conv2d_forward_tc and cuBLAS.
 //   Needs current_device_runs_wgmma() (kernels/hopper.h), c_in a multiple of 8, `in`'s pixel
-//   stride a multiple of 8 and its data and the weights 16-byte aligned; throws yolo::Error
-//   otherwise. out may be a channel slice (any stride). bias: FP32 per output channel, or null.
+//   stride a multiple of 8 and its data and the weights 16-byte aligned, at most 65535 * 128
+//   output pixels; throws yolo::Error otherwise. out may be a channel slice (any stride). bias:
+//   FP32 per output channel, or null. moments: BatchNorm's statistics of the stored output, per
+//   block of 128 output pixels, as conv2d_forward_tc writes them (kernels/conv.h, ConvMoments).
 #pragma once
 #include "kernels/conv.h"
 #include "kernels/half_types.h"
@@ -17,17 +19,23 @@ namespace yolo {
 
 template <typename T>
 void conv2d_forward_wgmma(const Conv2dShape& shape, NhwcView<const T> in, const T* weights, const float* bias,
-                          NhwcView<T> out, cudaStream_t stream);
+                          NhwcView<T> out, cudaStream_t stream, ConvMoments moments = {});
 
-// The backward data pass (grad_in = the gradient of conv2d_forward_wgmma's input, overwritten)
-// for stride 1: an implicit GEMM over the input's pixels, n = c_in, k = (tap, c_out). A is
+// The backward data pass (grad_in = the gradient of conv2d_forward_wgmma's input, overwritten,
+// or added to what grad_in holds when accumulate: in FP32, rounded once) for stride 1: an implicit GEMM over the input's pixels, n = c_in, k = (tap, c_out). A is
 // grad_out gathered at the mirrored taps (cp.async, zeros outside the image), B the weights of
 // one tap and 64 output channels a k-tile, read MN-major (their c_in rows as they lie) from two
 // TMA boxes; one tensor map a tap. Needs stride 1, c_out a multiple of 64 (a k-tile stays in one
-// tap), c_in a multiple of 8, grad_out's pixel stride a multiple of 8 and its data 16-byte aligned.
+// tap), c_in a multiple of 8, grad_out's pixel stride a multiple of 8 and its data 16-byte aligned,
+// at most 65535 * 128 input pixels.
 template <typename T>
 void conv2d_backward_data_wgmma(const Conv2dShape& shape, NhwcView<const T> grad_out, const T* weights,
-                                NhwcView<T> grad_in, cudaStream_t stream);
+                                NhwcView<T> grad_in, bool accumulate, cudaStream_t stream);
+// Whether the wgmma kernels take this shape, per pass (what the views do not decide); the planner
+// asks it through conv2d_tc_problem (kernels/conv.h).
+bool conv2d_forward_wgmma_takes(const Conv2dShape& shape);
+bool conv2d_backward_data_wgmma_takes(const Conv2dShape& shape);
+bool conv2d_backward_weights_wgmma_takes(const Conv2dShape& shape);
 
 // The weight gradient (grad_weights = the sum over the batch's pixels, FP32, overwritten;
 // kernels/conv_wgmma_weights.cu): the product grad_out^T (c_out x pixels) times the im2col of

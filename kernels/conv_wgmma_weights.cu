@@ -18,8 +18,9 @@ namespace {
 
 using namespace wgmma;
 
-// Blocks the pixel sum is split into: enough for two waves of the current device's SMs over the
-// output tiles, each split at least one k-tile (so the workspace depends on the device too).
+// Blocks the pixel sum is split into (tc::wgmma_weight_splits, as the planner predicts it): enough
+// for two waves of the current device's SMs over the output tiles, each split at least one k-tile
+// (so the workspace depends on the device too).
 struct Split {
   int tiles_m, tiles_n, k_tiles, splits, per_split;
 };
@@ -29,9 +30,8 @@ Split split_of(const Conv2dShape& s) {
   p.tiles_n = int(ceil_div(size_t(s.k) * s.k * s.c_in, kBlockN));
   p.k_tiles = int(ceil_div(size_t(s.n) * s.out_h() * s.out_w(), kBlockK));
   if (p.k_tiles == 0) return p;  // no pixels: no splits, the gradient is zero
-  p.splits = std::clamp(2 * tc::current_gpu().sms / (p.tiles_m * p.tiles_n), 1, p.k_tiles);
+  p.splits = tc::wgmma_weight_splits((long long)p.tiles_m * p.tiles_n, p.k_tiles, tc::current_gpu().sms);
   p.per_split = int(ceil_div(size_t(p.k_tiles), size_t(p.splits)));
-  p.splits = int(ceil_div(size_t(p.k_tiles), size_t(p.per_split)));  // no empty split
   return p;
 }
 
@@ -103,6 +103,8 @@ __global__ void sum_partials_kernel(const float* partials, int splits, size_t co
 
 }  // namespace
 
+bool conv2d_backward_weights_wgmma_takes(const Conv2dShape& s) { return s.c_in % 8 == 0 && s.c_out % 8 == 0; }
+
 size_t conv2d_backward_weights_wgmma_workspace_bytes(const Conv2dShape& s) {
   return size_t(split_of(s).splits) * s.weight_count() * sizeof(float);
 }
@@ -114,7 +116,7 @@ void conv2d_backward_weights_wgmma(const Conv2dShape& s, NhwcView<const T> in, N
   if (!current_device_runs_wgmma())
     throw Error("conv2d_backward_weights_wgmma: wgmma needs sm_90a code on an sm_90 device (H100, H200) and a build "
                 "whose ARCH has 90");
-  if (s.c_in % 8 != 0 || s.c_out % 8 != 0 || grad_out.stride != s.c_out || in.stride % 8 != 0 ||
+  if (!conv2d_backward_weights_wgmma_takes(s) || grad_out.stride != s.c_out || in.stride % 8 != 0 ||
       reinterpret_cast<uintptr_t>(in.data) % 16 != 0)
     throw Error("conv2d_backward_weights_wgmma: needs c_in (" + std::to_string(s.c_in) + ") and c_out (" +
                 std::to_string(s.c_out) + ") multiples of 8, a dense grad_out and the input's pixel stride a "

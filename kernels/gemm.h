@@ -60,7 +60,9 @@ void gemm_tc(const GemmShape& shape, const T* a, const T* b, const float* bias, 
              void* workspace, size_t workspace_bytes, cudaStream_t stream);
 // For tests: force the tensor-core tile (0: 128x128, 1: 64x64; -1 automatic), the split count
 // (0 automatic) and the pipeline (0 automatic, 1 register-staged, 2 cp.async where the device
-// has it). Process-wide, like set_gemm_tiling_for_tests.
+// has it, 3 the wgmma kernels where the device and the shape allow them, else automatic).
+// Forcing a tile, splits or pipeline 1 or 2 rules wgmma out. Process-wide, like
+// set_gemm_tiling_for_tests.
 void set_tc_tiling_for_tests(int tile, int splits, int pipeline);
 
 }  // namespace yolo

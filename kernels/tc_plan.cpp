@@ -6,10 +6,12 @@
 #include <atomic>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <limits>
 #include <string>
 
 #include "kernels/gemm.h"
+#include "kernels/hopper.h"
 #include "runtime/check.h"
 
 #if YOLO_CUDA
@@ -27,7 +29,7 @@ std::atomic<int> g_tc_tile{-1}, g_tc_splits{0}, g_tc_pipeline{0};
 void set_tc_tiling_for_tests(int tile, int splits, int pipeline) {
   if (tile < -1 || tile > 1) throw Error("set_tc_tiling_for_tests: tile must be -1..1, got " + std::to_string(tile));
   if (splits < 0) throw Error("set_tc_tiling_for_tests: negative split count");
-  if (pipeline < 0 || pipeline > 2) throw Error("set_tc_tiling_for_tests: pipeline must be 0..2");
+  if (pipeline < 0 || pipeline > 3) throw Error("set_tc_tiling_for_tests: pipeline must be 0..3");
   g_tc_tile = tile, g_tc_splits = splits, g_tc_pipeline = pipeline;
 }
 
@@ -60,6 +62,7 @@ GpuDesc gpu_a100() {
 GpuDesc gpu_h200() {
   GpuDesc g;  // the defaults: measured on an H200 (copy, mma.sync ceilings); L2 bandwidth estimated
   g.name = "H200";
+  g.wgmma = true;  // as `make` builds it (ARCH 90 emits sm_90a code)
   return g;
 }
 
@@ -76,7 +79,7 @@ GpuDesc resized_preset(int cc, int sms) {
   GpuDesc g = gpu_preset(cc);
   const double scale = double(sms) / g.sms;
   g.cc = cc, g.sms = sms;
-  g.mma_tflops_16 *= scale, g.mma_tflops_tf32 *= scale, g.l2_gbs *= scale;
+  g.mma_tflops_16 *= scale, g.mma_tflops_tf32 *= scale, g.wgmma_tflops_16 *= scale, g.l2_gbs *= scale;
   return g;
 }
 
@@ -90,13 +93,17 @@ GpuDesc describe_cuda_device(int device) {
   g.smem_per_sm = int(p.sharedMemPerMultiprocessor);
   g.smem_per_block = int(p.sharedMemPerBlockOptin);
   g.l2_bytes = double(p.l2CacheSize);
+  g.wgmma = current_device_runs_wgmma();  // this device is current: the probe runs on it
   return g;
 }
 #endif
 
 }  // namespace
 
-GpuDesc current_gpu() {
+namespace {
+
+// The device as described once (CUDA: cached per device), before the environment's say.
+GpuDesc described_current_gpu() {
 #if YOLO_CUDA
   // Asked at every tensor-core launch: described once per device (its properties never change).
   constexpr int kDevices = 64;
@@ -116,14 +123,33 @@ GpuDesc current_gpu() {
   if (index < 0) {
     GpuDesc g = resized_preset(emu::current_compute_capability(), emu::current_multiprocessors());
     g.name = "emulated default (4 SMs)";
+    g.wgmma = emu::current_device_runs_sm90a_code();
     return g;
   }
   const emu::DeviceProps props = emu::device_props(index);
   GpuDesc g = resized_preset(props.cc_major * 10 + props.cc_minor, props.multiprocessors);
   g.name = props.name;
   g.l2_bytes = double(props.l2_bytes);
+  g.wgmma = props.sm90a_code;
   return g;
 #endif
+}
+
+}  // namespace
+
+bool wgmma_allowed_by_environment() {
+  const char* env = std::getenv("YOLO_WGMMA");
+  if (env == nullptr || *env == 0) return true;
+  const std::string value = env;
+  if (value == "1" || value == "on" || value == "auto") return true;
+  if (value == "0" || value == "off") return false;
+  throw Error("YOLO_WGMMA=" + value + ": expected off (or 0) to keep the convolutions on mma.sync, or on (1, auto)");
+}
+
+GpuDesc current_gpu() {
+  GpuDesc g = described_current_gpu();
+  g.wgmma = g.wgmma && wgmma_allowed_by_environment();
+  return g;
 }
 
 const char* pass_name(TcPass pass) {
@@ -138,8 +164,20 @@ const char* pass_name(TcPass pass) {
 
 // ---- occupancy and the time model ------------------------------------------------------------------
 
+int wgmma_weight_splits(long long tiles, long long k_tiles, int sms) {
+  if (k_tiles <= 0 || tiles <= 0) return 1;
+  const long long wanted = std::clamp<long long>(2LL * sms / tiles, 1, k_tiles);
+  const long long per_split = (k_tiles + wanted - 1) / wanted;
+  return int((k_tiles + per_split - 1) / per_split);
+}
+
 int blocks_per_sm(const TcProblem& problem, const TcPlan& plan, const GpuDesc& gpu) {
   constexpr int kSystemSharedPerBlock = 1024;
+  if (plan.wgmma) {  // launch bounds (384, 1): 168 registers a thread, one block's worth of the SM's
+    if (kWgmmaSharedBytes > gpu.smem_per_block) return 0;
+    return std::min({1, gpu.smem_per_sm / (kWgmmaSharedBytes + kSystemSharedPerBlock),
+                     gpu.threads_per_sm / kWgmmaThreads});
+  }
   const int smem =
       tc_launch_smem_bytes(problem.elem, problem.a_kmajor, problem.b_kmajor, plan.bm(), plan.bn(), plan.stages());
   if (smem > gpu.smem_per_block) return 0;
@@ -164,6 +202,10 @@ long long slice_k(long long k, int splits, int bk) { return ceil_div_ll(ceil_div
 // pipeline ran together in every measured row (0.4 together); how that divides between them is a
 // prediction: 0.8 for the pipeline, 0.5 for the gathers.
 double loop_efficiency(const TcProblem& problem, const TcPlan& plan, int resident) {
+  // The wgmma main loop (a producer warpgroup, 4 stages, two math warpgroups; of the wgmma rate):
+  // a prediction until a GPU measures it (docs/perf.md, issue 36): about 2.9x mma.sync's 128x128
+  // loop, between the 2.5x and 4x predicted per layer.
+  if (plan.wgmma) return 0.7;
   double e = plan.tile == 0 ? 0.30 : 0.145;
   if (resident < 2) e *= 0.55;
   if (problem.pass == TcPass::BackwardData) e *= 0.85;
@@ -177,7 +219,7 @@ double loop_efficiency(const TcProblem& problem, const TcPlan& plan, int residen
 
 TcPrediction predict(const TcProblem& problem, const TcPlan& plan, const GpuDesc& gpu) {
   TcPrediction p;
-  const int bk = tc_bk(problem.elem);
+  const int bk = plan.wgmma ? kWgmmaBk : tc_bk(problem.elem);
   const long long tiles = ceil_div_ll(problem.m, plan.bm()) * ceil_div_ll(problem.n, plan.bn()) * problem.groups;
   const long long chunk = std::max<long long>(slice_k(problem.k, plan.splits, bk), bk);
   p.blocks_per_sm = blocks_per_sm(problem, plan, gpu);
@@ -190,7 +232,7 @@ TcPrediction predict(const TcProblem& problem, const TcPlan& plan, const GpuDesc
   const long long busiest_sm = ceil_div_ll(p.blocks, gpu.sms);  // blocks go round the SMs
   const int resident = int(std::min<long long>(busiest_sm, p.blocks_per_sm));
   p.efficiency = loop_efficiency(problem, plan, resident);
-  const double tflops = problem.elem == 4 ? gpu.mma_tflops_tf32 : gpu.mma_tflops_16;
+  const double tflops = plan.wgmma ? gpu.wgmma_tflops_16 : problem.elem == 4 ? gpu.mma_tflops_tf32 : gpu.mma_tflops_16;
   const double sm_flops_per_us = tflops * 1e6 / gpu.sms;
   const double block_flops = 2.0 * plan.bm() * plan.bn() * double(chunk);
   p.mma_us = double(busiest_sm) * block_flops / (sm_flops_per_us * p.efficiency);
@@ -200,7 +242,8 @@ TcPrediction predict(const TcProblem& problem, const TcPlan& plan, const GpuDesc
   const int out_elem = problem.pass == TcPass::BackwardWeights ? 4 : problem.elem;
   constexpr double kLaunchUs = 8.0;  // a launch and its ramp (the fit above: 9.6 us a kernel)
   p.launch_us = kLaunchUs;
-  if (plan.splits > 1) {
+  // The wgmma weight gradient always writes FP32 partials and sums them in a second kernel.
+  if (plan.splits > 1 || (plan.wgmma && problem.pass == TcPass::BackwardWeights)) {
     p.partial_bytes = 4.0 * plan.splits * outputs;
     // Partials that fit in L2 are written and read there; larger ones go out to DRAM and back.
     const double bw = p.partial_bytes <= gpu.l2_bytes / 2 ? gpu.l2_gbs : gpu.dram_gbs;
@@ -214,10 +257,32 @@ TcPrediction predict(const TcProblem& problem, const TcPlan& plan, const GpuDesc
   return p;
 }
 
+namespace {
+
+constexpr double kWgmmaMinGainUs = 5.0;
+
+bool wgmma_possible(const TcProblem& problem, const GpuDesc& gpu) {
+  return gpu.wgmma && problem.wgmma_shape && problem.elem == 2 && problem.pass != TcPass::Gemm;
+}
+
+TcPlan wgmma_plan(const TcProblem& problem, const GpuDesc& gpu) {
+  TcPlan plan;
+  plan.tile = 0, plan.async = true, plan.wgmma = true;
+  if (problem.pass == TcPass::BackwardWeights)
+    plan.splits = wgmma_weight_splits(ceil_div_ll(problem.m, kWgmmaTile) * ceil_div_ll(problem.n, kWgmmaTile),
+                                      ceil_div_ll(problem.k, kWgmmaBk), gpu.sms);
+  return plan;
+}
+
+}  // namespace
+
 TcPlan choose_plan(const TcProblem& problem, const GpuDesc& gpu) {
   const int bk = tc_bk(problem.elem);
   const long long min_chunk = 8LL * bk;
   const int forced_tile = g_tc_tile.load(), forced_splits = g_tc_splits.load(), pipeline = g_tc_pipeline.load();
+  // Pipeline 3 forces wgmma where it can run; any other forcing describes an mma.sync plan.
+  const bool wgmma_allowed = pipeline == 3 || (pipeline == 0 && forced_tile < 0 && forced_splits == 0);
+  if (pipeline == 3 && wgmma_possible(problem, gpu)) return wgmma_plan(problem, gpu);
   const bool async = problem.vec && gpu.cc >= 80 && pipeline != 1;
   const int split_limit = problem.k > 0 ? std::max(1, problem.max_splits) : 1;
   TcPlan best;
@@ -241,6 +306,13 @@ TcPlan choose_plan(const TcProblem& problem, const GpuDesc& gpu) {
       }
     }
   }
+  // wgmma where it is predicted to save 2% and kWgmmaMinGainUs: a change of kernel family for
+  // less than a launch's jitter is within the model's error (its wgmma rate is not measured yet).
+  if (wgmma_allowed && wgmma_possible(problem, gpu)) {
+    const TcPlan candidate = wgmma_plan(problem, gpu);
+    const double us = predict(problem, candidate, gpu).total_us;
+    if (us < best_us * 0.98 && best_us - us >= kWgmmaMinGainUs) best = candidate;
+  }
   return best;
 }
 
@@ -249,14 +321,15 @@ std::string describe(const TcPlan& plan, const TcPrediction& p) {
   std::snprintf(text, sizeof text,
                 "%dx%d %s, %d split%s: %d blocks/SM, %.2f waves, %.0f us (mma %.0f at %.0f%%, operands %.0f, "
                 "out %.0f, split pass %.0f)",
-                plan.bm(), plan.bn(), plan.async ? "cp.async" : "registers", plan.splits, plan.splits == 1 ? "" : "s",
+                plan.bm(), plan.bn(), plan.wgmma ? "wgmma" : plan.async ? "cp.async" : "registers", plan.splits,
+                plan.splits == 1 ? "" : "s",
                 p.blocks_per_sm, p.waves, p.total_us, p.mma_us, 100 * p.efficiency, p.operand_us, p.output_us,
                 p.split_pass_us);
   return text;
 }
 
 std::string plan_code(const TcPlan& plan) {
-  return std::to_string(plan.bm()) + (plan.async ? "a" : "r") + std::to_string(plan.splits);
+  return std::to_string(plan.bm()) + (plan.wgmma ? "w" : plan.async ? "a" : "r") + std::to_string(plan.splits);
 }
 
 }  // namespace tc

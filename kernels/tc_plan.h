@@ -28,6 +28,10 @@ struct GpuDesc {
   double l2_bytes = 50e6;
   double mma_tflops_16 = 644;    // mma.sync ceilings: BF16/FP16 and TF32, FP32 accumulation
   double mma_tflops_tf32 = 319;
+  // Hopper's wgmma (kernels/wgmma_tiles.cuh): whether the device runs the build's sm_90a code, and
+  // the BF16/FP16 rate it can reach (cuBLAS's best on the H200, 790 TFLOP/s, stands for it).
+  bool wgmma = false;
+  double wgmma_tflops_16 = 790;
   bool rates_measured = true;    // false: the rates are predictions for this GPU
 };
 GpuDesc gpu_t4();
@@ -36,9 +40,13 @@ GpuDesc gpu_h200();
 // The preset of an architecture family: below 80 the T4, below 90 the A100, else the H200.
 GpuDesc gpu_preset(int compute_capability);
 // The current device (CUDA, or the emulated one): its compute capability, SM count, shared
-// memory and threads per SM; the rates of its family's preset. Without a current emulated
-// device, the emulation's small default (4 SMs of sm_90), so small tests still use many blocks.
+// memory and threads per SM, whether it runs the build's sm_90a code (wgmma); the rates of its
+// family's preset. Without a current emulated device, the emulation's small default (4 SMs of
+// sm_90), so small tests still use many blocks. The environment variable YOLO_WGMMA=off (or 0)
+// keeps the convolutions on mma.sync (wgmma false); on, 1, auto or unset leave the choice to
+// the planner; anything else throws yolo::Error naming it.
 GpuDesc current_gpu();
+bool wgmma_allowed_by_environment();
 
 // The kernel families; each has its own loaders, so its own registers and launch bounds.
 enum class TcPass { Forward, BackwardData, BackwardWeights, Gemm };
@@ -47,7 +55,8 @@ const char* pass_name(TcPass pass);
 // One tensor-core pass as the planner sees it: `groups` independent m x n x k products
 // (backward data's stride parity classes), elements of `elem` bytes (4: TF32, 2: BF16/FP16),
 // operands K-major or MN-major in shared memory, `vec`: both operands come in 16-byte chunks
-// (the cp.async pipeline is possible), at most `max_splits` split-K slices.
+// (the cp.async pipeline is possible), at most `max_splits` split-K slices. `wgmma_shape`: the
+// wgmma kernels take this shape (kernels/conv_wgmma.h lists what each pass needs).
 struct TcProblem {
   TcPass pass = TcPass::Gemm;
   long long m = 0, n = 0, k = 0;
@@ -56,12 +65,16 @@ struct TcProblem {
   bool vec = true;
   int elem = 2;
   bool a_kmajor = true, b_kmajor = true;
+  bool wgmma_shape = false;
 };
 
 struct TcPlan {
   int tile = 0;        // 0: 128x128, 1: 64x64
   int splits = 1;      // K chunks (1: no second pass)
   bool async = false;  // the cp.async pipeline (sm_80+, vector loaders)
+  // Hopper's wgmma kernels instead of mma.sync (kernels/conv_wgmma.h): always 128x128 tiles; no
+  // split-K, except the weight gradient's pixel split (splits: wgmma_weight_splits).
+  bool wgmma = false;
   int bm() const { return tile == 0 ? 128 : 64; }
   int bn() const { return tile == 0 ? 128 : 64; }
   int stages() const { return async ? 3 : 2; }
@@ -93,6 +106,14 @@ constexpr int tc_min_blocks(TcPass pass, int bm, bool async, int elem, int code_
 
 // ---- the plan and its prediction ------------------------------------------------------------------
 
+// The wgmma kernels' block (kernels/wgmma_tiles.cuh: 128x128 tiles of 64 k, 4 stages, 384
+// threads; one block per SM), for the planner. wgmma_tiles.cuh checks its own against these.
+constexpr int kWgmmaTile = 128, kWgmmaBk = 64, kWgmmaThreads = 384;
+constexpr int kWgmmaSharedBytes = 1024 + 4 * 2 * kWgmmaTile * kWgmmaBk * 2 + 2 * 4 * 8;
+// The pixel split of the wgmma weight gradient over `tiles` output tiles and `k_tiles` 64-pixel
+// steps: enough blocks for two waves of `sms` SMs, at least one step each, no empty split.
+int wgmma_weight_splits(long long tiles, long long k_tiles, int sms);
+
 // Blocks of `plan`'s kernel resident per SM: the launch bounds, the shared memory (with the 1 KiB
 // each block costs the system) and the threads, whichever binds first.
 int blocks_per_sm(const TcProblem& problem, const TcPlan& plan, const GpuDesc& gpu);
@@ -121,7 +142,7 @@ TcPlan choose_plan(const TcProblem& problem, const GpuDesc& gpu);
 // "128x128 cp.async, 3 splits: 2 blocks/SM, 2.56 waves, 104 us (mma 90, operands 40, ...)".
 std::string describe(const TcPlan& plan, const TcPrediction& prediction);
 // The plan in a few characters: "128a1" (128x128, cp.async, 1 split), "64r3" (64x64,
-// register-staged, 3 splits).
+// register-staged, 3 splits), "128w1" (wgmma; the weight gradient's pixel splits after the w).
 std::string plan_code(const TcPlan& plan);
 
 }  // namespace yolo::tc

@@ -10,6 +10,8 @@
 
 #include "kernels/common.cuh"
 #include "kernels/mma.cuh"
+#include "kernels/storage.cuh"
+#include "kernels/tc_plan.h"
 #include "kernels/wgmma.cuh"
 
 namespace yolo::wgmma {
@@ -19,6 +21,9 @@ constexpr uint32_t kTileBytes = 128 * kBlockK * 2;  // one operand's 128 rows of
 constexpr uint32_t kStageBytes = 2 * kTileBytes;    // A's tile, then B's
 constexpr size_t kSharedBytes = 1024 + size_t(kStages) * kStageBytes + 2 * kStages * sizeof(uint64_t);
 constexpr uint32_t kRowGroupBytes = 8 * 128;  // 8 rows of the 128-byte swizzle: the descriptor's stride
+static_assert(kBlockM == tc::kWgmmaTile && kBlockN == tc::kWgmmaTile && kBlockK == tc::kWgmmaBk &&
+                  kThreads == tc::kWgmmaThreads && kSharedBytes == size_t(tc::kWgmmaSharedBytes),
+              "the planner's description of the wgmma block (kernels/tc_plan.h) must match the kernels'");
 
 // The ring in the block's dynamic shared memory: stages from the first 1024-byte boundary (where
 // the 128-byte swizzle's pattern starts), then the mbarriers.
@@ -112,13 +117,15 @@ __device__ void multiply(int k_tiles, int half, const Ring& ring, float (&acc)[6
 }
 
 // Where a block's outputs go: row r (of the whole problem) at base + r * pitch, `cols` columns,
-// an FP32 bias per column (or none), rounded to Out (16-bit, or FP32 for partial sums).
+// an FP32 bias per column (or none), rounded to Out (16-bit, or FP32 for partial sums);
+// accumulate: added to what the output holds (in FP32, after the bias, rounded once).
 template <typename Out>
 struct OutRows {
   Out* base;
   long long pitch;
   int rows, cols;
   const float* bias;
+  bool accumulate = false;
 };
 
 // The D fragment (wgmma.cuh) of math warpgroup `half` plus the bias, as Out; pairs of columns
@@ -138,6 +145,10 @@ __device__ void store(const float (&acc)[64], const OutRows<Out>& out, int half)
       if (col + 1 < out.cols) hi += out.bias[col + 1];
     }
     Out* dst = out.base + row * out.pitch + col;
+    if (out.accumulate) {
+      lo += to_float(dst[0]);
+      if (col + 1 < out.cols) hi += to_float(dst[1]);
+    }
     if constexpr (std::is_same_v<Out, float>) {
       if (pairs && col + 1 < out.cols) {
         *reinterpret_cast<float2*>(dst) = make_float2(lo, hi);

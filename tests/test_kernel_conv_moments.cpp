@@ -1,7 +1,7 @@
 // BatchNorm statistics from the convolution's epilogue (conv.h ConvMoments, kernels/channel_moments.cuh)
 // and the training forward from them (batchnorm.h ..._from_moments): for every conv shape of the op
-// tests, on the FP32 CUDA path and on tensor cores (TF32, BF16), automatic tiling and forced
-// split-K, with plain inputs and with |mean| >> std (inputs 40 +- 1, positive weights): the output
+// tests, on the FP32 CUDA path and on tensor cores (TF32, BF16), automatic tiling, forced
+// split-K and (BF16) forced wgmma, with plain inputs and with |mean| >> std (inputs 40 +- 1, positive weights): the output
 // keeps its bits; the counts cover every pixel; the saved mean and variance equal the FP64
 // statistics of the stored output, as closely as the separate statistics pass does (within FP32
 // rounding of its own error), and y equals the separate pass's y; --sync-bn's sums and centered
@@ -24,6 +24,10 @@
 #include "tests/tc_check.h"
 #include "tests/test_support.h"
 
+#if YOLO_EMULATED_KERNELS
+#include "runtime/emu/device.h"
+#endif
+
 using namespace yolo;
 using namespace yolo::testing;
 
@@ -40,10 +44,14 @@ const std::vector<Conv2dShape>& shapes() {
   return s;
 }
 
+// How a case tiles: the planner's choice, split-K in 3 (the moments come from the split pass), or
+// the wgmma kernels (16-bit, sm_90a, shapes they take: the moments from their epilogue).
+enum class Mode { Automatic, Split, Wgmma };
 // Restores automatic tiling when a case ends (also on failure).
 struct Tiling {
-  Tiling(bool split) {
-    if (split) set_gemm_tiling_for_tests(-1, 3), set_tc_tiling_for_tests(-1, 3, 0);
+  Tiling(Mode mode) {
+    if (mode == Mode::Split) set_gemm_tiling_for_tests(-1, 3), set_tc_tiling_for_tests(-1, 3, 0);
+    if (mode == Mode::Wgmma) set_tc_tiling_for_tests(-1, 0, 3);
   }
   ~Tiling() { set_gemm_tiling_for_tests(-1, 0), set_tc_tiling_for_tests(-1, 0, 0); }
 };
@@ -71,8 +79,8 @@ Stats exact_stats(const std::vector<double>& x, int c) {
 
 // One shape in storage type T (tensor_cores: conv2d_forward_tc, else the FP32 CUDA conv).
 template <typename T>
-void check_shape(Device device, const Conv2dShape& s, bool tensor_cores, bool offset, bool split, Rng& rng) {
-  Tiling tiling(split);
+void check_shape(Device device, const Conv2dShape& s, bool tensor_cores, bool offset, Mode mode, Rng& rng) {
+  Tiling tiling(mode);
   const int oh = s.out_h(), ow = s.out_w();
   const size_t in_count = size_t(s.n) * s.h * s.w * s.c_in, out_count = size_t(s.n) * oh * ow * s.c_out;
   // |mean| >> std: every input 40 +- 1 and every weight positive, so each output channel's mean is
@@ -103,7 +111,14 @@ void check_shape(Device device, const Conv2dShape& s, bool tensor_cores, bool of
     conv2d_forward_tc<T>(s, in_view, d_w.data(), d_bias.data(), view(out), ws.data(), ws.size(), nullptr, moments);
   };
   conv(plain, {});
+#if YOLO_EMULATED_KERNELS
+  const unsigned long long wgmma_before = emu::wgmma_ops_run();
+#endif
   conv(with, ConvMoments{partials.data(), counts.data()});
+#if YOLO_EMULATED_KERNELS
+  // Forced wgmma runs it wherever its forward takes the shape (16-byte gathers: c_in % 8 == 0).
+  if (mode == Mode::Wgmma) CHECK((emu::wgmma_ops_run() > wgmma_before) == (s.c_in % 8 == 0));
+#endif
   const std::vector<T> out = with.download();
   CHECK(same_bits(out, plain.download()));  // the moments change nothing in the output
   const std::vector<float> cnt = counts.download();
@@ -176,14 +191,16 @@ void check_all(Device device, bool tensor_cores, bool every = true) {
   for (size_t i = 0; i < shapes().size(); i += every ? 1 : 4) {
     const Conv2dShape& s = shapes()[i];
     for (bool offset : {false, true})
-      for (bool split : {false, true}) {
+      for (Mode mode : {Mode::Automatic, Mode::Split, Mode::Wgmma}) {
+        // wgmma: 16-bit, |mean| >> std only (the emulated 128x128 tiles cost CI time).
+        if (mode == Mode::Wgmma && (sizeof(T) != 2 || !tensor_cores || !offset)) continue;
         const std::string shape = std::to_string(s.n) + "x" + std::to_string(s.h) + "x" + std::to_string(s.w) + " " +
                                   std::to_string(s.c_in) + "->" + std::to_string(s.c_out) + " k" + std::to_string(s.k) +
                                   " s" + std::to_string(s.stride);
         CAPTURE(shape);
         CAPTURE(offset);
-        CAPTURE(split);
-        check_shape<T>(device, s, tensor_cores, offset, split, rng);
+        CAPTURE(int(mode));
+        check_shape<T>(device, s, tensor_cores, offset, mode, rng);
       }
   }
 }

@@ -42,6 +42,9 @@ struct TcConvCase {
   int out_stride = 0, out_offset = 0;  // the output view (forward out, backward grad_in)
   bool bias = true, accumulate = false;
   int tile = -1, splits = 0, pipeline = 0;
+  // With pipeline 3 (wgmma forced), which passes must run on wgmma in 16 bits (checked under
+  // emulation): forward, backward data, weight gradient; the others fall back to mma.sync.
+  bool wgmma[3] = {false, false, false};
 };
 
 std::string describe(const TcConvCase& c) {
@@ -58,6 +61,20 @@ struct TcTiling {
   TcTiling(int tile, int splits, int pipeline) { set_tc_tiling_for_tests(tile, splits, pipeline); }
   ~TcTiling() { set_tc_tiling_for_tests(-1, 0, 0); }
 };
+
+// Checks, under emulation, that a pass ran on wgmma exactly when the case says it must (counting
+// the emulated threads' wgmma ops around it); elsewhere does nothing.
+struct WgmmaRan {
+#if YOLO_EMULATED_KERNELS
+  unsigned long long before = emu::wgmma_ops_run();
+  void check(bool expected) const { CHECK((emu::wgmma_ops_run() > before) == expected); }
+#else
+  void check(bool) const {}
+#endif
+};
+
+// A case that forces its tiling: the planner's choice between wgmma and mma.sync is not its own.
+bool forced(const TcConvCase& c) { return c.tile >= 0 || c.splits > 0 || c.pipeline > 0; }
 
 template <typename T>
 void check_conv_tc(Device device, const TcConvCase& c) {
@@ -98,7 +115,9 @@ void check_conv_tc(Device device, const TcConvCase& c) {
                            ws_bytes ? ws.data() : nullptr, ws_bytes, nullptr);
       return d_out.download();
     };
+    const WgmmaRan ran;
     const std::vector<T> got = run();
+    if (forced(c)) ran.check(sizeof(T) == 2 && c.wgmma[0]);
     std::vector<double> ref(out.dense_count()), mag(out.dense_count());
     conv2d_forward_reference<double>(s, in_ref, w64.data(), c.bias ? b64.data() : nullptr,
                                      nhwc(ref.data(), s.n, oh, ow, s.c_out), nullptr, 0);
@@ -125,7 +144,9 @@ void check_conv_tc(Device device, const TcConvCase& c) {
                                  ws_bytes, nullptr);
       return d_grad_in.download();
     };
+    const WgmmaRan ran;
     const std::vector<T> got = run();
+    if (forced(c)) ran.check(sizeof(T) == 2 && c.wgmma[1]);
     std::vector<double> ref = c.accumulate ? start.dense_values() : std::vector<double>(start.dense_count(), 0.0);
     // With accumulate the start's rounding into the 16-bit sum counts too: |start| joins the magnitudes.
     std::vector<double> mag = absolute(ref);
@@ -152,7 +173,9 @@ void check_conv_tc(Device device, const TcConvCase& c) {
                                     ws_bytes, nullptr);
       return std::make_pair(d_gw.download(), d_gb.download());
     };
+    const WgmmaRan ran;
     const auto got = run();
+    if (forced(c)) ran.check(sizeof(T) == 2 && c.wgmma[2]);
     std::vector<double> ref(s.weight_count()), mag(s.weight_count()), ref_b(size_t(s.c_out)), mag_b(size_t(s.c_out));
     conv2d_backward_weights_reference<double>(s, in_ref, g_ref, ref.data(), ref_b.data(), nullptr, 0);
     conv2d_backward_weights_reference<double>(s, in_mag, g_mag, mag.data(), mag_b.data(), nullptr, 0);
@@ -190,6 +213,21 @@ std::vector<TcConvCase> conv_cases() {
   });
   add(Conv2dShape{1, 9, 7, 64, 72, 3, 1}, [](TcConvCase& c) { c.tile = 1; c.splits = 2; c.pipeline = 2; });
   add(Conv2dShape{2, 5, 5, 40, 8, 5, 1});
+  // wgmma forced (pipeline 3): every pass on it, grad_in accumulated into an aligned slice; an input
+  // slice its 16-byte copies cannot read (forward and weight gradient fall back to mma.sync,
+  // backward data reads only grad_out); stride 2 (backward data on mma.sync, its parity classes).
+  add(Conv2dShape{2, 9, 11, 16, 64, 3, 1}, [](TcConvCase& c) {
+    c.pipeline = 3, c.accumulate = true, c.out_stride = 88, c.out_offset = 8;
+    c.wgmma[0] = c.wgmma[1] = c.wgmma[2] = true;
+  });
+  add(Conv2dShape{1, 7, 6, 24, 64, 1, 1}, [](TcConvCase& c) {
+    c.pipeline = 3, c.in_stride = 35, c.in_offset = 5, c.bias = false;
+    c.wgmma[1] = true;
+  });
+  add(Conv2dShape{1, 11, 9, 8, 40, 3, 2}, [](TcConvCase& c) {
+    c.pipeline = 3;
+    c.wgmma[0] = c.wgmma[2] = true;
+  });
   // Few input channels: the forward and weight gradient on CUDA cores (kernels/conv_small_c.cu,
   // chosen by conv2d_tc_small_channels), c_in 1 to 4, odd output channels, 1x1 to 5x5, the image
   // as a 3-channel view of a wider buffer, an output slice, and enough pixels for several slices

@@ -100,7 +100,7 @@ void check_backward(Device device, Rng& rng, const Conv2dShape& s) {
   DeviceArray<T> d_dy(device, dy), d_w(device, wts), d_dx(device, size_t(s.n) * s.h * s.w * s.c_in);
   d_dx.poison();
   conv2d_backward_data_wgmma<T>(s, NhwcView<const T>{d_dy.data(), s.n, oh, ow, s.c_out, s.c_out}, d_w.data(),
-                                NhwcView<T>{d_dx.data(), s.n, s.h, s.w, s.c_in, s.c_in}, nullptr);
+                                NhwcView<T>{d_dx.data(), s.n, s.h, s.w, s.c_in, s.c_in}, false, nullptr);
   const std::vector<T> got = d_dx.download();
   const double unit = std::is_same_v<T, Bf16> ? std::ldexp(1.0, -8) : std::ldexp(1.0, -11);
   int wrong = 0;

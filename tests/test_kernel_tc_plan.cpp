@@ -5,12 +5,14 @@
 // YOLOv3-416 conv pass at batch 16 pinned per device (tools/yolov3_convs.h).
 #include <doctest/doctest.h>
 
+#include <cstdlib>
 #include <map>
 #include <string>
 
 #include "kernels/conv.h"
 #include "kernels/gemm.h"
 #include "kernels/tc_plan.h"
+#include "runtime/check.h"
 #include "tools/yolov3_convs.h"
 
 #if YOLO_EMULATED_KERNELS
@@ -57,7 +59,11 @@ std::string plans_of(const bench::YoloConv& layer, const GpuDesc& gpu) {
 // The choices as of 2026-12-04 (docs/perf.md, "The planner"). A change to the model or the kernels'
 // launch bounds that moves them updates these tables in the same commit, saying why. Since then:
 // backward data 128x128 cp.async gets 2 blocks per SM (was 1), so the A100 and H200 take it for
-// 10 and 9 more layers.
+// 10 and 9 more layers. The H200 runs sm_90a code: the planner weighs the wgmma kernels ("128w",
+// issue 36) at their predicted 70% of 790 TFLOP/s against mma.sync's measured fit, and takes them
+// for every pass whose shape they take and where they save 5 us or more (backward data at stride
+// 2 or with c_out not a multiple of 64, weight gradients of 255 channels, and five small weight
+// gradients stay on mma.sync). A prediction until the GPU measures both.
 const Pinned kT4 = {
     {"416x416 3->32 3x3 s1", "small 64r1 small"},
     {"416->208 32->64 3x3 s2", "64r1 64r1 64r16"},
@@ -114,7 +120,8 @@ const Pinned kA100 = {
     {"26x26 512->24 1x1 s1", "64a1 128a1 64a26"},
     {"52x52 256->24 1x1 s1", "64a1 128a1 128a104"},
 };
-const Pinned kH200 = {
+// The H200 where the build has no sm_90a code (ARCH=80, say): mma.sync alone, the choices above.
+const Pinned kH200MmaSync = {
     {"416x416 3->32 3x3 s1", "small 64r1 small"},
     {"416->208 32->64 3x3 s2", "128a1 128a1 64a52"},
     {"208x208 64->32 1x1 s1", "128a1 128a1 64a258"},
@@ -141,6 +148,34 @@ const Pinned kH200 = {
     {"13x13 1024->24 1x1 s1", "64a4 128a1 64a11"},
     {"26x26 512->24 1x1 s1", "64a1 128a1 64a31"},
     {"52x52 256->24 1x1 s1", "128a1 128a1 128a123"},
+};
+const Pinned kH200 = {
+    {"416x416 3->32 3x3 s1", "small 64r1 small"},
+    {"416->208 32->64 3x3 s2", "128w1 128a1 128w88"},
+    {"208x208 64->32 1x1 s1", "128w1 128a1 64a258"},
+    {"208x208 32->64 3x3 s1", "128w1 128w1 128w88"},
+    {"208->104 64->128 3x3 s2", "128w1 128a1 128w52"},
+    {"104x104 128->64 1x1 s1", "128w1 128w1 128w246"},
+    {"104x104 64->128 3x3 s1", "128w1 128w1 128w52"},
+    {"104->52 128->256 3x3 s2", "128w1 128a1 128w14"},
+    {"52x52 256->128 1x1 s1", "128w1 128w1 128w113"},
+    {"52x52 128->256 3x3 s1", "128w1 128w1 128w14"},
+    {"52->26 256->512 3x3 s2", "128w1 128a1 128w3"},
+    {"26x26 512->256 1x1 s1", "128w1 128w1 128w29"},
+    {"26x26 256->512 3x3 s1", "128w1 128w1 128w3"},
+    {"26->13 512->1024 3x3 s2", "128w1 128a1 128w1"},
+    {"13x13 1024->512 1x1 s1", "128w1 128w1 128w8"},
+    {"13x13 512->1024 3x3 s1", "128w1 128w1 128w1"},
+    {"13x13 1024->255 1x1 s1", "128w1 64r1 128r8"},
+    {"13x13 512->256 1x1 s1", "128w1 128w1 64a8"},
+    {"26x26 768->256 1x1 s1", "128w1 128w1 128w22"},
+    {"26x26 512->255 1x1 s1", "128w1 128r1 128r16"},
+    {"26x26 256->128 1x1 s1", "128w1 128w1 64a31"},
+    {"52x52 384->128 1x1 s1", "128w1 128w1 128w85"},
+    {"52x52 256->255 1x1 s1", "128w1 128r1 128r33"},
+    {"13x13 1024->24 1x1 s1", "128w1 128a1 64a11"},
+    {"26x26 512->24 1x1 s1", "128w1 128a1 64a31"},
+    {"52x52 256->24 1x1 s1", "128w1 128a1 128w113"},
 };
 
 }  // namespace
@@ -175,8 +210,17 @@ TEST_CASE("tc plan: blocks per SM from launch bounds, shared memory and threads 
   CHECK(blocks(gpu_h200(), TcPass::Forward, 2, true, true, 0, false) == 1);
 }
 
+// An H200 whose build has no sm_90a code: the mma.sync kernels alone.
+static GpuDesc h200_without_sm90a() {
+  GpuDesc gpu = gpu_h200();
+  gpu.name = "H200 without sm_90a code";
+  gpu.wgmma = false;
+  return gpu;
+}
+
 TEST_CASE("tc plan: the choices for every YOLOv3-416 conv pass at batch 16 on the T4, A100 and H200 (pinned)") {
-  const std::pair<GpuDesc, const Pinned*> devices[] = {{gpu_t4(), &kT4}, {gpu_a100(), &kA100}, {gpu_h200(), &kH200}};
+  const std::pair<GpuDesc, const Pinned*> devices[] = {
+      {gpu_t4(), &kT4}, {gpu_a100(), &kA100}, {gpu_h200(), &kH200}, {h200_without_sm90a(), &kH200MmaSync}};
   for (const auto& [gpu, pinned] : devices) {
     CAPTURE(gpu.name);
     for (const bench::YoloConv& layer : bench::kYoloConvs) {
@@ -259,3 +303,85 @@ TEST_CASE("tc plan: a pure function of the problem and the description, not of t
 #endif
   CHECK(plan_code(choose_plan(problem, gpu_t4())) == before);
 }
+
+TEST_CASE("tc plan: wgmma only on devices that run sm_90a code, in 16 bits, for shapes its kernels take") {
+  const bench::YoloConv wide{"26x26 256->512 3x3 s1", 26, 26, 256, 512, 3, 1, false};
+  const Conv2dShape s = shape_of(wide, 16);
+  for (TcPass pass : kConvPasses) {
+    CAPTURE(pass_name(pass));
+    const TcProblem bf16 = conv2d_tc_problem(s, pass, Precision::Bf16);
+    CHECK(bf16.wgmma_shape);
+    CHECK(choose_plan(bf16, gpu_h200()).wgmma);
+    CHECK_FALSE(choose_plan(bf16, h200_without_sm90a()).wgmma);
+    CHECK_FALSE(choose_plan(bf16, gpu_a100()).wgmma);
+    CHECK_FALSE(choose_plan(conv2d_tc_problem(s, pass, Precision::Tf32), gpu_h200()).wgmma);
+    // Forcing an mma.sync tile rules wgmma out; pipeline 3 forces it where it can run.
+    {
+      TcTiling forced(0, 0, 0);
+      CHECK_FALSE(choose_plan(bf16, gpu_h200()).wgmma);
+    }
+    {
+      TcTiling forced(-1, 0, 3);
+      CHECK(choose_plan(bf16, gpu_h200()).wgmma);
+      CHECK_FALSE(choose_plan(bf16, h200_without_sm90a()).wgmma);
+    }
+  }
+  // Shapes the kernels do not take: backward data at stride 2 or with c_out not a multiple of 64,
+  // a forward of 12 input channels, a weight gradient of 255 outputs.
+  Conv2dShape stride2 = s, narrow = s, twelve = s, heads = s;
+  stride2.stride = 2, narrow.c_out = 96, twelve.c_in = 12, heads.c_out = 255;
+  CHECK_FALSE(conv2d_tc_problem(stride2, TcPass::BackwardData, Precision::Bf16).wgmma_shape);
+  CHECK_FALSE(conv2d_tc_problem(narrow, TcPass::BackwardData, Precision::Bf16).wgmma_shape);
+  CHECK_FALSE(conv2d_tc_problem(twelve, TcPass::Forward, Precision::Bf16).wgmma_shape);
+  CHECK_FALSE(conv2d_tc_problem(heads, TcPass::BackwardWeights, Precision::Bf16).wgmma_shape);
+  TcTiling forced(-1, 0, 3);
+  CHECK_FALSE(choose_plan(conv2d_tc_problem(stride2, TcPass::BackwardData, Precision::Bf16), gpu_h200()).wgmma);
+  // More than 65535 row tiles of 128 pixels (the grid's y): batch 64 at 416x416.
+  Conv2dShape big{64, 416, 416, 32, 32, 3, 1};
+  CHECK_FALSE(conv2d_tc_problem(big, TcPass::Forward, Precision::Bf16).wgmma_shape);
+  big.n = 16;
+  CHECK(conv2d_tc_problem(big, TcPass::Forward, Precision::Bf16).wgmma_shape);
+}
+
+TEST_CASE("tc plan: the wgmma block: one per SM; the weight gradient's pixel splits fill two waves, none empty") {
+  TcProblem problem;
+  problem.pass = TcPass::Forward;
+  TcPlan plan;
+  plan.wgmma = true, plan.async = true;
+  CHECK(blocks_per_sm(problem, plan, gpu_h200()) == 1);
+  GpuDesc small = gpu_h200();
+  small.smem_per_block = 100 * 1024;  // the 132 KiB ring does not fit
+  CHECK(blocks_per_sm(problem, plan, small) == 0);
+  CHECK(wgmma_weight_splits(264, 1000, 132) == 1);  // the tiles fill two waves alone
+  CHECK(wgmma_weight_splits(8, 1000, 132) == 33);   // 2 * 132 / 8
+  CHECK(wgmma_weight_splits(8, 20, 132) == 20);     // at least one 64-pixel step each
+  for (long long k_tiles : {1LL, 7LL, 50LL, 51LL, 1000LL})
+    for (long long tiles : {1LL, 3LL, 40LL}) {
+      const long long splits = wgmma_weight_splits(tiles, k_tiles, 132);
+      const long long per_split = (k_tiles + splits - 1) / splits;
+      CAPTURE(k_tiles);
+      CAPTURE(tiles);
+      CHECK(splits >= 1);
+      CHECK((splits - 1) * per_split < k_tiles);  // the last split has pixels
+    }
+}
+
+#if YOLO_EMULATED_KERNELS
+TEST_CASE("tc plan: YOLO_WGMMA=off keeps the current device on mma.sync; a value it does not know is refused") {
+  struct RestoreEnvironment {
+    ~RestoreEnvironment() { ::unsetenv("YOLO_WGMMA"); }
+  } restore;
+  ::unsetenv("YOLO_WGMMA");
+  CHECK(current_gpu().wgmma);  // the emulated default: an sm_90 running sm_90a code
+  for (const char* off : {"off", "0"}) {
+    ::setenv("YOLO_WGMMA", off, 1);
+    CHECK_FALSE(current_gpu().wgmma);
+  }
+  for (const char* on : {"on", "1", "auto", ""}) {
+    ::setenv("YOLO_WGMMA", on, 1);
+    CHECK(current_gpu().wgmma);
+  }
+  ::setenv("YOLO_WGMMA", "maybe", 1);
+  CHECK_THROWS_WITH_AS(current_gpu(), doctest::Contains("YOLO_WGMMA=maybe"), Error);
+}
+#endif

@@ -5,7 +5,7 @@
 // its median ms at the equivalent GEMM and our time / its time. CUDA kernels on gpu:0 when
 // there is a GPU, the fast CPU versions otherwise (with a smaller batch, printed).
 //   bench_kernels [--filter TEXT] [--batch N] [--repeats N] [--cpu] [--ceilings-only]
-//   bench_kernels --plans t4|a100|h200|this [--batch N] [--filter TEXT]   the tensor-core planner's
+//   bench_kernels --plans t4|a100|h200|h200-mma|this [--batch N] [--filter TEXT]   the tensor-core planner's
 //                 choices and predicted times per YOLOv3 conv pass (no GPU needed for the presets)
 //   bench_kernels --tune [--filter TEXT]   every candidate tensor-core plan timed beside its
 //                 prediction (tools/bench_tc_tune.cu; bf16, or the precision the filter names)

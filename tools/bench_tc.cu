@@ -182,17 +182,24 @@ void run_gpu(const Context& context, std::vector<Result>& out) {
 
 // --plans DEVICE: the planner's choice and predicted time, with their parts, for every pass at
 // the context's batch, in the device's default 16-bit precision (fp16 on sm_75, else bf16) and in
-// tf32 where it has one; a device description (t4, a100, h200) or this machine's GPU ("this").
+// tf32 where it has one; a device description (t4, a100, h200; h200-mma: an H200 whose build has no
+// sm_90a code, mma.sync alone) or this machine's GPU ("this"). Each precision ends with the sum
+// of the predicted times.
 tc::GpuDesc gpu_by_name(const std::string& name) {
   if (name == "t4") return tc::gpu_t4();
   if (name == "a100") return tc::gpu_a100();
   if (name == "h200") return tc::gpu_h200();
+  if (name == "h200-mma") {
+    tc::GpuDesc gpu = tc::gpu_h200();
+    gpu.name = "H200 without sm_90a code", gpu.wgmma = false;
+    return gpu;
+  }
   if (name == "this") {
     const GpuDiscovery& found = discover_gpus();
     if (found.gpus.empty()) throw Error("--plans this: no GPU here (" + found.why_no_gpu + "); name t4, a100 or h200");
     return tc::current_gpu();
   }
-  throw Error("--plans: unknown device '" + name + "' (t4, a100, h200, or this for this machine's GPU)");
+  throw Error("--plans: unknown device '" + name + "' (t4, a100, h200, h200-mma, or this for this machine's GPU)");
 }
 
 void print_plans(const tc::GpuDesc& gpu, int batch, const std::string& filter) {
@@ -202,6 +209,8 @@ void print_plans(const tc::GpuDesc& gpu, int batch, const std::string& filter) {
   const Precision sixteen = gpu.cc < 80 ? Precision::Fp16 : Precision::Bf16;
   for (Precision p : {sixteen, Precision::Tf32}) {
     if (min_compute_capability(p) > gpu.cc) continue;
+    double sum_us = 0;
+    int rows = 0;
     for (const YoloConv& layer : kYoloConvs)
       for (tc::TcPass pass : {tc::TcPass::Forward, tc::TcPass::BackwardData, tc::TcPass::BackwardWeights}) {
         const std::string row = std::string(precision_name(p)) + " " + tc::pass_name(pass) + " " + layer.label;
@@ -214,9 +223,12 @@ void print_plans(const tc::GpuDesc& gpu, int batch, const std::string& filter) {
         }
         const tc::TcProblem problem = conv2d_tc_problem(s, pass, p);
         const tc::TcPlan plan = tc::choose_plan(problem, gpu);
+        const tc::TcPrediction prediction = tc::predict(problem, plan, gpu);
+        sum_us += prediction.total_us, ++rows;
         std::printf("%-42s %-7s %s\n", row.c_str(), tc::plan_code(plan).c_str(),
-                    tc::describe(plan, tc::predict(problem, plan, gpu)).c_str());
+                    tc::describe(plan, prediction).c_str());
       }
+    std::printf("%s: %d tensor-core rows, predicted sum %.0f us\n", precision_name(p), rows, sum_us);
   }
 }
 

@@ -1,8 +1,9 @@
 // conv_tc_tune (`bench_kernels --tune`, tools/gpu_check.sh tune): every candidate plan of every
 // YOLOv3-416 tensor-core conv pass (tools/yolov3_convs.h) timed beside its predicted time, so that
 // one GPU call shows where the planner's model (kernels/tc_plan.h) is wrong. Candidates: both
-// tiles, split counts 1, 2, 3, 4, 6, 8, 12, 16, ... up to the pass's limit (while the FP32
-// partials stay under 1 GiB), and the planner's own choice, the pipeline as the planner sets it.
+// mma.sync tiles, split counts 1, 2, 3, 4, 6, 8, 12, 16, ... up to the pass's limit (while the
+// FP32 partials stay under 1 GiB), the wgmma kernels where the GPU and the shape allow them
+// ("128w"), and the planner's own choice; the mma.sync pipeline as the planner sets it.
 // Lines, all starting "tune":
 //   tune cand  OP SHAPE  PLAN  MS  PREDICTED_MS            each candidate
 //   tune row   OP SHAPE  planner PLAN MS (pred P) | fastest PLAN MS (pred P) | planner/fastest R
@@ -45,11 +46,29 @@ bool row_wanted(const Context& context, Precision p, Pass pass, const YoloConv& 
   return filter.empty() || (op_name(pass, p) + " " + layer.label).find(filter) != std::string::npos;
 }
 
-std::vector<tc::TcPlan> candidates(const tc::TcProblem& problem, const tc::TcPlan& chosen) {
+// The forcing the tests use (set_tc_tiling_for_tests) that makes the launchers run `plan`.
+void force(const tc::TcPlan& plan) {
+  if (plan.wgmma) set_tc_tiling_for_tests(-1, 0, 3);
+  else set_tc_tiling_for_tests(plan.tile, plan.splits, plan.async ? 2 : 1);
+}
+
+// The planner's choice under the forcing of pipeline `pipeline` (3: wgmma where possible).
+tc::TcPlan chosen_with(const tc::TcProblem& problem, const tc::GpuDesc& gpu, int pipeline) {
+  set_tc_tiling_for_tests(-1, 0, pipeline);
+  const tc::TcPlan plan = tc::choose_plan(problem, gpu);
+  set_tc_tiling_for_tests(-1, 0, 0);
+  return plan;
+}
+
+std::vector<tc::TcPlan> candidates(const tc::TcProblem& problem, const tc::GpuDesc& gpu) {
+  const tc::TcPlan chosen = tc::choose_plan(problem, gpu), wgmma = chosen_with(problem, gpu, 3);
   std::vector<tc::TcPlan> all{chosen};
+  if (wgmma.wgmma && !chosen.wgmma) all.push_back(wgmma);
+  // mma.sync's pipeline as the planner sets it when wgmma is ruled out (a forced tile does that).
+  const tc::TcPlan mma = chosen.wgmma ? chosen_with(problem, gpu, 2) : chosen;
   for (int tile = 0; tile < 2; ++tile)
     for (int splits = 1; splits <= problem.max_splits; splits = splits < 4 ? splits + 1 : splits * 3 / 2 / 2 * 2) {
-      tc::TcPlan plan = chosen;
+      tc::TcPlan plan = mma;
       plan.tile = tile, plan.splits = splits;
       const double partials = splits > 1 ? 4.0 * splits * double(problem.m) * double(problem.n) * problem.groups : 0;
       if (partials > kMaxPartialBytes) break;
@@ -64,7 +83,7 @@ std::vector<tc::TcPlan> candidates(const tc::TcProblem& problem, const tc::TcPla
 template <typename T>
 double time_plan(const Context& context, Pass pass, const Conv2dShape& s, const YoloConv& layer,
                  const LayerBuffers& buf, const tc::TcPlan& plan) {
-  set_tc_tiling_for_tests(plan.tile, plan.splits, plan.async ? 0 : 1);
+  force(plan);
   try {
     const double ms = time_ms(context, [&] { run_tc<T>(pass, s, layer, buf, context.stream); });
     set_tc_tiling_for_tests(-1, 0, 0);
@@ -78,7 +97,7 @@ double time_plan(const Context& context, Pass pass, const Conv2dShape& s, const 
 // The workspace the largest candidate needs (workspace sizes follow the forced plan).
 template <typename T>
 size_t candidate_workspace(Pass pass, const Conv2dShape& s, const tc::TcPlan& plan) {
-  set_tc_tiling_for_tests(plan.tile, plan.splits, plan.async ? 0 : 1);
+  force(plan);
   size_t bytes = 0;
   switch (pass) {
     case Pass::Forward: bytes = conv2d_forward_tc_workspace_bytes<T>(s); break;
@@ -106,7 +125,7 @@ void tune_layer(const Context& context, Precision p, const YoloConv& layer, Tota
     if (pass != Pass::BackwardData && conv2d_tc_small_channels(s)) continue;  // CUDA cores: no plans to tune
     const tc::TcProblem problem = conv2d_tc_problem(s, tc_pass(pass), p);
     std::vector<Candidate> list;
-    for (const tc::TcPlan& plan : candidates(problem, tc::choose_plan(problem, gpu))) {
+    for (const tc::TcPlan& plan : candidates(problem, gpu)) {
       list.push_back({plan, 0, tc::predict(problem, plan, gpu).total_us / 1000});
       workspace = std::max(workspace, candidate_workspace<T>(pass, s, plan));
     }

@@ -144,7 +144,7 @@ void run_gpu(const Context& context, std::vector<Result>& out) {
       const int in_pixels = s.n * s.h * s.w;
       out.push_back(time_row(context, kConvBackOp, layer, bytes,
                              RowMajorGemm{in_pixels, s.c_in, s.k * s.k * s.c_out, false, false}, handle,
-                             [&] { conv2d_backward_data_wgmma(s, grad_out, wd, grad_in, stream); }));
+                             [&] { conv2d_backward_data_wgmma(s, grad_out, wd, grad_in, false, stream); }));
     }
     if (conv_weights_row(context, layer)) {  // x holds the input, y grad_out; FP32 gradient and partials
       const size_t workspace = conv2d_backward_weights_wgmma_workspace_bytes(s);

@@ -35,7 +35,9 @@
 #              racecheck and synccheck, the SASS check of sm_90a code (GMMA present, no local
 #              memory), then bench_kernels --filter "fwd bf16": gemm_nt_wgmma (1x1 layers) and
 #              conv2d_forward_wgmma (every layer but the first) beside cuBLAS and the mma.sync
-#              convolutions; --filter "bwd data bf16" and "bwd weights bf16" likewise   ~6 min
+#              convolutions; --filter "bwd data bf16" and "bwd weights bf16" likewise; then
+#              YOLOv3-416 bf16 batch 16 with the planner's wgmma choices and with
+#              YOLO_WGMMA=off, 36 steps each, medians                                    ~8 min
 #   lookahead  YOLOv3-416 as the stock cfg trains it (batch 64, 16 micro-batches a step) in bf16,
 #              and batch 16 in fp16 (the T4's precision, loss scale on the GPU), each with
 #              look-ahead (default) and with --no-look-ahead, medians                   ~5 min
@@ -123,7 +125,8 @@ section_tests() {
 # The first question the hardware answers for stage 2 (issue 36): do the descriptor, swizzle,
 # fragment and mbarrier facts the emulated twins follow hold on an H100/H200?
 section_wgmma() {
-  run_step "wgmma tests (native)" wgmma.log 90 build/tests -tc='*wgmma*,tensor maps*'
+  run_step "wgmma tests (native)" wgmma.log 120 build/tests \
+    -tc='*wgmma*,tensor maps*,kernel: conv2d on tensor cores*,conv moments*,tc plan*'
   summary[-1]+=" | $(tail -n 1 "$OUT/wgmma.log")"
   if command -v compute-sanitizer >/dev/null; then
     for tool in racecheck synccheck; do
@@ -139,6 +142,19 @@ section_wgmma() {
   run_step "wgmma fwd vs cuBLAS" bench_wgmma.log 150 build/bench_kernels --filter "fwd bf16"
   run_step "wgmma bwd data vs cuBLAS" bench_wgmma_bwd.log 120 build/bench_kernels --filter "bwd data bf16"
   run_step "wgmma bwd weights vs cuBLAS" bench_wgmma_wgrad.log 120 build/bench_kernels --filter "bwd weights bf16"
+  # The trainer with the planner's wgmma choices (issue 36 item 4) and with YOLO_WGMMA=off.
+  [[ -x ./train_yolo ]] || { record "wgmma step" "unavailable" "./train_yolo not built"; return; }
+  sed 's/^classes=80/classes=3/; s/^filters=255/filters=24/; s/^random=1/random=0/' models/yolov3.cfg \
+    >"$OUT/yolov3-wgmma.cfg"
+  local mode log
+  for mode in on off; do
+    log="wgmma_yolov3_$mode.log"
+    run_step "yolov3 bf16 wgmma $mode" "$log" 90 env YOLO_WGMMA=$mode ./train_yolo --cfg "$OUT/yolov3-wgmma.cfg" \
+      --size 416 --batch 16 --subdivisions 1 --max-batches 36 --precision bf16 --out "$OUT/wgmma_runs/$mode"
+    [[ -f "$OUT/$log" ]] && summary[-1]+=" | $(ours_rate "$OUT/$log" 16 |
+      awk '{printf "%s img/s, %s ms/step (data wait %s, other %s)", $1, $2, $3, $4}')"
+    rm -f "$OUT/wgmma_runs/$mode/"*.weights "$OUT/wgmma_runs/$mode/"*.ckpt
+  done
 }
 
 # Every kernel test file (tests/test_kernel_*.cpp).

@@ -708,6 +708,7 @@ void print_tc_plans(const yolo::graph::Graph& graph, int micro, std::optional<yo
   yolo::tc::GpuDesc gpu = yolo::tc::gpu_h200();
   if (!found.gpus.empty()) gpu = yolo::tc::current_gpu();
   else std::printf("no GPU here: the plans an H200 would run (bench_kernels --plans t4|a100|h200 for others)\n");
+  gpu.wgmma = gpu.wgmma && yolo::tc::wgmma_allowed_by_environment();  // YOLO_WGMMA=off: as the H200 would run
   const yolo::Precision p = asked ? *asked : gpu.cc < 80 ? yolo::Precision::Fp16 : yolo::Precision::Bf16;
   if (yolo::min_compute_capability(p) > gpu.cc) return;
   std::fputs(yolo::graph::tc_plan_table(graph, micro, p, gpu).c_str(), stdout);

@@ -55,6 +55,9 @@ int current_multiprocessors();
 int current_device_index();
 int current_compute_capability();
 bool current_device_runs_sm90a_code();  // sm90a_code of the current device (true when none is current)
+// For tests: the wgmma ops emulated threads have run in this process (one per thread and op), so
+// a test can tell the wgmma kernels from the mma.sync ones behind one entry point.
+unsigned long long wgmma_ops_run();
 
 // ---- memory ----------------------------------------------------------------------------
 // Device memory of emu:`device`: `bytes` (0 allowed) filled with 0xFF. Throws yolo::Error with

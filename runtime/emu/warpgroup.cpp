@@ -5,11 +5,13 @@
 // fence/commit_group/wait_group, and on fence.proxy.async. Where a GPU would compute garbage or
 // hang, the emulation throws and says which rule was broken.
 #include <algorithm>
+#include <atomic>
 #include <map>
 #include <string>
 #include <vector>
 
 #include "runtime/check.h"
+#include "runtime/emu/device.h"
 #include "runtime/emu/emu.h"
 
 namespace yolo::emu {
@@ -262,6 +264,12 @@ void wgmma_commit_group() {
   mine.group_ends.push_back(mine.queued.size());
 }
 
+namespace {
+std::atomic<unsigned long long> g_wgmma_ops_run{0};
+}  // namespace
+
+unsigned long long wgmma_ops_run() { return g_wgmma_ops_run.load(); }
+
 void wgmma_wait_group(unsigned pending_groups) {
   converge("wgmma.wait_group");
   ThreadWork& mine = block_warpgroup_state().threads[thread_rank()];
@@ -269,6 +277,7 @@ void wgmma_wait_group(unsigned pending_groups) {
   if (mine.group_ends.size() <= pending_groups) return;
   const size_t done_groups = mine.group_ends.size() - pending_groups, done = mine.group_ends[done_groups - 1];
   for (size_t i = 0; i < done; ++i) mine.queued[i]();
+  g_wgmma_ops_run += done;
   mine.queued.erase(mine.queued.begin(), mine.queued.begin() + ptrdiff_t(done));
   mine.group_ends.erase(mine.group_ends.begin(), mine.group_ends.begin() + ptrdiff_t(done_groups));
   for (size_t& end : mine.group_ends) end -= done;
