@@ -17,7 +17,6 @@
 #include "graph/executor.h"
 #include "graph/train.h"
 #include "graph/weights.h"
-#include "kernels/gemm.h"
 #include "kernels/precision.h"
 #include "kernels/tc_plan.h"
 #include "runtime/check.h"
@@ -27,6 +26,7 @@
 #endif
 #include "tests/graph_fixtures.h"
 #include "tests/kernel_harness.h"
+#include "tests/tc_tiling.h"
 #include "tests/test_support.h"
 
 using namespace yolo;
@@ -333,13 +333,9 @@ TEST_CASE("bf16 on Hopper's wgmma (forced on the kernel device): the tiny detect
   if (current_compute_capability() != 90 || !tc::current_gpu().wgmma) SKIP_TEST("wgmma needs sm_90a code on sm_90");
   TempDir dir;
   data::Dataset dataset = yolo::testing::small_shapes_dataset(dir / "shapes");
-  // set_tc_tiling_for_tests's pipeline 3: every conv pass the wgmma kernels take runs on them.
-  struct Forced {
-    explicit Forced(int pipeline) { set_tc_tiling_for_tests(-1, 0, pipeline); }
-    ~Forced() { set_tc_tiling_for_tests(-1, 0, 0); }
-  };
+  // Pipeline 3: every conv pass the wgmma kernels take runs on them; 2: mma.sync's cp.async.
   auto train = [&](int pipeline, const std::string& name, int steps) {
-    Forced forced(pipeline);
+    yolo::testing::TcTiling forced(-1, 0, pipeline);
     TrainOptions o = band_options(dir / name, Precision::Bf16);
     o.max_batches = steps;
     TrainResult r = train_detector(yolo::testing::tiny_detector_spec(), dataset, device, o);

@@ -24,6 +24,7 @@
 #include "runtime/check.h"
 #include "tests/kernel_harness.h"
 #include "tests/tc_check.h"
+#include "tests/tc_tiling.h"
 #include "tests/test_support.h"
 
 #if YOLO_EMULATED_KERNELS
@@ -55,12 +56,6 @@ std::string describe(const TcConvCase& c) {
          std::to_string(c.out_stride) + "+" + std::to_string(c.out_offset) + " tile " + std::to_string(c.tile) +
          " splits " + std::to_string(c.splits) + " pipeline " + std::to_string(c.pipeline);
 }
-
-// Restores automatic tiling when a test ends (also on failure).
-struct TcTiling {
-  TcTiling(int tile, int splits, int pipeline) { set_tc_tiling_for_tests(tile, splits, pipeline); }
-  ~TcTiling() { set_tc_tiling_for_tests(-1, 0, 0); }
-};
 
 // Checks, under emulation, that a pass ran on wgmma exactly when the case says it must (counting
 // the emulated threads' wgmma ops around it); elsewhere does nothing.

@@ -14,6 +14,7 @@
 #include "tests/gemm_case.h"
 #include "tests/kernel_harness.h"
 #include "tests/tc_check.h"
+#include "tests/tc_tiling.h"
 #include "tests/test_support.h"
 
 using namespace yolo;
@@ -28,11 +29,6 @@ struct TcGemmCase : GemmCase {
     return GemmCase::describe() + " tile " + std::to_string(tile) + " splits " + std::to_string(splits) +
            " pipeline " + std::to_string(pipeline);
   }
-};
-
-struct TcTiling {
-  TcTiling(int tile, int splits, int pipeline) { set_tc_tiling_for_tests(tile, splits, pipeline); }
-  ~TcTiling() { set_tc_tiling_for_tests(-1, 0, 0); }
 };
 
 // Inputs T, C as Out (T, or float for A^T * B).

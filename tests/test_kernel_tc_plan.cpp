@@ -13,6 +13,7 @@
 #include "kernels/gemm.h"
 #include "kernels/tc_plan.h"
 #include "runtime/check.h"
+#include "tests/tc_tiling.h"
 #include "tools/yolov3_convs.h"
 
 #if YOLO_EMULATED_KERNELS
@@ -23,6 +24,8 @@
 using namespace yolo;
 using namespace yolo::tc;
 
+using yolo::testing::TcTiling;
+
 namespace {
 
 Conv2dShape shape_of(const bench::YoloConv& layer, int batch) {
@@ -31,11 +34,6 @@ Conv2dShape shape_of(const bench::YoloConv& layer, int batch) {
   s.stride = layer.stride;
   return s;
 }
-
-struct TcTiling {
-  TcTiling(int tile, int splits, int pipeline) { set_tc_tiling_for_tests(tile, splits, pipeline); }
-  ~TcTiling() { set_tc_tiling_for_tests(-1, 0, 0); }
-};
 
 constexpr TcPass kConvPasses[] = {TcPass::Forward, TcPass::BackwardData, TcPass::BackwardWeights};
 
