@@ -5,6 +5,7 @@
 
 #include "kernels/channel_moments.cuh"
 #include "kernels/common.cuh"
+#include "kernels/conv_geometry.cuh"
 #include "kernels/hopper.h"
 #include "kernels/tc_tiles.cuh"
 #include "kernels/tma.cuh"
@@ -81,62 +82,82 @@ __global__ void __launch_bounds__(kThreads, 1)
                            moments.counts, (int(threadIdx.x) + 256) % kThreads);  // the math threads: 0..255
 }
 
-// ---- backward data (stride 1) -------------------------------------------------------------------
+// ---- backward data: one parity class of input pixels a grid z (kernels/conv_geometry.cuh) ------
+// At stride S the input pixels (py + S yq, px + S xq) of class (py, px) are reached by the taps
+// (ry0 + S jr, rx0 + S js) only: a class is a product of its own, over nr * ns taps. Stride 1 is
+// one class of every tap.
 
 constexpr int kMaxTaps = 9;  // 3x3; a 1x1 uses the first map
 struct TapMaps {
   tma::TensorMap tap[kMaxTaps];  // the weights of tap (kh, kw) as a [c_out][c_in] matrix
 };
 
-// Producer thread p gathers row p (input pixel m0 + p) of A: k-tile t covers tap t / groups and
-// output channels 64 * (t % groups).. (groups = c_out / 64); thread 0 brings the tap's weights.
+// Class row m's input pixel, for the epilogue (wgmma_tiles.cuh: OutRows).
+struct ClassPixels {
+  ConvGeom g;
+  ParityClass pc;
+  __device__ long long operator()(int m) const { return pc.input_pixel(g, m); }
+};
+
+// Producer thread p gathers row p of A (class row m0 + p): k-tile t covers the class's tap
+// t / groups, (jr, js), and output channels 64 * (t % groups).. (groups = c_out / 64); thread 0
+// brings that tap's weights.
 template <typename T>
-__device__ void produce_backward(const Gather g, NhwcView<const T> grad_out, const TapMaps* maps, int k_tiles,
-                                 const Ring& ring) {
-  const int p = int(threadIdx.x), pixel = int(blockIdx.y) * kBlockM + p, groups = g.c_in / kBlockK;
-  const bool row_valid = pixel < g.pixels;
-  const int b = row_valid ? pixel / (g.h * g.w) : 0, rest = row_valid ? pixel % (g.h * g.w) : 0;
-  const int y0 = rest / g.w + g.pad, x0 = rest % g.w + g.pad;  // the output pixel of tap (0, 0)
+__device__ void produce_backward(const ConvGeom& g, const ParityClass& pc, NhwcView<const T> grad_out,
+                                 const TapMaps* maps, int k_tiles, const Ring& ring) {
+  const int p = int(threadIdx.x), m = int(blockIdx.y) * kBlockM + p, groups = g.c_out / kBlockK;
+  const bool row_valid = m < pc.rows(g);
+  const int q = row_valid ? m : 0, xq = q % pc.wc, rest = q / pc.wc, yq = rest % pc.hc, b = rest / pc.hc;
+  const int oy0 = yq + pc.dy, ox0 = xq + pc.dx;  // the output pixel of tap (0, 0)
   for (int t = 0; t < k_tiles; ++t) {
-    const int st = stage_of(t), tap = t / groups, c0 = (t % groups) * kBlockK;
+    const int st = stage_of(t), tap = t / groups, c0 = (t % groups) * kBlockK, jr = tap / pc.ns, js = tap % pc.ns;
     mbarrier_wait(&ring.empty[st], empty_parity(t));
     if (p == 0) {
+      const tma::TensorMap* map = &maps->tap[(pc.ry0 + g.stride * jr) * g.k + pc.rx0 + g.stride * js];
       mbarrier_arrive_expect_tx(&ring.full[st], kTileBytes);
       for (int h = 0; h < 2; ++h)
-        tma::load_2d(ring.b_tile(st) + h * kMnHalfBytes, &maps->tap[tap], int(blockIdx.x) * kBlockN + 64 * h, c0,
-                     &ring.full[st]);
+        tma::load_2d(ring.b_tile(st) + h * kMnHalfBytes, map, int(blockIdx.x) * kBlockN + 64 * h, c0, &ring.full[st]);
     }
-    const int oy = y0 - tap / g.k, ox = x0 - tap % g.k;
-    const bool inside = row_valid && oy >= 0 && oy < g.out_h && ox >= 0 && ox < g.out_w;
+    const int oy = oy0 - jr, ox = ox0 - js;
+    const bool inside = row_valid && oy >= 0 && oy < g.oh && ox >= 0 && ox < g.ow;
     const uint32_t a_tile = ring.address + uint32_t(st) * kStageBytes;
 #pragma unroll
-    for (int q = 0; q < kBlockK / 8; ++q) {
-      const T* src = inside ? grad_out.data + grad_out.at(b, oy, ox, c0 + 8 * q) : grad_out.data;
-      const uint32_t address = k_major_address(a_tile, Swizzle::B128, 0, kRowGroupBytes, uint32_t(p), uint32_t(16 * q));
+    for (int c = 0; c < kBlockK / 8; ++c) {
+      const T* src = inside ? grad_out.data + grad_out.at(b, oy, ox, c0 + 8 * c) : grad_out.data;
+      const uint32_t address = k_major_address(a_tile, Swizzle::B128, 0, kRowGroupBytes, uint32_t(p), uint32_t(16 * c));
       mma::cp_async_16(ring.smem + (address - ring.address), src, inside);
     }
     gathered(t, ring);
   }
-  gathered_last(k_tiles, ring);
+  if (k_tiles > 0) gathered_last(k_tiles, ring);
 }
 
-// g describes the backward problem: pixels and (h, w) are the input's, c_in the reduction's
-// channels (the forward's c_out), k_total = taps * c_out.
+// Grid (c_in tiles, row tiles of the largest class, classes). A class without taps (a kernel
+// smaller than the stride) stores zeros, or leaves grad_in as it was when accumulating.
 template <typename T>
 __global__ void __launch_bounds__(kThreads, 1)
-    conv_backward_data_wgmma_kernel(Gather g, NhwcView<const T> grad_out, const __grid_constant__ TapMaps maps,
+    conv_backward_data_wgmma_kernel(ConvGeom g, NhwcView<const T> grad_out, const __grid_constant__ TapMaps maps,
                                     NhwcView<T> grad_in, bool accumulate) {
+  const ParityClass pc(g, int(blockIdx.z));
+  const int rows = pc.rows(g);
+  if (int(blockIdx.y) * kBlockM >= rows) return;  // a smaller class: the whole block leaves
   const Ring ring = make_ring(128 + 1);
-  const int k_tiles = g.k_total / kBlockK;
+  const int k_tiles = pc.nr * pc.ns * (g.c_out / kBlockK);
   if (threadIdx.x < 128) {
-    produce_backward<T>(g, grad_out, &maps, k_tiles, ring);
+    produce_backward<T>(g, pc, grad_out, &maps, k_tiles, ring);
     return;
   }
-  const OutRows<T> out{grad_in.data, grad_in.stride, g.pixels, grad_in.c, nullptr, accumulate};
+  const OutRows<T, ClassPixels> out{grad_in.data, grad_in.stride, rows, grad_in.c, nullptr, accumulate, {g, pc}};
   multiply_and_store<T, false, false, true>(k_tiles, ring, out);
 }
 
 constexpr size_t kMaxRowTiles = 65535;  // the grid's y: a tile of 128 pixels each
+constexpr int kMaxStride = 255;         // the backward data's grid z: stride^2 parity classes
+
+// The backward data's largest parity class, (0, 0): its rows.
+size_t largest_class_rows(const Conv2dShape& s) {
+  return size_t(s.n) * ceil_div(size_t(s.h), size_t(s.stride)) * ceil_div(size_t(s.w), size_t(s.stride));
+}
 
 void require_wgmma(const char* op) {
   if (!current_device_runs_wgmma())
@@ -151,8 +172,8 @@ bool conv2d_forward_wgmma_takes(const Conv2dShape& s) {
 }
 
 bool conv2d_backward_data_wgmma_takes(const Conv2dShape& s) {
-  return s.stride == 1 && s.k * s.k <= kMaxTaps && s.c_out % kBlockK == 0 && s.c_in % 8 == 0 &&
-         ceil_div(size_t(s.n) * s.h * s.w, size_t(kBlockM)) <= kMaxRowTiles;
+  return s.k * s.k <= kMaxTaps && s.c_out % kBlockK == 0 && s.c_in % 8 == 0 && s.stride <= kMaxStride &&
+         ceil_div(largest_class_rows(s), size_t(kBlockM)) <= kMaxRowTiles;
 }
 
 template <typename T>
@@ -162,21 +183,21 @@ void conv2d_backward_data_wgmma(const Conv2dShape& s, NhwcView<const T> grad_out
   require_wgmma("conv2d_backward_data_wgmma");
   if (!conv2d_backward_data_wgmma_takes(s) || grad_out.stride % 8 != 0 ||
       reinterpret_cast<uintptr_t>(grad_out.data) % 16 != 0)
-    throw Error("conv2d_backward_data_wgmma: needs stride 1, a 1x1 or 3x3 kernel, c_out a multiple of 64 (" +
+    throw Error("conv2d_backward_data_wgmma: needs a 1x1 or 3x3 kernel, c_out a multiple of 64 (" +
                 std::to_string(s.c_out) + "), c_in a multiple of 8 (" + std::to_string(s.c_in) +
-                "), at most 65535 * 128 pixels and grad_out's pixel stride a multiple of 8 with 16-byte aligned data");
+                "), at most 65535 * 128 pixels a parity class and grad_out's pixel stride a multiple of 8 with 16-byte aligned data");
   if (grad_out.n != s.n || grad_out.h != s.out_h() || grad_out.w != s.out_w() || grad_out.c != s.c_out ||
       grad_in.n != s.n || grad_in.h != s.h || grad_in.w != s.w || grad_in.c != s.c_in)
     throw Error("conv2d_backward_data_wgmma: the views do not match the shape");
   if (s.n == 0) return;
-  const int taps = s.k * s.k;
-  const Gather g{s.n * s.h * s.w, s.out_h(), s.out_w(), s.h, s.w, s.c_out, s.k, 1, s.pad(), taps * s.c_out};
+  const int taps = s.k * s.k, S = s.stride;
+  const ConvGeom g = geometry(s);
   TapMaps maps{};
   for (int tap = 0; tap < taps; ++tap)  // W[co][tap][ci]: rows co, taps * c_in elements apart
     maps.tap[tap] = tma::encode_2d(weights + size_t(tap) * s.c_in, uint64_t(s.c_in), uint64_t(s.c_out),
                                    uint64_t(taps) * s.c_in * 2, 64, kBlockK, 1);
   tc::allow_shared(conv_backward_data_wgmma_kernel<T>, kSharedBytes);
-  const dim3 grid(ceil_div(size_t(s.c_in), kBlockN), ceil_div(size_t(g.pixels), kBlockM));
+  const dim3 grid(ceil_div(size_t(s.c_in), kBlockN), ceil_div(largest_class_rows(s), size_t(kBlockM)), unsigned(S * S));
   LAUNCH(conv_backward_data_wgmma_kernel<T>, grid, dim3(kThreads), kSharedBytes, stream, g, grad_out, maps, grad_in,
          accumulate);
 }

@@ -22,12 +22,14 @@ void conv2d_forward_wgmma(const Conv2dShape& shape, NhwcView<const T> in, const 
                           NhwcView<T> out, cudaStream_t stream, ConvMoments moments = {});
 
 // The backward data pass (grad_in = the gradient of conv2d_forward_wgmma's input, overwritten,
-// or added to what grad_in holds when accumulate: in FP32, rounded once) for stride 1: an implicit GEMM over the input's pixels, n = c_in, k = (tap, c_out). A is
-// grad_out gathered at the mirrored taps (cp.async, zeros outside the image), B the weights of
-// one tap and 64 output channels a k-tile, read MN-major (their c_in rows as they lie) from two
-// TMA boxes; one tensor map a tap. Needs stride 1, c_out a multiple of 64 (a k-tile stays in one
-// tap), c_in a multiple of 8, grad_out's pixel stride a multiple of 8 and its data 16-byte aligned,
-// at most 65535 * 128 input pixels.
+// or added to what grad_in holds when accumulate: in FP32, rounded once): an implicit GEMM per
+// parity class of the input's pixels (one class at stride 1; stride^2 classes, each reached by
+// its own taps, otherwise), n = c_in, k = (the class's taps, c_out). A is grad_out gathered at the
+// mirrored taps (cp.async, zeros outside the image), B the weights of one tap and 64 output
+// channels a k-tile, read MN-major (their c_in rows as they lie) from two TMA boxes; one tensor map
+// a tap. Needs a 1x1 or 3x3 kernel, a stride of at most 255, c_out a multiple of 64 (a k-tile stays
+// in one tap), c_in a multiple of 8, grad_out's pixel stride a multiple of 8 and its data 16-byte
+// aligned, at most 65535 * 128 input pixels a class.
 template <typename T>
 void conv2d_backward_data_wgmma(const Conv2dShape& shape, NhwcView<const T> grad_out, const T* weights,
                                 NhwcView<T> grad_in, bool accumulate, cudaStream_t stream);

@@ -116,51 +116,62 @@ __device__ void multiply(int k_tiles, int half, const Ring& ring, float (&acc)[6
   wait_group<0>(acc);
 }
 
-// Where a block's outputs go: row r (of the whole problem) at base + r * pitch, `cols` columns,
-// an FP32 bias per column (or none), rounded to Out (16-bit, or FP32 for partial sums);
-// accumulate: added to what the output holds (in FP32, after the bias, rounded once).
-template <typename Out>
+// Where a block's outputs go: row r (of the whole problem) at base + map(r) * pitch, `cols`
+// columns, an FP32 bias per column (or none), rounded to Out (16-bit, or FP32 for partial sums);
+// accumulate: added to what the output holds (in FP32, after the bias, rounded once). The map
+// places rows that do not lie in order (the backward data's parity classes); PlainRows: r itself.
+struct PlainRows {
+  __device__ long long operator()(int row) const { return row; }
+};
+template <typename Out, class RowMap = PlainRows>
 struct OutRows {
   Out* base;
   long long pitch;
   int rows, cols;
   const float* bias;
   bool accumulate = false;
+  RowMap map = {};
 };
 
 // The D fragment (wgmma.cuh) of math warpgroup `half` plus the bias, as Out; pairs of columns
-// stored together where the rows allow it.
-template <typename Out>
-__device__ void store(const float (&acc)[64], const OutRows<Out>& out, int half) {
+// stored together where the rows allow it. A thread holds two rows, 8 apart: elements 4j + 2h and
+// 4j + 2h + 1 are row `h`'s columns 8j + 2 (lane % 4) and the one after.
+template <typename Out, class RowMap>
+__device__ void store(const float (&acc)[64], const OutRows<Out, RowMap>& out, int half) {
   const unsigned warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
   const bool pairs = out.pitch % 2 == 0 && reinterpret_cast<uintptr_t>(out.base) % (2 * sizeof(Out)) == 0;
 #pragma unroll
-  for (int i = 0; i < 64; i += 2) {
-    const int row = int(blockIdx.y) * kBlockM + 64 * half + int(16 * warp + lane / 4) + 8 * ((i / 2) % 2);
-    const int col = int(blockIdx.x) * kBlockN + 8 * (i / 4) + int(2 * (lane % 4));
-    if (row >= out.rows || col >= out.cols) continue;
-    float lo = acc[i], hi = acc[i + 1];
-    if (out.bias) {
-      lo += out.bias[col];
-      if (col + 1 < out.cols) hi += out.bias[col + 1];
-    }
-    Out* dst = out.base + row * out.pitch + col;
-    if (out.accumulate) {
-      lo += to_float(dst[0]);
-      if (col + 1 < out.cols) hi += to_float(dst[1]);
-    }
-    if constexpr (std::is_same_v<Out, float>) {
-      if (pairs && col + 1 < out.cols) {
-        *reinterpret_cast<float2*>(dst) = make_float2(lo, hi);
-      } else {
-        dst[0] = lo;
-        if (col + 1 < out.cols) dst[1] = hi;
+  for (int h = 0; h < 2; ++h) {
+    const int row = int(blockIdx.y) * kBlockM + 64 * half + int(16 * warp + lane / 4) + 8 * h;
+    if (row >= out.rows) continue;
+    Out* const row_base = out.base + out.map(row) * out.pitch;
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+      const int i = 4 * j + 2 * h, col = int(blockIdx.x) * kBlockN + 8 * j + int(2 * (lane % 4));
+      if (col >= out.cols) continue;
+      float lo = acc[i], hi = acc[i + 1];
+      if (out.bias) {
+        lo += out.bias[col];
+        if (col + 1 < out.cols) hi += out.bias[col + 1];
       }
-    } else if (pairs && col + 1 < out.cols) {
-      *reinterpret_cast<uint32_t*>(dst) = mma::pack2<Out>(lo, hi);
-    } else {
-      dst[0] = from_float<Out>(lo);
-      if (col + 1 < out.cols) dst[1] = from_float<Out>(hi);
+      Out* dst = row_base + col;
+      if (out.accumulate) {
+        lo += to_float(dst[0]);
+        if (col + 1 < out.cols) hi += to_float(dst[1]);
+      }
+      if constexpr (std::is_same_v<Out, float>) {
+        if (pairs && col + 1 < out.cols) {
+          *reinterpret_cast<float2*>(dst) = make_float2(lo, hi);
+        } else {
+          dst[0] = lo;
+          if (col + 1 < out.cols) dst[1] = hi;
+        }
+      } else if (pairs && col + 1 < out.cols) {
+        *reinterpret_cast<uint32_t*>(dst) = mma::pack2<Out>(lo, hi);
+      } else {
+        dst[0] = from_float<Out>(lo);
+        if (col + 1 < out.cols) dst[1] = from_float<Out>(hi);
+      }
     }
   }
 }
@@ -170,13 +181,13 @@ __device__ void store(const float (&acc)[64], const OutRows<Out>& out, int half)
 // 128 * 40 + 256 * 232 is exactly what the block holds, so the math warpgroups' inc never waits
 // for registers that are not coming).
 // AMnMajor, BMnMajor: how the operands lie in their stages (see multiply).
-template <typename T, bool TakeRegisters, bool AMnMajor, bool BMnMajor, typename Out>
-__device__ void multiply_and_store(int k_tiles, const Ring& ring, const OutRows<Out>& out) {
+template <typename T, bool TakeRegisters, bool AMnMajor, bool BMnMajor, typename Out, class RowMap>
+__device__ void multiply_and_store(int k_tiles, const Ring& ring, const OutRows<Out, RowMap>& out) {
   if constexpr (TakeRegisters) setmaxnreg_inc<232>();
   const int half = int(threadIdx.x / 128) - 1;
   float acc[64];
   multiply<T, AMnMajor, BMnMajor>(k_tiles, half, ring, acc);
-  store<Out>(acc, out, half);
+  store(acc, out, half);
 }
 
 }  // namespace yolo::wgmma

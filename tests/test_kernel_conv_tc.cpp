@@ -210,7 +210,9 @@ std::vector<TcConvCase> conv_cases() {
   add(Conv2dShape{2, 5, 5, 40, 8, 5, 1});
   // wgmma forced (pipeline 3): every pass on it, grad_in accumulated into an aligned slice; an input
   // slice its 16-byte copies cannot read (forward and weight gradient fall back to mma.sync,
-  // backward data reads only grad_out); stride 2 (backward data on mma.sync, its parity classes).
+  // backward data reads only grad_out); stride 2 with 40 output channels (backward data on
+  // mma.sync: a k-tile of 64 would straddle taps); stride 2 with 64, every pass on wgmma (backward
+  // data by parity classes), accumulated into a slice.
   add(Conv2dShape{2, 9, 11, 16, 64, 3, 1}, [](TcConvCase& c) {
     c.pipeline = 3, c.accumulate = true, c.out_stride = 88, c.out_offset = 8;
     c.wgmma[0] = c.wgmma[1] = c.wgmma[2] = true;
@@ -222,6 +224,10 @@ std::vector<TcConvCase> conv_cases() {
   add(Conv2dShape{1, 11, 9, 8, 40, 3, 2}, [](TcConvCase& c) {
     c.pipeline = 3;
     c.wgmma[0] = c.wgmma[2] = true;
+  });
+  add(Conv2dShape{2, 7, 9, 16, 64, 3, 2}, [](TcConvCase& c) {
+    c.pipeline = 3, c.accumulate = true, c.out_stride = 80, c.out_offset = 8;
+    c.wgmma[0] = c.wgmma[1] = c.wgmma[2] = true;
   });
   // Few input channels: the forward and weight gradient on CUDA cores (kernels/conv_small_c.cu,
   // chosen by conv2d_tc_small_channels), c_in 1 to 4, odd output channels, 1x1 to 5x5, the image

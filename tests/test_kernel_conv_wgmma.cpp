@@ -85,9 +85,11 @@ void check_conv(Device device, Rng& rng, const Conv2dShape& s, bool with_bias, i
   CHECK(touched == 0);
 }
 
-// grad_in against the FP64 sum of grad_out at the mirrored taps.
+// grad_in against the FP64 sum of grad_out at the mirrored taps: input pixel iy takes tap r from
+// output pixel (iy + pad - r) / stride where that divides.
 template <typename T>
 void check_backward(Device device, Rng& rng, const Conv2dShape& s) {
+  CAPTURE(s.stride);
   CAPTURE(s.n);
   CAPTURE(s.h);
   CAPTURE(s.w);
@@ -112,8 +114,10 @@ void check_backward(Device device, Rng& rng, const Conv2dShape& s) {
           double sum = 0, size = 0;
           for (int r = 0; r < s.k; ++r)
             for (int c = 0; c < s.k; ++c) {
-              const int oy = iy + s.pad() - r, ox = ix + s.pad() - c;
-              if (oy < 0 || oy >= oh || ox < 0 || ox >= ow) continue;
+              const int ty = iy + s.pad() - r, tx = ix + s.pad() - c;
+              if (ty < 0 || tx < 0 || ty % s.stride != 0 || tx % s.stride != 0) continue;
+              const int oy = ty / s.stride, ox = tx / s.stride;
+              if (oy >= oh || ox >= ow) continue;
               for (int o = 0; o < s.c_out; ++o) {
                 const double p = double(to_float(dy[((size_t(b) * oh + oy) * ow + ox) * s.c_out + o])) *
                                  double(to_float(wts[((size_t(o) * s.k + r) * s.k + c) * s.c_in + i]));
@@ -132,7 +136,7 @@ void check_backward(Device device, Rng& rng, const Conv2dShape& s) {
 
 }  // namespace
 
-TEST_CASE("kernel: conv2d_backward_data_wgmma matches the FP64 sum (3x3, 1x1; bf16, fp16)") {
+TEST_CASE("kernel: conv2d_backward_data_wgmma matches the FP64 sum (3x3, 1x1; stride 1 and 2; bf16, fp16)") {
   KERNEL_TEST_DEVICE(device);
   if (!current_device_runs_wgmma()) SKIP_TEST("this device runs no sm_90a code (wgmma)");
   Rng rng;
@@ -140,6 +144,10 @@ TEST_CASE("kernel: conv2d_backward_data_wgmma matches the FP64 sum (3x3, 1x1; bf
   check_backward<Bf16>(device, rng, Conv2dShape{2, 9, 7, 24, 64, 3, 1});
   check_backward<Fp16>(device, rng, Conv2dShape{1, 6, 5, 136, 128, 3, 1});
   check_backward<Bf16>(device, rng, Conv2dShape{1, 13, 10, 40, 64, 1, 1});
+  // Stride 2: four parity classes of 4, 2, 2 and 1 taps and unequal rows (odd sizes); a 1x1 kernel
+  // leaves three classes without taps, whose pixels must get zeros (the output is poisoned).
+  check_backward<Bf16>(device, rng, Conv2dShape{2, 9, 7, 24, 64, 3, 2});
+  check_backward<Fp16>(device, rng, Conv2dShape{1, 7, 8, 16, 64, 1, 2});
 }
 
 TEST_CASE("kernel: conv2d_forward_wgmma matches the FP64 sum (3x3 stride 1 and 2, 1x1; bf16, fp16; a slice)") {

@@ -59,9 +59,10 @@ std::string plans_of(const bench::YoloConv& layer, const GpuDesc& gpu) {
 // backward data 128x128 cp.async gets 2 blocks per SM (was 1), so the A100 and H200 take it for
 // 10 and 9 more layers. The H200 runs sm_90a code: the planner weighs the wgmma kernels ("128w",
 // issue 36) at their predicted 70% of 790 TFLOP/s against mma.sync's measured fit, and takes them
-// for every pass whose shape they take and where they save 5 us or more (backward data at stride
-// 2 or with c_out not a multiple of 64, weight gradients of 255 channels, and five small weight
-// gradients stay on mma.sync). A prediction until the GPU measures both.
+// for every pass whose shape they take and where they save 5 us or more (backward data with c_out
+// not a multiple of 64, weight gradients of 255 channels, and five small weight gradients stay on
+// mma.sync; backward data at stride 2 moved to wgmma with its parity classes). A prediction until
+// the GPU measures both.
 const Pinned kT4 = {
     {"416x416 3->32 3x3 s1", "small 64r1 small"},
     {"416->208 32->64 3x3 s2", "64r1 64r1 64r16"},
@@ -149,19 +150,19 @@ const Pinned kH200MmaSync = {
 };
 const Pinned kH200 = {
     {"416x416 3->32 3x3 s1", "small 64r1 small"},
-    {"416->208 32->64 3x3 s2", "128w1 128a1 128w88"},
+    {"416->208 32->64 3x3 s2", "128w1 128w1 128w88"},
     {"208x208 64->32 1x1 s1", "128w1 128a1 64a258"},
     {"208x208 32->64 3x3 s1", "128w1 128w1 128w88"},
-    {"208->104 64->128 3x3 s2", "128w1 128a1 128w52"},
+    {"208->104 64->128 3x3 s2", "128w1 128w1 128w52"},
     {"104x104 128->64 1x1 s1", "128w1 128w1 128w246"},
     {"104x104 64->128 3x3 s1", "128w1 128w1 128w52"},
-    {"104->52 128->256 3x3 s2", "128w1 128a1 128w14"},
+    {"104->52 128->256 3x3 s2", "128w1 128w1 128w14"},
     {"52x52 256->128 1x1 s1", "128w1 128w1 128w113"},
     {"52x52 128->256 3x3 s1", "128w1 128w1 128w14"},
-    {"52->26 256->512 3x3 s2", "128w1 128a1 128w3"},
+    {"52->26 256->512 3x3 s2", "128w1 128w1 128w3"},
     {"26x26 512->256 1x1 s1", "128w1 128w1 128w29"},
     {"26x26 256->512 3x3 s1", "128w1 128w1 128w3"},
-    {"26->13 512->1024 3x3 s2", "128w1 128a1 128w1"},
+    {"26->13 512->1024 3x3 s2", "128w1 128w1 128w1"},
     {"13x13 1024->512 1x1 s1", "128w1 128w1 128w8"},
     {"13x13 512->1024 3x3 s1", "128w1 128w1 128w1"},
     {"13x13 1024->255 1x1 s1", "128w1 64r1 128r8"},
@@ -324,16 +325,21 @@ TEST_CASE("tc plan: wgmma only on devices that run sm_90a code, in 16 bits, for 
       CHECK_FALSE(choose_plan(bf16, h200_without_sm90a()).wgmma);
     }
   }
-  // Shapes the kernels do not take: backward data at stride 2 or with c_out not a multiple of 64,
-  // a forward of 12 input channels, a weight gradient of 255 outputs.
-  Conv2dShape stride2 = s, narrow = s, twelve = s, heads = s;
-  stride2.stride = 2, narrow.c_out = 96, twelve.c_in = 12, heads.c_out = 255;
-  CHECK_FALSE(conv2d_tc_problem(stride2, TcPass::BackwardData, Precision::Bf16).wgmma_shape);
+  // Backward data at stride 2 runs by parity classes (a grid z of 4).
+  Conv2dShape stride2 = s;
+  stride2.stride = 2;
+  CHECK(conv2d_tc_problem(stride2, TcPass::BackwardData, Precision::Bf16).wgmma_shape);
+  // Shapes the kernels do not take: backward data with a 5x5 kernel (a tensor map a tap, 9 at
+  // most) or c_out not a multiple of 64, a forward of 12 input channels, a weight gradient of 255
+  // outputs.
+  Conv2dShape five = s, narrow = s, twelve = s, heads = s;
+  five.k = 5, narrow.c_out = 96, twelve.c_in = 12, heads.c_out = 255;
+  CHECK_FALSE(conv2d_tc_problem(five, TcPass::BackwardData, Precision::Bf16).wgmma_shape);
   CHECK_FALSE(conv2d_tc_problem(narrow, TcPass::BackwardData, Precision::Bf16).wgmma_shape);
   CHECK_FALSE(conv2d_tc_problem(twelve, TcPass::Forward, Precision::Bf16).wgmma_shape);
   CHECK_FALSE(conv2d_tc_problem(heads, TcPass::BackwardWeights, Precision::Bf16).wgmma_shape);
   TcTiling forced(-1, 0, 3);
-  CHECK_FALSE(choose_plan(conv2d_tc_problem(stride2, TcPass::BackwardData, Precision::Bf16), gpu_h200()).wgmma);
+  CHECK_FALSE(choose_plan(conv2d_tc_problem(five, TcPass::BackwardData, Precision::Bf16), gpu_h200()).wgmma);
   // More than 65535 row tiles of 128 pixels (the grid's y): batch 64 at 416x416.
   Conv2dShape big{64, 416, 416, 32, 32, 3, 1};
   CHECK_FALSE(conv2d_tc_problem(big, TcPass::Forward, Precision::Bf16).wgmma_shape);

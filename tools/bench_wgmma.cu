@@ -6,8 +6,9 @@
 //               is not a multiple of 8: no row);
 //   conv_wgmma  conv2d_forward_wgmma (kernels/conv_wgmma.h), A gathered by cp.async, at every
 //               layer whose c_in is a multiple of 8 (all but the first; op "wgmma fwd bf16");
-//               conv2d_backward_data_wgmma at the stride-1 layers whose c_out is a multiple of
-//               64 (op "wgmma bwd data bf16": m = the input's pixels, n = c_in, k = taps * c_out);
+//               conv2d_backward_data_wgmma at the layers whose c_out is a multiple of 64 (op
+//               "wgmma bwd data bf16": m = the output's pixels, n = c_in, k = taps * c_out, the
+//               forward's product; at stride 2 the kernel runs it as 4 parity classes);
 //               conv2d_backward_weights_wgmma where c_in and c_out are multiples of 8 (op "wgmma
 //               bwd weights bf16": m = c_out, n = taps * c_in, k = pixels; FP32 out, as cuBLAS's).
 // Each row's cuBLAS column times cublasGemmEx at the same GEMM (the im2col form for 3x3: a dense
@@ -55,8 +56,7 @@ bool conv_weights_row(const Context& context, const YoloConv& layer) {
   return layer.c_in % 8 == 0 && layer.c_out % 8 == 0 && matches(context, kConvFamily, kConvWeightsOp, layer);
 }
 bool conv_back_row(const Context& context, const YoloConv& layer) {
-  return layer.stride == 1 && layer.c_in % 8 == 0 && layer.c_out % 64 == 0 &&
-         matches(context, kConvFamily, kConvBackOp, layer);
+  return layer.c_in % 8 == 0 && layer.c_out % 64 == 0 && matches(context, kConvFamily, kConvBackOp, layer);
 }
 
 #if defined(__CUDACC__)
@@ -141,9 +141,8 @@ void run_gpu(const Context& context, std::vector<Result>& out) {
     if (conv_back_row(context, layer)) {  // y holds grad_out, x receives grad_in
       const NhwcView<const Bf16> grad_out{yd, s.n, s.out_h(), s.out_w(), s.c_out, s.c_out};
       const NhwcView<Bf16> grad_in{const_cast<Bf16*>(xd), s.n, s.h, s.w, s.c_in, s.c_in};
-      const int in_pixels = s.n * s.h * s.w;
       out.push_back(time_row(context, kConvBackOp, layer, bytes,
-                             RowMajorGemm{in_pixels, s.c_in, s.k * s.k * s.c_out, false, false}, handle,
+                             RowMajorGemm{pixels, s.c_in, s.k * s.k * s.c_out, false, false}, handle,
                              [&] { conv2d_backward_data_wgmma(s, grad_out, wd, grad_in, false, stream); }));
     }
     if (conv_weights_row(context, layer)) {  // x holds the input, y grad_out; FP32 gradient and partials
