@@ -457,9 +457,8 @@ void conv2d_forward_tc(const Conv2dShape& s, NhwcView<const T> in, const T* weig
   constexpr int V = Tc<T>::V;
   const bool vec_in = vec_view(in, V), vec_w = (s.k * s.k * s.c_in) % V == 0 && vec_pointer(weights);
   TcPlan plan = forward_plan<T>(s);
-  if (plan.wgmma) {
-    if constexpr (sizeof(T) == 2)
-      if (vec_in && vec_w) return conv2d_forward_wgmma<T>(s, in, weights, bias, out, stream, moments);
+  if (plan.wgmma) {  // every precision (TF32 too: both operands K-major)
+    if (vec_in && vec_w) return conv2d_forward_wgmma<T>(s, in, weights, bias, out, stream, moments);
     plan = mma_instead_of_wgmma();
   }
   plan.async = plan.async && vec_in && vec_w;

@@ -25,9 +25,11 @@ struct Gather {
   int k_total;  // k * k * c_in
 };
 
-// Producer thread p (0..127) gathers row p of every A tile, 8 chunks of 8 channels per k-tile;
-// thread 0 also brings the weights' tile by TMA. A stage is announced full one k-tile late, once
-// its copies landed (cp.async.wait_group 1) and were fenced for the async proxy.
+// Producer thread p (0..127) gathers row p of every A tile, 8 chunks of 16 bytes (8 channels, 4 in
+// TF32) per k-tile; thread 0 also brings the weights' tile by TMA. A stage is announced full one
+// k-tile late, once its copies landed (cp.async.wait_group 1) and were fenced for the async proxy.
+// The weights' map counts 16-bit units (FP32 rows as pairs of them: TMA moves bytes, and the
+// swizzle acts on 16-byte chunks), so a k-tile's box is 64 units wide in every precision.
 template <typename T>
 __device__ void produce(const Gather g, NhwcView<const T> in, const tma::TensorMap* w_map, int k_tiles,
                         const Ring& ring) {
@@ -40,12 +42,13 @@ __device__ void produce(const Gather g, NhwcView<const T> in, const tma::TensorM
     mbarrier_wait(&ring.empty[st], empty_parity(t));
     if (p == 0) {
       mbarrier_arrive_expect_tx(&ring.full[st], kTileBytes);
-      tma::load_2d(ring.b_tile(st), w_map, t * kBlockK, int(blockIdx.x) * kBlockN, &ring.full[st]);
+      tma::load_2d(ring.b_tile(st), w_map, t * 64, int(blockIdx.x) * kBlockN, &ring.full[st]);
     }
     const uint32_t a_tile = ring.address + uint32_t(st) * kStageBytes;
+    constexpr int V = 16 / int(sizeof(T));  // channels a 16-byte copy
 #pragma unroll
-    for (int q = 0; q < kBlockK / 8; ++q) {
-      const int kk = t * kBlockK + 8 * q, tap = kk / g.c_in, c = kk % g.c_in;
+    for (int q = 0; q < 8; ++q) {
+      const int kk = t * kTileK<T> + V * q, tap = kk / g.c_in, c = kk % g.c_in;
       const int iy = y0 + tap / g.k, ix = x0 + tap % g.k;
       const bool inside = row_valid && kk < g.k_total && iy >= 0 && iy < g.h && ix >= 0 && ix < g.w;
       const T* src = inside ? in.data + in.at(b, iy, ix, c) : in.data;
@@ -66,7 +69,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     conv_forward_wgmma_kernel(Gather g, NhwcView<const T> in, const __grid_constant__ tma::TensorMap w_map,
                               const float* bias, NhwcView<T> out, ConvMoments moments) {
   const Ring ring = make_ring(128 + 1);  // the 128 gatherers, and thread 0's expect_tx
-  const int k_tiles = (g.k_total + kBlockK - 1) / kBlockK;
+  const int k_tiles = (g.k_total + kTileK<T> - 1) / kTileK<T>;
   if (threadIdx.x < 128) {
     produce<T>(g, in, &w_map, k_tiles, ring);
     if (moments.partials == nullptr) return;
@@ -207,23 +210,27 @@ void conv2d_forward_wgmma(const Conv2dShape& s, NhwcView<const T> in, const T* w
                           NhwcView<T> out, cudaStream_t stream, ConvMoments moments) {
   s.validate();
   require_wgmma("conv2d_forward_wgmma");
-  if (!conv2d_forward_wgmma_takes(s) || in.stride % 8 != 0 || reinterpret_cast<uintptr_t>(in.data) % 16 != 0)
-    throw Error("conv2d_forward_wgmma: the input's channels (" + std::to_string(s.c_in) + ") and pixel stride (" +
-                std::to_string(in.stride) + ") must be multiples of 8, its data 16-byte aligned, and the output at "
-                "most 65535 * 128 pixels");
+  constexpr int V = 16 / int(sizeof(T));  // elements a 16-byte copy
+  if (!conv2d_forward_wgmma_takes(s) || in.stride % V != 0 || reinterpret_cast<uintptr_t>(in.data) % 16 != 0)
+    throw Error("conv2d_forward_wgmma: the input's channels (" + std::to_string(s.c_in) +
+                ") must be a multiple of 8 and its pixel stride (" + std::to_string(in.stride) + ") of " +
+                std::to_string(V) + ", its data 16-byte aligned, and the output at most 65535 * 128 pixels");
   if (in.n != s.n || in.h != s.h || in.w != s.w || in.c != s.c_in || out.n != s.n || out.h != s.out_h() ||
       out.w != s.out_w() || out.c != s.c_out)
     throw Error("conv2d_forward_wgmma: the views do not match the shape");
   if (s.n == 0) return;
   const Gather g{s.n * s.out_h() * s.out_w(), s.out_h(), s.out_w(), s.h, s.w, s.c_in, s.k, s.stride, s.pad(),
                  s.k * s.k * s.c_in};
-  const tma::TensorMap w_map =
-      tma::encode_2d(weights, uint64_t(g.k_total), uint64_t(s.c_out), uint64_t(g.k_total) * 2, kBlockK, kBlockN, 1);
+  const uint64_t units = sizeof(T) / 2;  // 16-bit units an element (see produce)
+  const tma::TensorMap w_map = tma::encode_2d(weights, uint64_t(g.k_total) * units, uint64_t(s.c_out),
+                                              uint64_t(g.k_total) * sizeof(T), 64, kBlockN, 1);
   tc::allow_shared(conv_forward_wgmma_kernel<T>, kSharedBytes);
   LAUNCH(conv_forward_wgmma_kernel<T>, dim3(ceil_div(size_t(s.c_out), kBlockN), ceil_div(size_t(g.pixels), kBlockM)),
          dim3(kThreads), kSharedBytes, stream, g, in, w_map, bias, out, moments);
 }
 
+template void conv2d_forward_wgmma<float>(const Conv2dShape&, NhwcView<const float>, const float*, const float*,
+                                          NhwcView<float>, cudaStream_t, ConvMoments);
 template void conv2d_forward_wgmma<Bf16>(const Conv2dShape&, NhwcView<const Bf16>, const Bf16*, const float*,
                                          NhwcView<Bf16>, cudaStream_t, ConvMoments);
 template void conv2d_forward_wgmma<Fp16>(const Conv2dShape&, NhwcView<const Fp16>, const Fp16*, const float*,

@@ -1,12 +1,15 @@
 // The convolution's three passes on Hopper's wgmma (issue 36, stage 2):
-// conv2d_forward_tc's product (kernels/conv.h) for 16-bit T, on the main loop of kernels/wgmma_tiles.cuh. The im2col
-// rows of A are gathered by the producer warpgroup with 16-byte cp.async in the 128-byte swizzle
-// (8 channels of one pixel and tap per copy; zeros where the tap falls outside the image: TMA's
-// tiled boxes cannot describe the gather), the weights arrive by TMA as the [c_out][k*k*c_in]
-// matrix they are. The convolutions of kernels/conv.h run it where the planner chooses it
-// (kernels/tc_plan.h); tools/bench_wgmma.cu times it beside conv2d_forward_tc and cuBLAS.
+// conv2d_forward_tc's product (kernels/conv.h) for T = Bf16, Fp16 or float (TF32), on the main
+// loop of kernels/wgmma_tiles.cuh. The im2col rows of A are gathered by the producer warpgroup
+// with 16-byte cp.async in the 128-byte swizzle (8 channels of one pixel and tap per copy, 4 in
+// TF32; zeros where the tap falls outside the image: TMA's tiled boxes cannot describe the
+// gather), the weights arrive by TMA as the [c_out][k*k*c_in] matrix they are. TF32 reads the
+// FP32 operands truncated (kernels/wgmma.cuh: the low 13 bits ignored; mma.sync's TF32 rounds to
+// nearest), so the two families' TF32 results differ in their last bits. The convolutions of
+// kernels/conv.h run it where the planner chooses it (kernels/tc_plan.h); tools/bench_wgmma.cu
+// times it beside conv2d_forward_tc and cuBLAS.
 //   Needs current_device_runs_wgmma() (kernels/hopper.h), c_in a multiple of 8, `in`'s pixel
-//   stride a multiple of 8 and its data and the weights 16-byte aligned, at most 65535 * 128
+//   stride a multiple of 16 bytes and its data and the weights 16-byte aligned, at most 65535 * 128
 //   output pixels; throws yolo::Error otherwise. out may be a channel slice (any stride). bias:
 //   FP32 per output channel, or null. moments: BatchNorm's statistics of the stored output, per
 //   block of 128 output pixels, as conv2d_forward_tc writes them (kernels/conv.h, ConvMoments).

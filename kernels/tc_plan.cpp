@@ -79,7 +79,8 @@ GpuDesc resized_preset(int cc, int sms) {
   GpuDesc g = gpu_preset(cc);
   const double scale = double(sms) / g.sms;
   g.cc = cc, g.sms = sms;
-  g.mma_tflops_16 *= scale, g.mma_tflops_tf32 *= scale, g.wgmma_tflops_16 *= scale, g.l2_gbs *= scale;
+  g.mma_tflops_16 *= scale, g.mma_tflops_tf32 *= scale, g.wgmma_tflops_16 *= scale, g.wgmma_tflops_tf32 *= scale;
+  g.l2_gbs *= scale;
   return g;
 }
 
@@ -219,7 +220,7 @@ double loop_efficiency(const TcProblem& problem, const TcPlan& plan, int residen
 
 TcPrediction predict(const TcProblem& problem, const TcPlan& plan, const GpuDesc& gpu) {
   TcPrediction p;
-  const int bk = plan.wgmma ? kWgmmaBk : tc_bk(problem.elem);
+  const int bk = plan.wgmma ? wgmma_bk(problem.elem) : tc_bk(problem.elem);
   const long long tiles = ceil_div_ll(problem.m, plan.bm()) * ceil_div_ll(problem.n, plan.bn()) * problem.groups;
   const long long chunk = std::max<long long>(slice_k(problem.k, plan.splits, bk), bk);
   p.blocks_per_sm = blocks_per_sm(problem, plan, gpu);
@@ -232,7 +233,8 @@ TcPrediction predict(const TcProblem& problem, const TcPlan& plan, const GpuDesc
   const long long busiest_sm = ceil_div_ll(p.blocks, gpu.sms);  // blocks go round the SMs
   const int resident = int(std::min<long long>(busiest_sm, p.blocks_per_sm));
   p.efficiency = loop_efficiency(problem, plan, resident);
-  const double tflops = plan.wgmma ? gpu.wgmma_tflops_16 : problem.elem == 4 ? gpu.mma_tflops_tf32 : gpu.mma_tflops_16;
+  const double tflops = plan.wgmma ? (problem.elem == 4 ? gpu.wgmma_tflops_tf32 : gpu.wgmma_tflops_16)
+                                   : (problem.elem == 4 ? gpu.mma_tflops_tf32 : gpu.mma_tflops_16);
   const double sm_flops_per_us = tflops * 1e6 / gpu.sms;
   const double block_flops = 2.0 * plan.bm() * plan.bn() * double(chunk);
   p.mma_us = double(busiest_sm) * block_flops / (sm_flops_per_us * p.efficiency);
@@ -261,8 +263,11 @@ namespace {
 
 constexpr double kWgmmaMinGainUs = 5.0;
 
+// 16-bit passes; TF32 only where both operands are K-major (the forward), since TF32 wgmma
+// cannot transpose.
 bool wgmma_possible(const TcProblem& problem, const GpuDesc& gpu) {
-  return gpu.wgmma && problem.wgmma_shape && problem.elem == 2 && problem.pass != TcPass::Gemm;
+  const bool type_ok = problem.elem == 2 || (problem.elem == 4 && problem.pass == TcPass::Forward);
+  return gpu.wgmma && problem.wgmma_shape && type_ok && problem.pass != TcPass::Gemm;
 }
 
 TcPlan wgmma_plan(const TcProblem& problem, const GpuDesc& gpu) {
@@ -270,7 +275,7 @@ TcPlan wgmma_plan(const TcProblem& problem, const GpuDesc& gpu) {
   plan.tile = 0, plan.async = true, plan.wgmma = true;
   if (problem.pass == TcPass::BackwardWeights)
     plan.splits = wgmma_weight_splits(ceil_div_ll(problem.m, kWgmmaTile) * ceil_div_ll(problem.n, kWgmmaTile),
-                                      ceil_div_ll(problem.k, kWgmmaBk), gpu.sms);
+                                      ceil_div_ll(problem.k, wgmma_bk(problem.elem)), gpu.sms);
   return plan;
 }
 

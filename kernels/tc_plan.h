@@ -29,9 +29,11 @@ struct GpuDesc {
   double mma_tflops_16 = 644;    // mma.sync ceilings: BF16/FP16 and TF32, FP32 accumulation
   double mma_tflops_tf32 = 319;
   // Hopper's wgmma (kernels/wgmma_tiles.cuh): whether the device runs the build's sm_90a code, and
-  // the BF16/FP16 rate it can reach (cuBLAS's best on the H200, 790 TFLOP/s, stands for it).
+  // the rates it can reach: BF16/FP16 cuBLAS's best on the H200, 790 TFLOP/s (80% of the dense
+  // peak); TF32 the same share of its dense peak (494), not measured.
   bool wgmma = false;
   double wgmma_tflops_16 = 790;
+  double wgmma_tflops_tf32 = 395;
   bool rates_measured = true;    // false: the rates are predictions for this GPU
 };
 GpuDesc gpu_t4();
@@ -106,9 +108,11 @@ constexpr int tc_min_blocks(TcPass pass, int bm, bool async, int elem, int code_
 
 // ---- the plan and its prediction ------------------------------------------------------------------
 
-// The wgmma kernels' block (kernels/wgmma_tiles.cuh: 128x128 tiles of 64 k, 4 stages, 384
-// threads; one block per SM), for the planner. wgmma_tiles.cuh checks its own against these.
+// The wgmma kernels' block (kernels/wgmma_tiles.cuh: 128x128 tiles of 64 k in 16 bits, 32 in
+// TF32 (a 128-byte row either way), 4 stages, 384 threads; one block per SM), for the planner.
+// wgmma_tiles.cuh checks its own against these.
 constexpr int kWgmmaTile = 128, kWgmmaBk = 64, kWgmmaThreads = 384;
+constexpr int wgmma_bk(int elem) { return 128 / elem; }
 constexpr int kWgmmaSharedBytes = 1024 + 4 * 2 * kWgmmaTile * kWgmmaBk * 2 + 2 * 4 * 8;
 // The pixel split of the wgmma weight gradient over `tiles` output tiles and `k_tiles` 64-pixel
 // steps: enough blocks for two waves of `sms` SMs, at least one step each, no empty split.

@@ -2,7 +2,11 @@
 // host compiler (runtime/emu/warpgroup.cpp queues and checks; the arithmetic and the fragment
 // layout are here, as mma.cuh keeps mma.sync's):
 //   - wgmma.mma_async m64nNk16 (BF16, FP16; FP32 accumulators) with both operands K-major in
-//     shared memory, named by matrix descriptors; wgmma.fence / commit_group / wait_group.
+//     shared memory, named by matrix descriptors, and m64nNk8 in TF32 (T = float; K-major only:
+//     the ISA has no transpose for 32-bit operands); wgmma.fence / commit_group / wait_group.
+//     TF32 operands are FP32 words in shared memory of which the tensor cores read the top 19
+//     bits: the low 13 mantissa bits are ignored (truncation toward zero, where mma.sync's
+//     kernels round with cvt.rna first; a NaN whose payload lies in those bits reads as Inf).
 //     sm_90a code only (YOLO_WGMMA_NATIVE): elsewhere the calls trap, and launchers ask
 //     current_device_runs_wgmma (kernels/hopper.h) before choosing a wgmma kernel.
 //   - mbarriers (init, arrive, arrive with expect_tx, try_wait.parity) and
@@ -106,11 +110,11 @@ __host__ __device__ constexpr uint64_t descriptor(uint32_t address, Swizzle s, u
 // ---- emulated twin: each thread computes its own accumulators from shared memory ---------------
 namespace emulated {
 
-// The shared address of element (mn, k) of the k16 slice a descriptor names, K-major or (mn_major)
-// MN-major. Throws for what the emulation does not model (a base offset; a K-major slice
-// crossing a swizzle row; a start address away from its pattern's first row, which needs the
-// base offset on a GPU).
-inline uint32_t operand_address(uint64_t desc, bool mn_major, uint32_t mn, uint32_t k) {
+// The shared address of element (mn, k) of the 32-byte k slice a descriptor names (k16 of 16-bit
+// elements, k8 of TF32), K-major or (mn_major, 16-bit only) MN-major. Throws for what the
+// emulation does not model (a base offset; a K-major slice crossing a swizzle row; a start
+// address away from its pattern's first row, which needs the base offset on a GPU).
+inline uint32_t operand_address(uint64_t desc, bool mn_major, uint32_t mn, uint32_t k, uint32_t element_bytes) {
   const uint32_t start = uint32_t(desc & 0x3fff) << 4, leading = uint32_t(desc >> 16 & 0x3fff) << 4;
   const uint32_t stride = uint32_t(desc >> 32 & 0x3fff) << 4;
   const Swizzle s = Swizzle(desc >> 62);
@@ -125,15 +129,22 @@ inline uint32_t operand_address(uint64_t desc, bool mn_major, uint32_t mn, uint3
                   std::to_string(pattern) + "-byte swizzle pattern (a GPU needs the base offset field)");
   }
   return mn_major ? mn_major_address(start, s, leading, stride, mn, k)
-                  : k_major_address(start, s, leading, stride, mn, 2 * k);
+                  : k_major_address(start, s, leading, stride, mn, element_bytes * k);
 }
 
+// An operand element as the tensor cores read it (TF32: the FP32 word's low 13 bits dropped).
 template <typename T>
 double element(uint64_t desc, bool mn_major, uint32_t mn, uint32_t k) {
-  uint16_t bits;
-  std::memcpy(&bits, yolo::emu::async_proxy_read(operand_address(desc, mn_major, mn, k), 2), 2);
-  if constexpr (std::is_same_v<T, Bf16>) return double(to_float(Bf16{bits}));
-  else return double(to_float(Fp16{bits}));
+  if constexpr (std::is_same_v<T, float>) {
+    uint32_t bits;
+    std::memcpy(&bits, yolo::emu::async_proxy_read(operand_address(desc, false, mn, k, 4), 4), 4);
+    return double(bits_float(bits & 0xffffe000u));
+  } else {
+    uint16_t bits;
+    std::memcpy(&bits, yolo::emu::async_proxy_read(operand_address(desc, mn_major, mn, k, 2), 2), 2);
+    if constexpr (std::is_same_v<T, Bf16>) return double(to_float(Bf16{bits}));
+    else return double(to_float(Fp16{bits}));
+  }
 }
 
 // Queued until the thread's wgmma.wait_group covers it; then D = A*B (+ D) for this thread's
@@ -146,16 +157,17 @@ void mma(float* d, uint64_t a_desc, uint64_t b_desc, bool accumulate) {
     // The fragment's D[i] is row 16 warp + lane / 4 + 8 h (h = (i / 2) % 2) and column
     // 8 (i / 4) + 2 (lane % 4) + i % 2: this thread's 2 rows of A and N / 4 columns of B, each
     // element read once.
-    double a[2][16], b[N / 4][16];
+    constexpr unsigned K = 32 / sizeof(T);  // the slice's k: 16, or 8 in TF32
+    double a[2][K], b[N / 4][K];
     for (unsigned h = 0; h < 2; ++h)
-      for (unsigned k = 0; k < 16; ++k) a[h][k] = element<T>(a_desc, TransA, 16 * warp + lane / 4 + 8 * h, k);
+      for (unsigned k = 0; k < K; ++k) a[h][k] = element<T>(a_desc, TransA, 16 * warp + lane / 4 + 8 * h, k);
     for (unsigned j = 0; j < unsigned(N) / 4; ++j)
-      for (unsigned k = 0; k < 16; ++k) b[j][k] = element<T>(b_desc, TransB, 8 * (j / 2) + 2 * (lane % 4) + j % 2, k);
+      for (unsigned k = 0; k < K; ++k) b[j][k] = element<T>(b_desc, TransB, 8 * (j / 2) + 2 * (lane % 4) + j % 2, k);
     for (unsigned i = 0; i < unsigned(N) / 2; ++i) {
       const double* row = a[(i / 2) % 2];
       const double* col = b[2 * (i / 4) + i % 2];
       double sum = accumulate ? double(d[i]) : 0.0;
-      for (unsigned k = 0; k < 16; ++k) sum += row[k] * col[k];
+      for (unsigned k = 0; k < K; ++k) sum += row[k] * col[k];
       d[i] = float(sum);
     }
   });
@@ -190,35 +202,37 @@ __device__ __forceinline__ void fence(float (&d)[M]) {
 #endif
 }
 
-// D (+)= A * B for one m64nNk16 slice (N 64 or 128); T is Bf16 or Fp16; accumulate = false
-// ignores D's value; TransA / TransB: that operand is MN-major (imm-trans 1). The PTX, one macro
-// per N for both operand types (the operand lists are long): scale-d is a predicate set from
-// `accumulate`; scale-a and scale-b 1; TRANS the two imm-trans values as "a, b".
-#define YOLO_WGMMA_M64N64K16(TYPE, TRANS)                                                        \
+// D (+)= A * B for one 32-byte k slice (m64nNk16 for Bf16 and Fp16, m64nNk8 for TF32; N 64 or
+// 128); accumulate = false ignores D's value; TransA / TransB: that operand is MN-major
+// (imm-trans 1; 16-bit only). The PTX, one macro per N for every operand type (the operand lists
+// are long): SHAPE_TYPES the shape and types, e.g. "m64n64k16.f32.bf16.bf16"; scale-d a predicate
+// set from `accumulate`; scale-a and scale-b 1; TRANS ", a, b" with the two imm-trans values, or
+// nothing (TF32 takes none).
+#define YOLO_WGMMA_M64N64(SHAPE_TYPES, TRANS)                                                        \
   asm volatile(                                                                          \
       "{\n.reg .pred p;\n"                                                                \
       "setp.ne.b32 p, %34, 0;\n"                                                    \
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32." TYPE "." TYPE " "                     \
+      "wgmma.mma_async.sync.aligned." SHAPE_TYPES " "                                      \
       "{"                                                                                \
       "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "   \
       "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"   \
-      "}, %32, %33, p, 1, 1, " TRANS ";\n}\n"                                          \
+      "}, %32, %33, p, 1, 1" TRANS ";\n}\n"                                          \
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),   \
         "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),   \
         "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),   \
         "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]) \
       : "l"(a_desc), "l"(b_desc), "r"(int(accumulate)))
-#define YOLO_WGMMA_M64N128K16(TYPE, TRANS)                                                        \
+#define YOLO_WGMMA_M64N128(SHAPE_TYPES, TRANS)                                                        \
   asm volatile(                                                                          \
       "{\n.reg .pred p;\n"                                                                \
       "setp.ne.b32 p, %66, 0;\n"                                                    \
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32." TYPE "." TYPE " "                     \
+      "wgmma.mma_async.sync.aligned." SHAPE_TYPES " "                                      \
       "{"                                                                                \
       "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "   \
       "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "   \
       "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "   \
       "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"   \
-      "}, %64, %65, p, 1, 1, " TRANS ";\n}\n"                                          \
+      "}, %64, %65, p, 1, 1" TRANS ";\n}\n"                                          \
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),   \
         "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),   \
         "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),   \
@@ -231,21 +245,25 @@ __device__ __forceinline__ void fence(float (&d)[M]) {
 
 template <typename T, int N, bool TransA = false, bool TransB = false>
 __device__ __forceinline__ void mma_async(float (&d)[N / 2], uint64_t a_desc, uint64_t b_desc, bool accumulate) {
-  static_assert(N == 64 || N == 128, "the wgmma shapes built here are m64n64k16 and m64n128k16");
-  static_assert(std::is_same_v<T, Bf16> || std::is_same_v<T, Fp16>, "wgmma operands here are Bf16 or Fp16");
+  static_assert(N == 64 || N == 128, "the wgmma shapes built here are m64n64 and m64n128");
+  static_assert(std::is_same_v<T, Bf16> || std::is_same_v<T, Fp16> || std::is_same_v<T, float>,
+                "wgmma operands here are Bf16, Fp16 or TF32 (float)");
+  static_assert(!std::is_same_v<T, float> || (!TransA && !TransB), "TF32 wgmma reads K-major operands only");
 #if YOLO_WGMMA_NATIVE
 // The four transpose combinations of one shape and type.
-#define YOLO_WGMMA_ANY_TRANS(MACRO, TYPE)           \
-  if constexpr (!TransA && !TransB) MACRO(TYPE, "0, 0"); \
-  else if constexpr (!TransA) MACRO(TYPE, "0, 1");       \
-  else if constexpr (!TransB) MACRO(TYPE, "1, 0");       \
-  else MACRO(TYPE, "1, 1")
+#define YOLO_WGMMA_ANY_TRANS(MACRO, SHAPE_TYPES)              \
+  if constexpr (!TransA && !TransB) MACRO(SHAPE_TYPES, ", 0, 0"); \
+  else if constexpr (!TransA) MACRO(SHAPE_TYPES, ", 0, 1");       \
+  else if constexpr (!TransB) MACRO(SHAPE_TYPES, ", 1, 0");       \
+  else MACRO(SHAPE_TYPES, ", 1, 1")
   if constexpr (N == 64) {
-    if constexpr (std::is_same_v<T, Bf16>) YOLO_WGMMA_ANY_TRANS(YOLO_WGMMA_M64N64K16, "bf16");
-    else YOLO_WGMMA_ANY_TRANS(YOLO_WGMMA_M64N64K16, "f16");
+    if constexpr (std::is_same_v<T, Bf16>) YOLO_WGMMA_ANY_TRANS(YOLO_WGMMA_M64N64, "m64n64k16.f32.bf16.bf16");
+    else if constexpr (std::is_same_v<T, Fp16>) YOLO_WGMMA_ANY_TRANS(YOLO_WGMMA_M64N64, "m64n64k16.f32.f16.f16");
+    else YOLO_WGMMA_M64N64("m64n64k8.f32.tf32.tf32", "");
   } else {
-    if constexpr (std::is_same_v<T, Bf16>) YOLO_WGMMA_ANY_TRANS(YOLO_WGMMA_M64N128K16, "bf16");
-    else YOLO_WGMMA_ANY_TRANS(YOLO_WGMMA_M64N128K16, "f16");
+    if constexpr (std::is_same_v<T, Bf16>) YOLO_WGMMA_ANY_TRANS(YOLO_WGMMA_M64N128, "m64n128k16.f32.bf16.bf16");
+    else if constexpr (std::is_same_v<T, Fp16>) YOLO_WGMMA_ANY_TRANS(YOLO_WGMMA_M64N128, "m64n128k16.f32.f16.f16");
+    else YOLO_WGMMA_M64N128("m64n128k8.f32.tf32.tf32", "");
   }
 #undef YOLO_WGMMA_ANY_TRANS
 #elif defined(__CUDACC__)
@@ -258,8 +276,8 @@ __device__ __forceinline__ void mma_async(float (&d)[N / 2], uint64_t a_desc, ui
   emulated::mma<T, N, TransA, TransB>(d, a_desc, b_desc, accumulate);
 #endif
 }
-#undef YOLO_WGMMA_M64N64K16
-#undef YOLO_WGMMA_M64N128K16
+#undef YOLO_WGMMA_M64N64
+#undef YOLO_WGMMA_M64N128
 
 // Closes the batch of mma_async issued since the last commit.
 __device__ __forceinline__ void commit_group() {

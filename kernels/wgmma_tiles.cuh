@@ -21,7 +21,13 @@ constexpr uint32_t kTileBytes = 128 * kBlockK * 2;  // one operand's 128 rows of
 constexpr uint32_t kStageBytes = 2 * kTileBytes;    // A's tile, then B's
 constexpr size_t kSharedBytes = 1024 + size_t(kStages) * kStageBytes + 2 * kStages * sizeof(uint64_t);
 constexpr uint32_t kRowGroupBytes = 8 * 128;  // 8 rows of the 128-byte swizzle: the descriptor's stride
+// A k-tile is one 128-byte swizzle row of each operand row: 64 k in 16 bits (kBlockK), 32 in
+// TF32; the math warpgroups multiply it as 4 slices of 32 bytes (k16, or k8 in TF32).
+template <typename T>
+constexpr int kTileK = 128 / int(sizeof(T));
+constexpr uint32_t kSlicesPerTile = 4;
 static_assert(kBlockM == tc::kWgmmaTile && kBlockN == tc::kWgmmaTile && kBlockK == tc::kWgmmaBk &&
+                  kTileK<float> == tc::wgmma_bk(4) && kTileK<Bf16> == tc::wgmma_bk(2) &&
                   kThreads == tc::kWgmmaThreads && kSharedBytes == size_t(tc::kWgmmaSharedBytes),
               "the planner's description of the wgmma block (kernels/tc_plan.h) must match the kernels'");
 
@@ -106,7 +112,7 @@ __device__ void multiply(int k_tiles, int half, const Ring& ring, float (&acc)[6
     const uint32_t b_tile = ring.address + uint32_t(st) * kStageBytes + kTileBytes;
     fence(acc);
 #pragma unroll
-    for (uint32_t j = 0; j < kBlockK / 16; ++j)
+    for (uint32_t j = 0; j < kSlicesPerTile; ++j)
       mma_async<T, 128, AMnMajor, BMnMajor>(acc, slice<AMnMajor>(a_tile, j), slice<BMnMajor>(b_tile, j),
                                             t > 0 || j > 0);
     commit_group();

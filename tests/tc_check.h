@@ -28,6 +28,18 @@ std::vector<double> exact(const std::vector<T>& values) {
   for (size_t i = 0; i < values.size(); ++i) out[i] = exact_value(values[i]);
   return out;
 }
+// FP32 values (held exactly in double) as TF32 wgmma reads them: the low 13 bits of each word
+// dropped (kernels/wgmma.cuh). mma.sync's kernels round to nearest instead (cvt.rna).
+inline std::vector<double> tf32_truncated(const std::vector<double>& values) {
+  std::vector<double> out(values.size());
+  for (size_t i = 0; i < values.size(); ++i) {
+    const float f = float(values[i]);
+    uint32_t bits;
+    std::memcpy(&bits, &f, 4);
+    out[i] = double(bits_float(bits & 0xffffe000u));
+  }
+  return out;
+}
 inline std::vector<double> absolute(std::vector<double> v) {
   for (double& x : v) x = std::fabs(x);
   return v;

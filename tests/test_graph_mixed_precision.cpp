@@ -328,32 +328,37 @@ TEST_CASE("fp16 loss scale kept on the device (emu0): the update divides by the 
 }
 #endif
 
-TEST_CASE("bf16 on Hopper's wgmma (forced on the kernel device): the tiny detector trains as on mma.sync, repeatably") {
+TEST_CASE("bf16 and tf32 on Hopper's wgmma (forced on the kernel device): the tiny detector trains as on mma.sync, repeatably") {
   KERNEL_TEST_DEVICE(device);
   if (current_compute_capability() != 90 || !tc::current_gpu().wgmma) SKIP_TEST("wgmma needs sm_90a code on sm_90");
   TempDir dir;
   data::Dataset dataset = yolo::testing::small_shapes_dataset(dir / "shapes");
-  // Pipeline 3: every conv pass the wgmma kernels take runs on them; 2: mma.sync's cp.async.
-  auto train = [&](int pipeline, const std::string& name, int steps) {
-    yolo::testing::TcTiling forced(-1, 0, pipeline);
-    TrainOptions o = band_options(dir / name, Precision::Bf16);
-    o.max_batches = steps;
-    TrainResult r = train_detector(yolo::testing::tiny_detector_spec(), dataset, device, o);
-    REQUIRE(r.iterations == steps);
-    return r;
-  };
-  // (CI time: 4 steps, all "early": each within 1% of the mma.sync run's loss at the same step.)
-  const TrainResult mma = train(2, "mma", 4);
+  // Pipeline 3: every conv pass the wgmma kernels take runs on them (in tf32 the forwards, whose
+  // operands they read truncated); 2: mma.sync's cp.async.
+  for (Precision precision : {Precision::Bf16, Precision::Tf32}) {
+    CAPTURE(precision_name(precision));
+    auto train = [&](int pipeline, const std::string& name, int steps) {
+      yolo::testing::TcTiling forced(-1, 0, pipeline);
+      TrainOptions o = band_options(dir / (name + precision_name(precision)), precision);
+      o.max_batches = steps;
+      TrainResult r = train_detector(yolo::testing::tiny_detector_spec(), dataset, device, o);
+      REQUIRE(r.iterations == steps);
+      return r;
+    };
+    // (CI time: 4 steps, all "early": each within 1% of the mma.sync run's loss at the same step.)
+    const TrainResult mma = train(2, "mma", 4);
 #if YOLO_EMULATED_KERNELS
-  const unsigned long long before = emu::wgmma_ops_run();
+    const unsigned long long before = emu::wgmma_ops_run();
 #endif
-  const TrainResult wgmma = train(3, "wgmma", 4);
+    const TrainResult wgmma = train(3, "wgmma", 4);
 #if YOLO_EMULATED_KERNELS
-  CHECK(emu::wgmma_ops_run() > before);
+    CHECK(emu::wgmma_ops_run() > before);
 #endif
-  const TrainResult again = train(3, "wgmma_again", 2);
-  const Band band = band_of(wgmma.losses, mma.losses);
-  MESSAGE("wgmma against mma.sync, bf16, 4 steps: worst step within " << band.early_worst);
-  CHECK(in_band(band));
-  CHECK(again.losses == std::vector<double>(wgmma.losses.begin(), wgmma.losses.begin() + 2));
+    const TrainResult again = train(3, "wgmma_again", 2);
+    const Band band = band_of(wgmma.losses, mma.losses);
+    MESSAGE("wgmma against mma.sync, " << std::string(precision_name(precision)) << ", 4 steps: worst step within "
+                                       << band.early_worst);
+    CHECK(in_band(band));
+    CHECK(again.losses == std::vector<double>(wgmma.losses.begin(), wgmma.losses.begin() + 2));
+  }
 }

@@ -68,6 +68,14 @@ struct WgmmaRan {
 #endif
 };
 
+// Whether the forward reads TF32 operands truncated: the planner chose wgmma for it and the
+// views let it run there (as conv2d_forward_tc dispatches; 16-byte copies of 4 floats).
+bool tf32_forward_on_wgmma(const TcConvCase& c) {
+  const tc::TcPlan plan = tc::choose_plan(conv2d_tc_problem(c.s, tc::TcPass::Forward, Precision::Tf32), tc::current_gpu());
+  const int stride = c.in_stride ? c.in_stride : c.s.c_in;
+  return plan.wgmma && stride % 4 == 0 && c.in_offset % 4 == 0;
+}
+
 // A case that forces its tiling: the planner's choice between wgmma and mma.sync is not its own.
 bool forced(const TcConvCase& c) { return c.tile >= 0 || c.splits > 0 || c.pipeline > 0; }
 
@@ -112,10 +120,17 @@ void check_conv_tc(Device device, const TcConvCase& c) {
     };
     const WgmmaRan ran;
     const std::vector<T> got = run();
-    if (forced(c)) ran.check(sizeof(T) == 2 && c.wgmma[0]);
+    // TF32 on wgmma reads its operands truncated, mma.sync rounds them: the reference takes the
+    // operands the family that ran reads (and under emulation, that family is checked).
+    const bool truncated = std::is_same_v<T, float> && tf32_forward_on_wgmma(c);
+    if (forced(c)) ran.check(c.wgmma[0]);
+    if (std::is_same_v<T, float>) ran.check(truncated);
+    const std::vector<double> in_t = truncated ? tf32_truncated(in64) : in64;
+    const std::vector<double> w_t = truncated ? tf32_truncated(w64) : w64;
     std::vector<double> ref(out.dense_count()), mag(out.dense_count());
-    conv2d_forward_reference<double>(s, in_ref, w64.data(), c.bias ? b64.data() : nullptr,
-                                     nhwc(ref.data(), s.n, oh, ow, s.c_out), nullptr, 0);
+    conv2d_forward_reference<double>(s, nhwc<const double>(in_t.data(), s.n, s.h, s.w, s.c_in), w_t.data(),
+                                     c.bias ? b64.data() : nullptr, nhwc(ref.data(), s.n, oh, ow, s.c_out), nullptr,
+                                     0);
     const std::vector<double> b_abs = absolute(b64);
     conv2d_forward_reference<double>(s, in_mag, w_abs.data(), c.bias ? b_abs.data() : nullptr,
                                      nhwc(mag.data(), s.n, oh, ow, s.c_out), nullptr, 0);
@@ -208,7 +223,8 @@ std::vector<TcConvCase> conv_cases() {
   });
   add(Conv2dShape{1, 9, 7, 64, 72, 3, 1}, [](TcConvCase& c) { c.tile = 1; c.splits = 2; c.pipeline = 2; });
   add(Conv2dShape{2, 5, 5, 40, 8, 5, 1});
-  // wgmma forced (pipeline 3): every pass on it, grad_in accumulated into an aligned slice; an input
+  // wgmma forced (pipeline 3; TF32 takes the forward only): every pass on it, grad_in accumulated
+  // into an aligned slice; an input
   // slice its 16-byte copies cannot read (forward and weight gradient fall back to mma.sync,
   // backward data reads only grad_out); stride 2 with 40 output channels (backward data on
   // mma.sync: a k-tile of 64 would straddle taps); stride 2 with 64, every pass on wgmma (backward

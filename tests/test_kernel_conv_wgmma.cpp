@@ -1,5 +1,6 @@
 // conv2d_forward_wgmma and conv2d_backward_data_wgmma (kernels/conv_wgmma.cu): against an FP64
-// reference of the same 16-bit inputs at odd sizes, 3x3 (stride 1 and 2: taps outside the
+// reference of the same 16-bit inputs (TF32: the FP32 inputs truncated as wgmma reads them) at
+// odd sizes, 3x3 (stride 1 and 2: taps outside the
 // image, a K not a multiple of the 64-wide k-tile) and 1x1, BF16 and FP16, with and without
 // bias, into a channel slice of a wider output whose other channels must stay untouched,
 // outputs poisoned first; their refusals. Emulated in tests_emu (the happens-before,
@@ -24,8 +25,29 @@ using namespace yolo::testing;
 
 namespace {
 
-// out (c_total channels a pixel, the convolution's at channel `offset`) against the FP64 sum;
-// the other channels keep the poison.
+// An operand as the tensor cores read it: 16-bit values as stored; TF32 (float) with the low 13
+// bits of each FP32 word dropped (truncated toward zero; kernels/wgmma.cuh).
+template <typename T>
+double operand(T v) {
+  if constexpr (std::is_same_v<T, float>) {
+    uint32_t bits;
+    std::memcpy(&bits, &v, 4);
+    return double(bits_float(bits & 0xffffe000u));
+  } else {
+    return double(to_float(v));
+  }
+}
+
+// The relative bound on a stored output: its own rounding (16 bits, or FP32's with room for
+// the hardware's summation order).
+template <typename T>
+double output_unit() {
+  return std::is_same_v<T, Bf16> ? std::ldexp(1.0, -8) : std::is_same_v<T, Fp16> ? std::ldexp(1.0, -11)
+                                                                                  : std::ldexp(1.0, -21);
+}
+
+// out (c_total channels a pixel, the convolution's at channel `offset`) against the FP64 sum of
+// the operands as the tensor cores read them; the other channels keep the poison.
 template <typename T>
 void check_conv(Device device, Rng& rng, const Conv2dShape& s, bool with_bias, int offset, int c_total) {
   CAPTURE(s.n);
@@ -48,7 +70,8 @@ void check_conv(Device device, Rng& rng, const Conv2dShape& s, bool with_bias, i
   const NhwcView<T> out{d_out.data() + offset, s.n, oh, ow, s.c_out, c_total};
   conv2d_forward_wgmma<T>(s, in, d_w.data(), with_bias ? d_bias.data() : nullptr, out, nullptr);
   const std::vector<T> got = d_out.download();
-  const double unit = std::is_same_v<T, Bf16> ? std::ldexp(1.0, -8) : std::ldexp(1.0, -11);
+  const double unit = output_unit<T>();
+  const std::vector<unsigned char> poison(sizeof(T), 0xFF);
   int wrong = 0, touched = 0;
   std::string first;
   for (int b = 0; b < s.n; ++b)
@@ -56,11 +79,9 @@ void check_conv(Device device, Rng& rng, const Conv2dShape& s, bool with_bias, i
       for (int ox = 0; ox < ow; ++ox)
         for (int ch = 0; ch < c_total; ++ch) {
           const size_t at = ((size_t(b) * oh + oy) * ow + ox) * c_total + ch;
-          uint16_t bits;
-          std::memcpy(&bits, &got[at], 2);
           const int o = ch - offset;
           if (o < 0 || o >= s.c_out) {
-            touched += bits != 0xffff;
+            touched += std::memcmp(&got[at], poison.data(), sizeof(T)) != 0;
             continue;
           }
           double sum = with_bias ? bias[size_t(o)] : 0.0, size = std::fabs(sum);
@@ -69,8 +90,8 @@ void check_conv(Device device, Rng& rng, const Conv2dShape& s, bool with_bias, i
               const int iy = oy * s.stride - s.pad() + r, ix = ox * s.stride - s.pad() + c;
               if (iy < 0 || iy >= s.h || ix < 0 || ix >= s.w) continue;
               for (int i = 0; i < s.c_in; ++i) {
-                const double p = double(to_float(x[((size_t(b) * s.h + iy) * s.w + ix) * s.c_in + i])) *
-                                 double(to_float(wts[((size_t(o) * s.k + r) * s.k + c) * s.c_in + i]));
+                const double p = operand(x[((size_t(b) * s.h + iy) * s.w + ix) * s.c_in + i]) *
+                                 operand(wts[((size_t(o) * s.k + r) * s.k + c) * s.c_in + i]);
                 sum += p;
                 size += std::fabs(p);
               }
@@ -160,6 +181,20 @@ TEST_CASE("kernel: conv2d_forward_wgmma matches the FP64 sum (3x3 stride 1 and 2
   check_conv<Bf16>(device, rng, Conv2dShape{1, 17, 9, 72, 24, 1, 1}, true, 5, 33);
 }
 
+// TF32: the operands are FP32 words of which wgmma reads the top 19 bits, so the reference
+// truncates them (a kernel or twin that rounded instead would miss it by far more than the
+// bound: random inputs carry low bits in every word). 3x3 stride 1 with K = 216 (not whole
+// 32-wide TF32 k-tiles), 3x3 stride 2 into a slice, 1x1.
+TEST_CASE("kernel: conv2d_forward_wgmma in TF32 matches the FP64 sum of the truncated operands") {
+  KERNEL_TEST_DEVICE(device);
+  if (!current_device_runs_wgmma()) SKIP_TEST("this device runs no sm_90a code (wgmma)");
+  Rng rng;
+  CAPTURE(rng.seed());
+  check_conv<float>(device, rng, Conv2dShape{2, 7, 9, 24, 40, 3, 1}, true, 0, 40);
+  check_conv<float>(device, rng, Conv2dShape{1, 9, 8, 16, 136, 3, 2}, false, 4, 148);
+  check_conv<float>(device, rng, Conv2dShape{1, 11, 5, 40, 24, 1, 1}, true, 0, 24);
+}
+
 TEST_CASE("kernel: conv2d_forward_wgmma refuses inputs its 16-byte gathers cannot read") {
   KERNEL_TEST_DEVICE(device);
   const Conv2dShape s{1, 4, 4, 12, 8, 3, 1};
@@ -173,5 +208,5 @@ TEST_CASE("kernel: conv2d_forward_wgmma refuses inputs its 16-byte gathers canno
   }
   CHECK_THROWS_WITH_AS(conv2d_forward_wgmma<Bf16>(s, NhwcView<const Bf16>{x.data(), 1, 4, 4, 12, 12}, w.data(),
                                                   nullptr, out, nullptr),
-                       doctest::Contains("must be multiples of 8"), Error);
+                       doctest::Contains("must be a multiple of 8"), Error);
 }

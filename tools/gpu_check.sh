@@ -142,18 +142,24 @@ section_wgmma() {
   run_step "wgmma fwd vs cuBLAS" bench_wgmma.log 150 build/bench_kernels --filter "fwd bf16"
   run_step "wgmma bwd data vs cuBLAS" bench_wgmma_bwd.log 120 build/bench_kernels --filter "bwd data bf16"
   run_step "wgmma bwd weights vs cuBLAS" bench_wgmma_wgrad.log 120 build/bench_kernels --filter "bwd weights bf16"
-  # The trainer with the planner's wgmma choices (issue 36 item 4) and with YOLO_WGMMA=off.
+  # TF32's forward goes to wgmma where the planner predicts it (its operands read truncated).
+  run_step "tf32 fwd (planner) vs cuBLAS" bench_tf32_fwd.log 120 build/bench_kernels --filter "conv fwd tf32"
+  # The trainer with the planner's wgmma choices (issue 36 item 4) and with YOLO_WGMMA=off, in
+  # bf16 and in tf32 (where only the forward can change).
   [[ -x ./train_yolo ]] || { record "wgmma step" "unavailable" "./train_yolo not built"; return; }
   sed 's/^classes=80/classes=3/; s/^filters=255/filters=24/; s/^random=1/random=0/' models/yolov3.cfg \
     >"$OUT/yolov3-wgmma.cfg"
-  local mode log
-  for mode in on off; do
-    log="wgmma_yolov3_$mode.log"
-    run_step "yolov3 bf16 wgmma $mode" "$log" 90 env YOLO_WGMMA=$mode ./train_yolo --cfg "$OUT/yolov3-wgmma.cfg" \
-      --size 416 --batch 16 --subdivisions 1 --max-batches 36 --precision bf16 --out "$OUT/wgmma_runs/$mode"
-    [[ -f "$OUT/$log" ]] && summary[-1]+=" | $(ours_rate "$OUT/$log" 16 |
-      awk '{printf "%s img/s, %s ms/step (data wait %s, other %s)", $1, $2, $3, $4}')"
-    rm -f "$OUT/wgmma_runs/$mode/"*.weights "$OUT/wgmma_runs/$mode/"*.ckpt
+  local mode log precision
+  for precision in bf16 tf32; do
+    for mode in on off; do
+      log="wgmma_yolov3_${precision}_$mode.log"
+      run_step "yolov3 $precision wgmma $mode" "$log" 90 env YOLO_WGMMA=$mode ./train_yolo \
+        --cfg "$OUT/yolov3-wgmma.cfg" --size 416 --batch 16 --subdivisions 1 --max-batches 36 \
+        --precision "$precision" --out "$OUT/wgmma_runs/${precision}_$mode"
+      [[ -f "$OUT/$log" ]] && summary[-1]+=" | $(ours_rate "$OUT/$log" 16 |
+        awk '{printf "%s img/s, %s ms/step (data wait %s, other %s)", $1, $2, $3, $4}')"
+      rm -f "$OUT/wgmma_runs/${precision}_$mode/"*.weights "$OUT/wgmma_runs/${precision}_$mode/"*.ckpt
+    done
   done
 }
 
@@ -537,6 +543,7 @@ echo
 [[ -f "$OUT/bench_wgmma.log" ]] && grep -E "fwd bf16|^op " "$OUT/bench_wgmma.log" && echo
 [[ -f "$OUT/bench_wgmma_bwd.log" ]] && grep -E "bwd data bf16|^op " "$OUT/bench_wgmma_bwd.log" && echo
 [[ -f "$OUT/bench_wgmma_wgrad.log" ]] && grep -E "bwd weights bf16|^op " "$OUT/bench_wgmma_wgrad.log" && echo
+[[ -f "$OUT/bench_tf32_fwd.log" ]] && grep -E "fwd tf32|^op " "$OUT/bench_tf32_fwd.log" && echo
 [[ -f "$OUT/peer_table.txt" ]] && cat "$OUT/peer_table.txt" && echo
 cat "$OUT/sections.txt"
 printf '%-28s %-12s %s\n' "step" "status" "detail"
