@@ -415,7 +415,7 @@ TcProblem conv2d_tc_problem(const Conv2dShape& s, TcPass pass, Precision precisi
       p.m = (long long)s.n * ((s.h + S - 1) / S) * ((s.w + S - 1) / S), p.n = s.c_in;
       p.k = taps * s.c_out / classes + 1, p.groups = classes, p.max_splits = std::min(kMaxSplits, 65535 / classes);
       p.vec = s.c_out % V == 0 && s.c_in % V == 0, p.a_kmajor = true, p.b_kmajor = false;
-      p.wgmma_shape = conv2d_backward_data_wgmma_takes(s);
+      p.wgmma_shape = conv2d_backward_data_wgmma_takes(s), p.weight_elements = (long long)s.weight_count();
       break;
     }
     case TcPass::BackwardWeights:
@@ -485,7 +485,11 @@ void conv2d_forward_tc(const Conv2dShape& s, NhwcView<const T> in, const T* weig
 template <typename T>
 size_t conv2d_backward_data_tc_workspace_bytes(const Conv2dShape& s) {
   s.validate();
-  return s.n == 0 ? 0 : partials_bytes(backward_data_plan<T>(s), (long long)s.n * s.h * s.w, s.c_in);
+  if (s.n == 0) return 0;
+  const TcPlan plan = backward_data_plan<T>(s);
+  // wgmma: no split; in TF32 its copy of the weights transposed (mma_instead_of_wgmma needs none).
+  if (plan.wgmma) return conv2d_backward_data_wgmma_workspace_bytes<T>(s);
+  return partials_bytes(plan, (long long)s.n * s.h * s.w, s.c_in);
 }
 
 template <typename T>
@@ -502,8 +506,9 @@ void conv2d_backward_data_tc(const Conv2dShape& s, NhwcView<const T> grad_out, c
   const bool vec_grad = vec_view(grad_out, V), vec_w = s.c_in % V == 0 && vec_pointer(weights);
   TcPlan plan = backward_data_plan<T>(s);
   if (plan.wgmma) {
-    if constexpr (sizeof(T) == 2)
-      if (vec_grad && vec_w) return conv2d_backward_data_wgmma<T>(s, grad_out, weights, grad_in, accumulate, stream);
+    if (vec_grad && vec_w)
+      return conv2d_backward_data_wgmma<T>(s, grad_out, weights, grad_in, accumulate, stream, workspace,
+                                           workspace_bytes);
     plan = mma_instead_of_wgmma();
   }
   plan.async = plan.async && vec_grad && vec_w;

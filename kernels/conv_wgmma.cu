@@ -102,31 +102,44 @@ struct ClassPixels {
   __device__ long long operator()(int m) const { return pc.input_pixel(g, m); }
 };
 
+// B of a k-tile: 16-bit weights are read MN-major from W itself, [c_out][c_in] a tap (two TMA
+// boxes of 64 c_in by 64 c_out); TF32 cannot transpose, so its weights are first transposed to
+// [tap][c_in][c_out] (transpose_taps_kernel) and read K-major, one box of 128 c_in rows by 32
+// c_out (64 16-bit units: see produce).
+template <typename T>
+constexpr bool kBackwardBKMajor = std::is_same_v<T, float>;
+
 // Producer thread p gathers row p of A (class row m0 + p): k-tile t covers the class's tap
-// t / groups, (jr, js), and output channels 64 * (t % groups).. (groups = c_out / 64); thread 0
-// brings that tap's weights.
+// t / groups, (jr, js), and output channels kTileK * (t % groups).. (groups = c_out / kTileK);
+// thread 0 brings that tap's weights.
 template <typename T>
 __device__ void produce_backward(const ConvGeom& g, const ParityClass& pc, NhwcView<const T> grad_out,
                                  const TapMaps* maps, int k_tiles, const Ring& ring) {
-  const int p = int(threadIdx.x), m = int(blockIdx.y) * kBlockM + p, groups = g.c_out / kBlockK;
+  constexpr int V = 16 / int(sizeof(T));  // channels a 16-byte copy
+  const int p = int(threadIdx.x), m = int(blockIdx.y) * kBlockM + p, groups = g.c_out / kTileK<T>;
   const bool row_valid = m < pc.rows(g);
   const int q = row_valid ? m : 0, xq = q % pc.wc, rest = q / pc.wc, yq = rest % pc.hc, b = rest / pc.hc;
   const int oy0 = yq + pc.dy, ox0 = xq + pc.dx;  // the output pixel of tap (0, 0)
   for (int t = 0; t < k_tiles; ++t) {
-    const int st = stage_of(t), tap = t / groups, c0 = (t % groups) * kBlockK, jr = tap / pc.ns, js = tap % pc.ns;
+    const int st = stage_of(t), tap = t / groups, c0 = (t % groups) * kTileK<T>, jr = tap / pc.ns, js = tap % pc.ns;
     mbarrier_wait(&ring.empty[st], empty_parity(t));
     if (p == 0) {
       const tma::TensorMap* map = &maps->tap[(pc.ry0 + g.stride * jr) * g.k + pc.rx0 + g.stride * js];
       mbarrier_arrive_expect_tx(&ring.full[st], kTileBytes);
-      for (int h = 0; h < 2; ++h)
-        tma::load_2d(ring.b_tile(st) + h * kMnHalfBytes, map, int(blockIdx.x) * kBlockN + 64 * h, c0, &ring.full[st]);
+      if constexpr (kBackwardBKMajor<T>) {
+        tma::load_2d(ring.b_tile(st), map, 2 * c0, int(blockIdx.x) * kBlockN, &ring.full[st]);
+      } else {
+        for (int h = 0; h < 2; ++h)
+          tma::load_2d(ring.b_tile(st) + h * kMnHalfBytes, map, int(blockIdx.x) * kBlockN + 64 * h, c0,
+                       &ring.full[st]);
+      }
     }
     const int oy = oy0 - jr, ox = ox0 - js;
     const bool inside = row_valid && oy >= 0 && oy < g.oh && ox >= 0 && ox < g.ow;
     const uint32_t a_tile = ring.address + uint32_t(st) * kStageBytes;
 #pragma unroll
-    for (int c = 0; c < kBlockK / 8; ++c) {
-      const T* src = inside ? grad_out.data + grad_out.at(b, oy, ox, c0 + 8 * c) : grad_out.data;
+    for (int c = 0; c < 8; ++c) {
+      const T* src = inside ? grad_out.data + grad_out.at(b, oy, ox, c0 + V * c) : grad_out.data;
       const uint32_t address = k_major_address(a_tile, Swizzle::B128, 0, kRowGroupBytes, uint32_t(p), uint32_t(16 * c));
       mma::cp_async_16(ring.smem + (address - ring.address), src, inside);
     }
@@ -145,13 +158,25 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int rows = pc.rows(g);
   if (int(blockIdx.y) * kBlockM >= rows) return;  // a smaller class: the whole block leaves
   const Ring ring = make_ring(128 + 1);
-  const int k_tiles = pc.nr * pc.ns * (g.c_out / kBlockK);
+  const int k_tiles = pc.nr * pc.ns * (g.c_out / kTileK<T>);
   if (threadIdx.x < 128) {
     produce_backward<T>(g, pc, grad_out, &maps, k_tiles, ring);
     return;
   }
   const OutRows<T, ClassPixels> out{grad_in.data, grad_in.stride, rows, grad_in.c, nullptr, accumulate, {g, pc}};
-  multiply_and_store<T, false, false, true>(k_tiles, ring, out);
+  multiply_and_store<T, false, false, !kBackwardBKMajor<T>>(k_tiles, ring, out);
+}
+
+// wt[tap][ci][co] = w[co][tap][ci]: each tap's [c_out][c_in] slice transposed, 32x32 tiles through
+// shared memory (block (32, 8), grid (c_in / 32, c_out / 32, taps)).
+__global__ void transpose_taps_kernel(const float* w, int c_out, int taps, int c_in, float* wt) {
+  __shared__ float tile[32][33];
+  const int tap = int(blockIdx.z), ci0 = int(blockIdx.x) * 32, co0 = int(blockIdx.y) * 32, x = int(threadIdx.x);
+  for (int r = int(threadIdx.y); r < 32; r += 8)
+    if (co0 + r < c_out && ci0 + x < c_in) tile[r][x] = w[(size_t(co0 + r) * taps + tap) * c_in + ci0 + x];
+  __syncthreads();
+  for (int r = int(threadIdx.y); r < 32; r += 8)
+    if (ci0 + r < c_in && co0 + x < c_out) wt[(size_t(tap) * c_in + ci0 + r) * c_out + co0 + x] = tile[x][r];
 }
 
 constexpr size_t kMaxRowTiles = 65535;  // the grid's y: a tile of 128 pixels each
@@ -180,25 +205,48 @@ bool conv2d_backward_data_wgmma_takes(const Conv2dShape& s) {
 }
 
 template <typename T>
+size_t conv2d_backward_data_wgmma_workspace_bytes(const Conv2dShape& s) {
+  if constexpr (kBackwardBKMajor<T>) return (s.weight_count() * sizeof(float) + 255) / 256 * 256;
+  else return 0;
+}
+
+template <typename T>
 void conv2d_backward_data_wgmma(const Conv2dShape& s, NhwcView<const T> grad_out, const T* weights,
-                                NhwcView<T> grad_in, bool accumulate, cudaStream_t stream) {
+                                NhwcView<T> grad_in, bool accumulate, cudaStream_t stream, void* workspace,
+                                size_t workspace_bytes) {
   s.validate();
   require_wgmma("conv2d_backward_data_wgmma");
-  if (!conv2d_backward_data_wgmma_takes(s) || grad_out.stride % 8 != 0 ||
+  constexpr int V = 16 / int(sizeof(T));  // elements a 16-byte copy
+  if (!conv2d_backward_data_wgmma_takes(s) || grad_out.stride % V != 0 ||
       reinterpret_cast<uintptr_t>(grad_out.data) % 16 != 0)
     throw Error("conv2d_backward_data_wgmma: needs a 1x1 or 3x3 kernel, c_out a multiple of 64 (" +
                 std::to_string(s.c_out) + "), c_in a multiple of 8 (" + std::to_string(s.c_in) +
-                "), at most 65535 * 128 pixels a parity class and grad_out's pixel stride a multiple of 8 with 16-byte aligned data");
+                "), at most 65535 * 128 pixels a parity class and grad_out's pixel stride a multiple of 16 bytes "
+                "with 16-byte aligned data");
   if (grad_out.n != s.n || grad_out.h != s.out_h() || grad_out.w != s.out_w() || grad_out.c != s.c_out ||
       grad_in.n != s.n || grad_in.h != s.h || grad_in.w != s.w || grad_in.c != s.c_in)
     throw Error("conv2d_backward_data_wgmma: the views do not match the shape");
+  const size_t needed = conv2d_backward_data_wgmma_workspace_bytes<T>(s);
+  if (workspace_bytes < needed || (needed > 0 && reinterpret_cast<uintptr_t>(workspace) % 16 != 0))
+    throw Error("conv2d_backward_data_wgmma: needs " + std::to_string(needed) +
+                " bytes of 16-byte aligned workspace (the TF32 weights transposed), got " +
+                std::to_string(workspace_bytes));
   if (s.n == 0) return;
   const int taps = s.k * s.k, S = s.stride;
   const ConvGeom g = geometry(s);
   TapMaps maps{};
-  for (int tap = 0; tap < taps; ++tap)  // W[co][tap][ci]: rows co, taps * c_in elements apart
-    maps.tap[tap] = tma::encode_2d(weights + size_t(tap) * s.c_in, uint64_t(s.c_in), uint64_t(s.c_out),
-                                   uint64_t(taps) * s.c_in * 2, 64, kBlockK, 1);
+  if constexpr (kBackwardBKMajor<T>) {
+    float* wt = static_cast<float*>(workspace);
+    LAUNCH(transpose_taps_kernel, dim3(ceil_div(size_t(s.c_in), 32), ceil_div(size_t(s.c_out), 32), unsigned(taps)),
+           dim3(32, 8), 0, stream, weights, s.c_out, taps, s.c_in, wt);
+    for (int tap = 0; tap < taps; ++tap)  // Wt[tap]: rows ci of c_out floats, as 16-bit units
+      maps.tap[tap] = tma::encode_2d(wt + size_t(tap) * s.c_in * s.c_out, uint64_t(s.c_out) * 2, uint64_t(s.c_in),
+                                     uint64_t(s.c_out) * 4, 64, kBlockN, 1);
+  } else {
+    for (int tap = 0; tap < taps; ++tap)  // W[co][tap][ci]: rows co, taps * c_in elements apart
+      maps.tap[tap] = tma::encode_2d(weights + size_t(tap) * s.c_in, uint64_t(s.c_in), uint64_t(s.c_out),
+                                     uint64_t(taps) * s.c_in * 2, 64, kBlockK, 1);
+  }
   tc::allow_shared(conv_backward_data_wgmma_kernel<T>, kSharedBytes);
   const dim3 grid(ceil_div(size_t(s.c_in), kBlockN), ceil_div(largest_class_rows(s), size_t(kBlockM)), unsigned(S * S));
   LAUNCH(conv_backward_data_wgmma_kernel<T>, grid, dim3(kThreads), kSharedBytes, stream, g, grad_out, maps, grad_in,
@@ -235,9 +283,14 @@ template void conv2d_forward_wgmma<Bf16>(const Conv2dShape&, NhwcView<const Bf16
                                          NhwcView<Bf16>, cudaStream_t, ConvMoments);
 template void conv2d_forward_wgmma<Fp16>(const Conv2dShape&, NhwcView<const Fp16>, const Fp16*, const float*,
                                          NhwcView<Fp16>, cudaStream_t, ConvMoments);
+template void conv2d_backward_data_wgmma<float>(const Conv2dShape&, NhwcView<const float>, const float*,
+                                                NhwcView<float>, bool, cudaStream_t, void*, size_t);
 template void conv2d_backward_data_wgmma<Bf16>(const Conv2dShape&, NhwcView<const Bf16>, const Bf16*, NhwcView<Bf16>,
-                                               bool, cudaStream_t);
+                                               bool, cudaStream_t, void*, size_t);
 template void conv2d_backward_data_wgmma<Fp16>(const Conv2dShape&, NhwcView<const Fp16>, const Fp16*, NhwcView<Fp16>,
-                                               bool, cudaStream_t);
+                                               bool, cudaStream_t, void*, size_t);
+template size_t conv2d_backward_data_wgmma_workspace_bytes<float>(const Conv2dShape&);
+template size_t conv2d_backward_data_wgmma_workspace_bytes<Bf16>(const Conv2dShape&);
+template size_t conv2d_backward_data_wgmma_workspace_bytes<Fp16>(const Conv2dShape&);
 
 }  // namespace yolo

@@ -28,14 +28,19 @@ void conv2d_forward_wgmma(const Conv2dShape& shape, NhwcView<const T> in, const 
 // or added to what grad_in holds when accumulate: in FP32, rounded once): an implicit GEMM per
 // parity class of the input's pixels (one class at stride 1; stride^2 classes, each reached by
 // its own taps, otherwise), n = c_in, k = (the class's taps, c_out). A is grad_out gathered at the
-// mirrored taps (cp.async, zeros outside the image), B the weights of one tap and 64 output
-// channels a k-tile, read MN-major (their c_in rows as they lie) from two TMA boxes; one tensor map
-// a tap. Needs a 1x1 or 3x3 kernel, a stride of at most 255, c_out a multiple of 64 (a k-tile stays
-// in one tap), c_in a multiple of 8, grad_out's pixel stride a multiple of 8 and its data 16-byte
-// aligned, at most 65535 * 128 input pixels a class.
+// mirrored taps (cp.async, zeros outside the image), B the weights of one tap and a k-tile of
+// output channels by TMA, one tensor map a tap: 16-bit weights read MN-major (their c_in rows as
+// they lie, two boxes); TF32 (T = float; wgmma cannot transpose it) from a copy transposed to
+// [tap][c_in][c_out] in the workspace (conv2d_backward_data_wgmma_workspace_bytes: 0 in 16 bits),
+// read K-major and truncated as the forward's operands are. Needs a 1x1 or 3x3 kernel, a stride
+// of at most 255, c_out a multiple of 64, c_in a multiple of 8, grad_out's pixel stride a multiple
+// of 16 bytes and its data 16-byte aligned, at most 65535 * 128 input pixels a class.
+template <typename T>
+size_t conv2d_backward_data_wgmma_workspace_bytes(const Conv2dShape& shape);
 template <typename T>
 void conv2d_backward_data_wgmma(const Conv2dShape& shape, NhwcView<const T> grad_out, const T* weights,
-                                NhwcView<T> grad_in, bool accumulate, cudaStream_t stream);
+                                NhwcView<T> grad_in, bool accumulate, cudaStream_t stream, void* workspace = nullptr,
+                                size_t workspace_bytes = 0);
 // Whether the wgmma kernels take this shape, per pass (what the views do not decide); the planner
 // asks it through conv2d_tc_problem (kernels/conv.h).
 bool conv2d_forward_wgmma_takes(const Conv2dShape& shape);

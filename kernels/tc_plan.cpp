@@ -255,6 +255,11 @@ TcPrediction predict(const TcProblem& problem, const TcPlan& plan, const GpuDesc
   } else {
     p.output_us = outputs * out_elem / (gpu.dram_gbs * 1e3);
   }
+  // The TF32 backward data on wgmma first writes the weights transposed (K-major), a kernel more.
+  if (plan.wgmma && problem.elem == 4 && problem.pass == TcPass::BackwardData) {
+    p.output_us += 2.0 * 4 * double(problem.weight_elements) / (gpu.dram_gbs * 1e3);
+    p.launch_us += kLaunchUs;
+  }
   p.total_us = std::max(p.mma_us, p.operand_us) + p.output_us + p.split_pass_us + p.launch_us;
   return p;
 }
@@ -263,10 +268,10 @@ namespace {
 
 constexpr double kWgmmaMinGainUs = 5.0;
 
-// 16-bit passes; TF32 only where both operands are K-major (the forward), since TF32 wgmma
-// cannot transpose.
+// 16-bit passes; TF32 only where both operands can be K-major (the forward, and backward data
+// from the weights transposed), since TF32 wgmma cannot transpose.
 bool wgmma_possible(const TcProblem& problem, const GpuDesc& gpu) {
-  const bool type_ok = problem.elem == 2 || (problem.elem == 4 && problem.pass == TcPass::Forward);
+  const bool type_ok = problem.elem == 2 || (problem.elem == 4 && problem.pass != TcPass::BackwardWeights);
   return gpu.wgmma && problem.wgmma_shape && type_ok && problem.pass != TcPass::Gemm;
 }
 

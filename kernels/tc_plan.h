@@ -68,6 +68,7 @@ struct TcProblem {
   int elem = 2;
   bool a_kmajor = true, b_kmajor = true;
   bool wgmma_shape = false;
+  long long weight_elements = 0;  // the convolution's weights (the TF32 backward data transposes them)
 };
 
 struct TcPlan {

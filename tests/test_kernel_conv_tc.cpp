@@ -68,10 +68,12 @@ struct WgmmaRan {
 #endif
 };
 
-// Whether the forward reads TF32 operands truncated: the planner chose wgmma for it and the
-// views let it run there (as conv2d_forward_tc dispatches; 16-byte copies of 4 floats).
-bool tf32_forward_on_wgmma(const TcConvCase& c) {
-  const tc::TcPlan plan = tc::choose_plan(conv2d_tc_problem(c.s, tc::TcPass::Forward, Precision::Tf32), tc::current_gpu());
+// Whether a TF32 pass reads its operands truncated: the planner chose wgmma for it and the views
+// let it run there (as conv2d_*_tc dispatch; 16-byte copies of 4 floats). The forward gathers
+// the input (perhaps a slice), backward data the dense grad_out; the weights need c_in % 4.
+bool tf32_on_wgmma(const TcConvCase& c, tc::TcPass pass) {
+  const tc::TcPlan plan = tc::choose_plan(conv2d_tc_problem(c.s, pass, Precision::Tf32), tc::current_gpu());
+  if (pass == tc::TcPass::BackwardData) return plan.wgmma && c.s.c_out % 4 == 0 && c.s.c_in % 4 == 0;
   const int stride = c.in_stride ? c.in_stride : c.s.c_in;
   return plan.wgmma && stride % 4 == 0 && c.in_offset % 4 == 0;
 }
@@ -122,7 +124,7 @@ void check_conv_tc(Device device, const TcConvCase& c) {
     const std::vector<T> got = run();
     // TF32 on wgmma reads its operands truncated, mma.sync rounds them: the reference takes the
     // operands the family that ran reads (and under emulation, that family is checked).
-    const bool truncated = std::is_same_v<T, float> && tf32_forward_on_wgmma(c);
+    const bool truncated = std::is_same_v<T, float> && tf32_on_wgmma(c, tc::TcPass::Forward);
     if (forced(c)) ran.check(c.wgmma[0]);
     if (std::is_same_v<T, float>) ran.check(truncated);
     const std::vector<double> in_t = truncated ? tf32_truncated(in64) : in64;
@@ -156,12 +158,17 @@ void check_conv_tc(Device device, const TcConvCase& c) {
     };
     const WgmmaRan ran;
     const std::vector<T> got = run();
-    if (forced(c)) ran.check(sizeof(T) == 2 && c.wgmma[1]);
+    // As the forward: TF32 on wgmma reads grad_out and the weights truncated.
+    const bool truncated = std::is_same_v<T, float> && tf32_on_wgmma(c, tc::TcPass::BackwardData);
+    if (forced(c)) ran.check(c.wgmma[1]);
+    if (std::is_same_v<T, float>) ran.check(truncated);
+    const std::vector<double> g_t = truncated ? tf32_truncated(g64) : g64;
+    const std::vector<double> w_t = truncated ? tf32_truncated(w64) : w64;
     std::vector<double> ref = c.accumulate ? start.dense_values() : std::vector<double>(start.dense_count(), 0.0);
     // With accumulate the start's rounding into the 16-bit sum counts too: |start| joins the magnitudes.
     std::vector<double> mag = absolute(ref);
-    conv2d_backward_data_reference<double>(s, g_ref, w64.data(), nhwc(ref.data(), s.n, s.h, s.w, s.c_in),
-                                           c.accumulate, nullptr, 0);
+    conv2d_backward_data_reference<double>(s, nhwc<const double>(g_t.data(), s.n, oh, ow, s.c_out), w_t.data(),
+                                           nhwc(ref.data(), s.n, s.h, s.w, s.c_in), c.accumulate, nullptr, 0);
     conv2d_backward_data_reference<double>(s, g_mag, w_abs.data(), nhwc(mag.data(), s.n, s.h, s.w, s.c_in),
                                            c.accumulate, nullptr, 0);
     INFO("backward data");
@@ -223,7 +230,7 @@ std::vector<TcConvCase> conv_cases() {
   });
   add(Conv2dShape{1, 9, 7, 64, 72, 3, 1}, [](TcConvCase& c) { c.tile = 1; c.splits = 2; c.pipeline = 2; });
   add(Conv2dShape{2, 5, 5, 40, 8, 5, 1});
-  // wgmma forced (pipeline 3; TF32 takes the forward only): every pass on it, grad_in accumulated
+  // wgmma forced (pipeline 3; TF32 takes the forward and backward data): every pass on it, grad_in accumulated
   // into an aligned slice; an input
   // slice its 16-byte copies cannot read (forward and weight gradient fall back to mma.sync,
   // backward data reads only grad_out); stride 2 with 40 output channels (backward data on

@@ -8,6 +8,7 @@
 // where sm_90a code runs. The weight gradient: test_kernel_conv_wgmma_weights.cpp.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -121,11 +122,15 @@ void check_backward(Device device, Rng& rng, const Conv2dShape& s) {
   const std::vector<T> dy = random_storage<T>(rng, size_t(s.n) * oh * ow * s.c_out, -1.0f, 1.0f, false);
   const std::vector<T> wts = random_storage<T>(rng, s.weight_count(), -1.0f, 1.0f, false);
   DeviceArray<T> d_dy(device, dy), d_w(device, wts), d_dx(device, size_t(s.n) * s.h * s.w * s.c_in);
+  const size_t ws_bytes = conv2d_backward_data_wgmma_workspace_bytes<T>(s);
+  DeviceArray<unsigned char> ws(device, std::max<size_t>(ws_bytes, 1));
   d_dx.poison();
+  ws.poison();
   conv2d_backward_data_wgmma<T>(s, NhwcView<const T>{d_dy.data(), s.n, oh, ow, s.c_out, s.c_out}, d_w.data(),
-                                NhwcView<T>{d_dx.data(), s.n, s.h, s.w, s.c_in, s.c_in}, false, nullptr);
+                                NhwcView<T>{d_dx.data(), s.n, s.h, s.w, s.c_in, s.c_in}, false, nullptr, ws.data(),
+                                ws_bytes);
   const std::vector<T> got = d_dx.download();
-  const double unit = std::is_same_v<T, Bf16> ? std::ldexp(1.0, -8) : std::ldexp(1.0, -11);
+  const double unit = output_unit<T>();
   int wrong = 0;
   std::string first;
   for (int b = 0; b < s.n; ++b)
@@ -140,8 +145,8 @@ void check_backward(Device device, Rng& rng, const Conv2dShape& s) {
               const int oy = ty / s.stride, ox = tx / s.stride;
               if (oy >= oh || ox >= ow) continue;
               for (int o = 0; o < s.c_out; ++o) {
-                const double p = double(to_float(dy[((size_t(b) * oh + oy) * ow + ox) * s.c_out + o])) *
-                                 double(to_float(wts[((size_t(o) * s.k + r) * s.k + c) * s.c_in + i]));
+                const double p = operand(dy[((size_t(b) * oh + oy) * ow + ox) * s.c_out + o]) *
+                                 operand(wts[((size_t(o) * s.k + r) * s.k + c) * s.c_in + i]);
                 sum += p;
                 size += std::fabs(p);
               }
@@ -193,6 +198,18 @@ TEST_CASE("kernel: conv2d_forward_wgmma in TF32 matches the FP64 sum of the trun
   check_conv<float>(device, rng, Conv2dShape{2, 7, 9, 24, 40, 3, 1}, true, 0, 40);
   check_conv<float>(device, rng, Conv2dShape{1, 9, 8, 16, 136, 3, 2}, false, 4, 148);
   check_conv<float>(device, rng, Conv2dShape{1, 11, 5, 40, 24, 1, 1}, true, 0, 24);
+}
+
+// TF32 backward data: the weights transposed in the workspace (poisoned first), read K-major;
+// both operands truncated. Stride 2 (parity classes); c_in 136 (a partial 32-wide transpose tile
+// and a second 128-wide output tile) with two 32-channel k-tiles a tap.
+TEST_CASE("kernel: conv2d_backward_data_wgmma in TF32 matches the FP64 sum of the truncated operands") {
+  KERNEL_TEST_DEVICE(device);
+  if (!current_device_runs_wgmma()) SKIP_TEST("this device runs no sm_90a code (wgmma)");
+  Rng rng;
+  CAPTURE(rng.seed());
+  check_backward<float>(device, rng, Conv2dShape{2, 9, 7, 24, 64, 3, 2});
+  check_backward<float>(device, rng, Conv2dShape{1, 5, 6, 136, 64, 3, 1});
 }
 
 TEST_CASE("kernel: conv2d_forward_wgmma refuses inputs its 16-byte gathers cannot read") {

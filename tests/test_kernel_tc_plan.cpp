@@ -303,7 +303,7 @@ TEST_CASE("tc plan: a pure function of the problem and the description, not of t
   CHECK(plan_code(choose_plan(problem, gpu_t4())) == before);
 }
 
-TEST_CASE("tc plan: wgmma only on devices that run sm_90a code, in 16 bits (TF32: forward), for shapes it takes") {
+TEST_CASE("tc plan: wgmma only on devices that run sm_90a code, in 16 bits (TF32: no weight gradient), for shapes it takes") {
   const bench::YoloConv wide{"26x26 256->512 3x3 s1", 26, 26, 256, 512, 3, 1, false};
   const Conv2dShape s = shape_of(wide, 16);
   for (TcPass pass : kConvPasses) {
@@ -313,8 +313,10 @@ TEST_CASE("tc plan: wgmma only on devices that run sm_90a code, in 16 bits (TF32
     CHECK(choose_plan(bf16, gpu_h200()).wgmma);
     CHECK_FALSE(choose_plan(bf16, h200_without_sm90a()).wgmma);
     CHECK_FALSE(choose_plan(bf16, gpu_a100()).wgmma);
-    // TF32 wgmma reads K-major operands only: the forward, not the backward passes.
-    CHECK(choose_plan(conv2d_tc_problem(s, pass, Precision::Tf32), gpu_h200()).wgmma == (pass == TcPass::Forward));
+    // TF32 wgmma reads K-major operands only: the forward, and backward data from the weights
+    // transposed; not the weight gradient.
+    CHECK(choose_plan(conv2d_tc_problem(s, pass, Precision::Tf32), gpu_h200()).wgmma ==
+          (pass != TcPass::BackwardWeights));
     CHECK_FALSE(choose_plan(conv2d_tc_problem(s, pass, Precision::Tf32), h200_without_sm90a()).wgmma);
     // Forcing an mma.sync tile rules wgmma out; pipeline 3 forces it where it can run.
     {

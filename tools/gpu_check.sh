@@ -142,10 +142,12 @@ section_wgmma() {
   run_step "wgmma fwd vs cuBLAS" bench_wgmma.log 150 build/bench_kernels --filter "fwd bf16"
   run_step "wgmma bwd data vs cuBLAS" bench_wgmma_bwd.log 120 build/bench_kernels --filter "bwd data bf16"
   run_step "wgmma bwd weights vs cuBLAS" bench_wgmma_wgrad.log 120 build/bench_kernels --filter "bwd weights bf16"
-  # TF32's forward goes to wgmma where the planner predicts it (its operands read truncated).
+  # TF32's forward and backward data go to wgmma where the planner predicts it (operands read
+  # truncated; backward data from the weights transposed).
   run_step "tf32 fwd (planner) vs cuBLAS" bench_tf32_fwd.log 120 build/bench_kernels --filter "conv fwd tf32"
+  run_step "tf32 bwd data (planner) vs cuBLAS" bench_tf32_bwd.log 120 build/bench_kernels --filter "conv bwd data tf32"
   # The trainer with the planner's wgmma choices (issue 36 item 4) and with YOLO_WGMMA=off, in
-  # bf16 and in tf32 (where only the forward can change).
+  # bf16 and in tf32 (where the forward and backward data can change).
   [[ -x ./train_yolo ]] || { record "wgmma step" "unavailable" "./train_yolo not built"; return; }
   sed 's/^classes=80/classes=3/; s/^filters=255/filters=24/; s/^random=1/random=0/' models/yolov3.cfg \
     >"$OUT/yolov3-wgmma.cfg"
@@ -544,6 +546,7 @@ echo
 [[ -f "$OUT/bench_wgmma_bwd.log" ]] && grep -E "bwd data bf16|^op " "$OUT/bench_wgmma_bwd.log" && echo
 [[ -f "$OUT/bench_wgmma_wgrad.log" ]] && grep -E "bwd weights bf16|^op " "$OUT/bench_wgmma_wgrad.log" && echo
 [[ -f "$OUT/bench_tf32_fwd.log" ]] && grep -E "fwd tf32|^op " "$OUT/bench_tf32_fwd.log" && echo
+[[ -f "$OUT/bench_tf32_bwd.log" ]] && grep -E "bwd data tf32|^op " "$OUT/bench_tf32_bwd.log" && echo
 [[ -f "$OUT/peer_table.txt" ]] && cat "$OUT/peer_table.txt" && echo
 cat "$OUT/sections.txt"
 printf '%-28s %-12s %s\n' "step" "status" "detail"
