@@ -92,7 +92,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 
 constexpr int kMaxTaps = 9;  // 3x3; a 1x1 uses the first map
 struct TapMaps {
-  tma::TensorMap tap[kMaxTaps];  // the weights of tap (kh, kw) as a [c_out][c_in] matrix
+  tma::TensorMap tap[kMaxTaps];  // tap (kh, kw)'s weights: [c_out][c_in] (16-bit), [c_in][c_out] (TF32)
 };
 
 // Class row m's input pixel, for the epilogue (wgmma_tiles.cuh: OutRows).

@@ -12,6 +12,7 @@
 
 #include "kernels/gemm.h"
 #include "kernels/hopper.h"
+#include "kernels/wgmma_check.h"
 #include "runtime/check.h"
 
 #if YOLO_CUDA
@@ -149,7 +150,8 @@ bool wgmma_allowed_by_environment() {
 
 GpuDesc current_gpu() {
   GpuDesc g = described_current_gpu();
-  g.wgmma = g.wgmma && wgmma_allowed_by_environment();
+  // On a GPU the wgmma kernels are trusted once they pass their self-check there (wgmma_check.h).
+  g.wgmma = g.wgmma && wgmma_allowed_by_environment() && current_device_wgmma_verified();
   return g;
 }
 

@@ -38,6 +38,9 @@
 
 #include "kernels/common.cuh"
 #include "kernels/half_types.h"
+#if !defined(__CUDACC__)
+#include "runtime/fault.h"  // the emulated twin's planted fault (tests/test_kernel_wgmma_check.cpp)
+#endif
 
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define YOLO_WGMMA_NATIVE 1
@@ -158,6 +161,7 @@ void mma(float* d, uint64_t a_desc, uint64_t b_desc, bool accumulate) {
     // 8 (i / 4) + 2 (lane % 4) + i % 2: this thread's 2 rows of A and N / 4 columns of B, each
     // element read once.
     constexpr unsigned K = 32 / sizeof(T);  // the slice's k: 16, or 8 in TF32
+    const unsigned k_summed = yolo::fault_injected(yolo::Fault::WgmmaDropsLastK) ? K - 1 : K;  // planted
     double a[2][K], b[N / 4][K];
     for (unsigned h = 0; h < 2; ++h)
       for (unsigned k = 0; k < K; ++k) a[h][k] = element<T>(a_desc, TransA, 16 * warp + lane / 4 + 8 * h, k);
@@ -167,7 +171,7 @@ void mma(float* d, uint64_t a_desc, uint64_t b_desc, bool accumulate) {
       const double* row = a[(i / 2) % 2];
       const double* col = b[2 * (i / 4) + i % 2];
       double sum = accumulate ? double(d[i]) : 0.0;
-      for (unsigned k = 0; k < K; ++k) sum += row[k] * col[k];
+      for (unsigned k = 0; k < k_summed; ++k) sum += row[k] * col[k];
       d[i] = float(sum);
     }
   });

@@ -11,6 +11,8 @@ enum class Fault {
   LossReadWithoutSync,        // the host reads the loss statistics without synchronising the stream
   AllReduceBeforeLastKernel,  // a bucket's all-reduce is queued before its last backward kernel
   CaptureFails,               // ending a stream capture fails, as where a driver cannot capture the step
+  WgmmaDropsLastK,            // the emulated wgmma leaves out each slice's last k (a fact the twin gets wrong)
+  // (keep last: runtime/fault.cpp sizes its switches by it)
 };
 
 #if YOLO_EMU

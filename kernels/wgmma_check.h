@@ -1,0 +1,25 @@
+// Hopper's wgmma convolutions checked on the device itself before the planner trusts them. They
+// were built against emulated twins that follow the PTX ISA as this project reads it; a fact the
+// twins get wrong would otherwise train a network on wrong numbers without a word. Small shapes
+// of every pass the planner may send to wgmma (bf16: forward, backward data at stride 1 and 2,
+// weight gradient; tf32: forward, backward data) run against an FP64 reference of the operands as
+// the tensor cores read them, within their precision's bound.
+#pragma once
+#include <string>
+
+namespace yolo {
+
+// Runs the check on the current device now (it must run sm_90a code: current_device_runs_wgmma).
+// Empty when every pass agrees; otherwise names the first that did not and by how much. CUDA:
+// throws yolo::Error when the kernels have not finished within 20 s (a hang, which the process
+// cannot recover from: YOLO_WGMMA=off avoids them).
+std::string wgmma_self_check();
+
+// Whether the planner may use wgmma on the current device. CUDA: the check runs at the first
+// question per device (with the sm_90a probe: before any graph capture), its verdict cached; a
+// failure prints one warning naming it, and every convolution there stays on mma.sync. Emulated
+// devices answer true: their twins are the reading of the ISA the check would compare against,
+// so it runs there only where a test asks for it (with a planted fault).
+bool current_device_wgmma_verified();
+
+}  // namespace yolo
