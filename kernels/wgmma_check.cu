@@ -202,21 +202,32 @@ std::string wgmma_self_check() {
 
 bool current_device_wgmma_verified() {
 #if YOLO_CUDA
-  // Per device: 0 not checked, 1 failed, 2 passed, 3 being checked (the check's own launches ask
-  // the planner for the device's SMs; meanwhile wgmma counts as unverified).
+  // Per device: 0 not checked, 1 failed, 2 passed, 3 being checked. The check's own launches ask
+  // the planner for the device's SMs: on the checking thread wgmma counts as unverified
+  // meanwhile; another thread waits for the verdict (so its plans match the ones that follow).
   static std::atomic<int> verdict[64] = {};
+  thread_local bool checking_here = false;
   int index = 0;
   CHECKED(cudaGetDevice(&index));
   if (index < 0 || index >= 64) return false;
   int expected = 0;
-  if (!verdict[index].compare_exchange_strong(expected, 3)) return expected == 2;
+  if (!verdict[index].compare_exchange_strong(expected, 3)) {
+    while (expected == 3 && !checking_here) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      expected = verdict[index].load();
+    }
+    return expected == 2;
+  }
   std::string why;
+  checking_here = true;
   try {
     why = wgmma_self_check();
   } catch (...) {
+    checking_here = false;
     verdict[index].store(1);
     throw;
   }
+  checking_here = false;
   if (!why.empty())
     std::fprintf(stderr,
                  "warning: gpu:%d: Hopper's wgmma convolutions failed their self-check (%s); every convolution "
