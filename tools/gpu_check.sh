@@ -35,9 +35,10 @@
 #              racecheck and synccheck, the SASS check of sm_90a code (GMMA present, no local
 #              memory), then bench_kernels --filter "fwd bf16": gemm_nt_wgmma (1x1 layers) and
 #              conv2d_forward_wgmma (every layer but the first) beside cuBLAS and the mma.sync
-#              convolutions; --filter "bwd data bf16" and "bwd weights bf16" likewise; then
-#              YOLOv3-416 bf16 batch 16 with the planner's wgmma choices and with
-#              YOLO_WGMMA=off, 36 steps each, medians                                    ~8 min
+#              convolutions; --filter "bwd data bf16" and "bwd weights bf16" likewise; the
+#              tf32 forward and backward data rows (wgmma where planned)                 ~7 min
+#   wgmma_step YOLOv3-416 batch 16 in bf16 and tf32 with the planner's wgmma choices and with
+#              YOLO_WGMMA=off, 36 steps each, medians                                    ~3 min
 #   lookahead  YOLOv3-416 as the stock cfg trains it (batch 64, 16 micro-batches a step) in bf16,
 #              and batch 16 in fp16 (the T4's precision, loss scale on the GPU), each with
 #              look-ahead (default) and with --no-look-ahead, medians                   ~5 min
@@ -45,13 +46,14 @@
 # reported as unavailable, not as a failure. Needs the binaries built beforehand (here or
 # elsewhere: `make ARCH=90 all build/tests`, which builds sm_90a code).
 set -u
-usage="usage: tools/gpu_check.sh OUTDIR [tests|sanitizer|bench|loader|train|yolov3|nccl|nccl2|tc|tune|peer|fold|lookahead|wgmma ...]"
+usage="usage: tools/gpu_check.sh OUTDIR [tests|sanitizer|bench|loader|train|yolov3|nccl|nccl2|tc|tune|peer|fold|lookahead|wgmma|wgmma_step ...]"
 OUT=${1:?$usage}
 shift
 sections=("$@")
-(( ${#sections[@]} )) || sections=(tests sanitizer bench loader train yolov3 nccl nccl2 tc tune peer fold lookahead wgmma)
+(( ${#sections[@]} )) || sections=(tests sanitizer bench loader train yolov3 nccl nccl2 tc tune peer fold lookahead wgmma
+  wgmma_step)
 for s in "${sections[@]}"; do
-  case $s in tests|sanitizer|bench|loader|train|yolov3|nccl|nccl2|tc|tune|peer|fold|lookahead|wgmma) ;;
+  case $s in tests|sanitizer|bench|loader|train|yolov3|nccl|nccl2|tc|tune|peer|fold|lookahead|wgmma|wgmma_step) ;;
     *) echo "unknown section '$s'; $usage" >&2; exit 2 ;;
   esac
 done
@@ -146,8 +148,12 @@ section_wgmma() {
   # truncated; backward data from the weights transposed).
   run_step "tf32 fwd (planner) vs cuBLAS" bench_tf32_fwd.log 120 build/bench_kernels --filter "conv fwd tf32"
   run_step "tf32 bwd data (planner) vs cuBLAS" bench_tf32_bwd.log 120 build/bench_kernels --filter "conv bwd data tf32"
-  # The trainer with the planner's wgmma choices (issue 36 item 4) and with YOLO_WGMMA=off, in
-  # bf16 and in tf32 (where the forward and backward data can change).
+}
+
+# The trainer with the planner's wgmma choices (issue 36 item 4) and with YOLO_WGMMA=off, in bf16
+# and in tf32 (where the forward and backward data can change). Apart from section_wgmma so that
+# each fits one call of a few minutes.
+section_wgmma_step() {
   [[ -x ./train_yolo ]] || { record "wgmma step" "unavailable" "./train_yolo not built"; return; }
   sed 's/^classes=80/classes=3/; s/^filters=255/filters=24/; s/^random=1/random=0/' models/yolov3.cfg \
     >"$OUT/yolov3-wgmma.cfg"
