@@ -94,6 +94,9 @@ YOLO_HOST_DEVICE inline float round_to_tf32(float f) {
   const bool finite = (u & 0x7f800000u) != 0x7f800000u;
   return bits_float((finite ? u + 0x1000u : u) & 0xffffe000u);
 }
+// An FP32 word as the tensor cores read a TF32 operand (mma.sync's registers, wgmma's shared
+// memory): the low 13 bits ignored, truncated toward zero, Inf and NaN alike.
+YOLO_HOST_DEVICE inline float truncate_to_tf32(float f) { return bits_float(float_bits(f) & 0xffffe000u); }
 
 template <typename T>
 YOLO_HOST_DEVICE inline T from_float(float f);

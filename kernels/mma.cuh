@@ -69,7 +69,7 @@ namespace emulated {
 enum class Kind { Tf32, Bf16, F16 };
 
 inline double decode(Kind kind, uint32_t reg, int half) {
-  if (kind == Kind::Tf32) return double(bits_float(reg & 0xffffe000u));
+  if (kind == Kind::Tf32) return double(truncate_to_tf32(bits_float(reg)));
   const uint16_t bits = uint16_t(reg >> (16 * half));
   return kind == Kind::Bf16 ? double(to_float(Bf16{bits})) : double(to_float(Fp16{bits}));
 }

@@ -139,9 +139,9 @@ inline uint32_t operand_address(uint64_t desc, bool mn_major, uint32_t mn, uint3
 template <typename T>
 double element(uint64_t desc, bool mn_major, uint32_t mn, uint32_t k) {
   if constexpr (std::is_same_v<T, float>) {
-    uint32_t bits;
-    std::memcpy(&bits, yolo::emu::async_proxy_read(operand_address(desc, false, mn, k, 4), 4), 4);
-    return double(bits_float(bits & 0xffffe000u));
+    float word;
+    std::memcpy(&word, yolo::emu::async_proxy_read(operand_address(desc, false, mn, k, 4), 4), 4);
+    return double(truncate_to_tf32(word));
   } else {
     uint16_t bits;
     std::memcpy(&bits, yolo::emu::async_proxy_read(operand_address(desc, mn_major, mn, k, 2), 2), 2);

@@ -74,7 +74,7 @@ T stored(float v) {
 }
 template <typename T>
 double read_value(T v) {
-  if constexpr (std::is_same_v<T, float>) return double(bits_float(float_bits(v) & 0xffffe000u));
+  if constexpr (std::is_same_v<T, float>) return double(truncate_to_tf32(v));
   else return double(to_float(v));
 }
 template <typename T>
@@ -210,7 +210,8 @@ bool current_device_wgmma_verified() {
   int index = 0;
   CHECKED(cudaGetDevice(&index));
   if (index < 0 || index >= 64) return false;
-  int expected = 0;
+  int expected = verdict[index].load(std::memory_order_acquire);  // asked at every launch: read first
+  if (expected == 2 || expected == 1) return expected == 2;
   if (!verdict[index].compare_exchange_strong(expected, 3)) {
     while (expected == 3 && !checking_here) {
       std::this_thread::sleep_for(std::chrono::milliseconds(1));

@@ -32,12 +32,7 @@ std::vector<double> exact(const std::vector<T>& values) {
 // dropped (kernels/wgmma.cuh). mma.sync's kernels round to nearest instead (cvt.rna).
 inline std::vector<double> tf32_truncated(const std::vector<double>& values) {
   std::vector<double> out(values.size());
-  for (size_t i = 0; i < values.size(); ++i) {
-    const float f = float(values[i]);
-    uint32_t bits;
-    std::memcpy(&bits, &f, 4);
-    out[i] = double(bits_float(bits & 0xffffe000u));
-  }
+  for (size_t i = 0; i < values.size(); ++i) out[i] = double(truncate_to_tf32(float(values[i])));
   return out;
 }
 inline std::vector<double> absolute(std::vector<double> v) {

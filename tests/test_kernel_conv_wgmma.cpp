@@ -30,13 +30,8 @@ namespace {
 // bits of each FP32 word dropped (truncated toward zero; kernels/wgmma.cuh).
 template <typename T>
 double operand(T v) {
-  if constexpr (std::is_same_v<T, float>) {
-    uint32_t bits;
-    std::memcpy(&bits, &v, 4);
-    return double(bits_float(bits & 0xffffe000u));
-  } else {
-    return double(to_float(v));
-  }
+  if constexpr (std::is_same_v<T, float>) return double(truncate_to_tf32(v));
+  else return double(to_float(v));
 }
 
 // The relative bound on a stored output: its own rounding (16 bits, or FP32's with room for
@@ -162,7 +157,7 @@ void check_backward(Device device, Rng& rng, const Conv2dShape& s) {
 
 }  // namespace
 
-TEST_CASE("kernel: conv2d_backward_data_wgmma matches the FP64 sum (3x3, 1x1; stride 1 and 2; bf16, fp16)") {
+TEST_CASE("kernel: conv2d_backward_data_wgmma matches the FP64 sum (3x3, 1x1; stride 1 and 2; bf16, fp16, tf32)") {
   KERNEL_TEST_DEVICE(device);
   if (!current_device_runs_wgmma()) SKIP_TEST("this device runs no sm_90a code (wgmma)");
   Rng rng;
@@ -174,9 +169,14 @@ TEST_CASE("kernel: conv2d_backward_data_wgmma matches the FP64 sum (3x3, 1x1; st
   // leaves three classes without taps, whose pixels must get zeros (the output is poisoned).
   check_backward<Bf16>(device, rng, Conv2dShape{2, 9, 7, 24, 64, 3, 2});
   check_backward<Fp16>(device, rng, Conv2dShape{1, 7, 8, 16, 64, 1, 2});
+  // TF32: the weights transposed in the workspace (poisoned first), read K-major; both operands
+  // truncated. Stride 2 (parity classes); c_in 136 (a partial 32-wide transpose tile and a second
+  // 128-wide output tile) with two 32-channel k-tiles a tap.
+  check_backward<float>(device, rng, Conv2dShape{2, 9, 7, 24, 64, 3, 2});
+  check_backward<float>(device, rng, Conv2dShape{1, 5, 6, 136, 64, 3, 1});
 }
 
-TEST_CASE("kernel: conv2d_forward_wgmma matches the FP64 sum (3x3 stride 1 and 2, 1x1; bf16, fp16; a slice)") {
+TEST_CASE("kernel: conv2d_forward_wgmma matches the FP64 sum (3x3 stride 1 and 2, 1x1; bf16, fp16, tf32; a slice)") {
   KERNEL_TEST_DEVICE(device);
   if (!current_device_runs_wgmma()) SKIP_TEST("this device runs no sm_90a code (wgmma)");
   Rng rng;
@@ -184,32 +184,13 @@ TEST_CASE("kernel: conv2d_forward_wgmma matches the FP64 sum (3x3 stride 1 and 2
   check_conv<Bf16>(device, rng, Conv2dShape{2, 11, 9, 24, 40, 3, 1}, true, 0, 40);
   check_conv<Fp16>(device, rng, Conv2dShape{1, 13, 12, 16, 136, 3, 2}, false, 8, 152);
   check_conv<Bf16>(device, rng, Conv2dShape{1, 17, 9, 72, 24, 1, 1}, true, 5, 33);
-}
-
-// TF32: the operands are FP32 words of which wgmma reads the top 19 bits, so the reference
-// truncates them (a kernel or twin that rounded instead would miss it by far more than the
-// bound: random inputs carry low bits in every word). 3x3 stride 1 with K = 216 (not whole
-// 32-wide TF32 k-tiles), 3x3 stride 2 into a slice, 1x1.
-TEST_CASE("kernel: conv2d_forward_wgmma in TF32 matches the FP64 sum of the truncated operands") {
-  KERNEL_TEST_DEVICE(device);
-  if (!current_device_runs_wgmma()) SKIP_TEST("this device runs no sm_90a code (wgmma)");
-  Rng rng;
-  CAPTURE(rng.seed());
+  // TF32: the operands are FP32 words of which wgmma reads the top 19 bits, so the reference
+  // truncates them (a kernel or twin that rounded instead would miss it by far more than the
+  // bound: random inputs carry low bits in every word). 3x3 stride 1 with K = 216 (not whole
+  // 32-wide TF32 k-tiles), 3x3 stride 2 into a slice, 1x1.
   check_conv<float>(device, rng, Conv2dShape{2, 7, 9, 24, 40, 3, 1}, true, 0, 40);
   check_conv<float>(device, rng, Conv2dShape{1, 9, 8, 16, 136, 3, 2}, false, 4, 148);
   check_conv<float>(device, rng, Conv2dShape{1, 11, 5, 40, 24, 1, 1}, true, 0, 24);
-}
-
-// TF32 backward data: the weights transposed in the workspace (poisoned first), read K-major;
-// both operands truncated. Stride 2 (parity classes); c_in 136 (a partial 32-wide transpose tile
-// and a second 128-wide output tile) with two 32-channel k-tiles a tap.
-TEST_CASE("kernel: conv2d_backward_data_wgmma in TF32 matches the FP64 sum of the truncated operands") {
-  KERNEL_TEST_DEVICE(device);
-  if (!current_device_runs_wgmma()) SKIP_TEST("this device runs no sm_90a code (wgmma)");
-  Rng rng;
-  CAPTURE(rng.seed());
-  check_backward<float>(device, rng, Conv2dShape{2, 9, 7, 24, 64, 3, 2});
-  check_backward<float>(device, rng, Conv2dShape{1, 5, 6, 136, 64, 3, 1});
 }
 
 TEST_CASE("kernel: conv2d_forward_wgmma refuses inputs its 16-byte gathers cannot read") {
