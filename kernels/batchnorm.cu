@@ -600,11 +600,31 @@ void launch_apply(bool vec4, NhwcView<const T> x, NhwcView<T> y, NhwcView<const 
     launch_apply_kernel<A, false, T>(vec4, x, y, residual, mean, var, gamma, beta, stream);
 }
 
+// The training forwards' y: a view of x's shape, or empty (statistics only: the apply runs where
+// the next convolutions load it, conv.h's NormalizedInput), which leaves nothing to add a residual to.
+template <typename T>
+void check_statistics_only(const char* op, NhwcView<T> y, NhwcView<const T> residual) {
+  if (!y.data && residual.data)
+    throw Error(std::string(op) + ": a residual needs y (an empty y computes the statistics only)");
+  if (y.data) check_residual(op, NhwcView<const T>{y.data, y.n, y.h, y.w, y.c, y.stride}, residual);
+}
+
+// NormalizedInput's table: the apply's mean, scale and shift of each channel.
+__global__ void input_table_kernel(int c, const float* mean, const float* var, const float* gamma, const float* beta,
+                                   float* table) {
+  const int ch = int(blockIdx.x * blockDim.x + threadIdx.x);
+  if (ch >= c) return;
+  table[4 * ch] = mean[ch];
+  table[4 * ch + 1] = normalize_scale(gamma[ch], var[ch]);
+  table[4 * ch + 2] = beta[ch];
+  table[4 * ch + 3] = 0.0f;
+}
+
 template <Activation A, typename T>
 void forward_training_cuda(NhwcView<const T> x, const float* gamma, const float* beta, NhwcView<T> y,
                            NhwcView<const T> residual, float* saved_mean, float* saved_var, float* running_mean,
                            float* running_var, float* partials, cudaStream_t stream) {
-  const bool vec4 = quad_view(x) && quad_view(y);
+  const bool vec4 = quad_view(x) && (!y.data || quad_view(y));  // statistics only: x's alone
   const Tiling t = tiling_for(x.c, vec4);
   const int blocks = stats_pixel_blocks(x.pixels(), t);
   const dim3 grid(unsigned(blocks), unsigned(t.channel_blocks)), block(unsigned(t.lanes), unsigned(t.rows));
@@ -617,7 +637,7 @@ void forward_training_cuda(NhwcView<const T> x, const float* gamma, const float*
          dim3(kFinalizeChannels, kFinalizeRows), 0, stream, x.c, x.pixels(), blocks,
          static_cast<const float*>(partials), static_cast<const float*>(counts), saved_mean, saved_var, running_mean,
          running_var);
-  launch_apply<A, T>(vec4, x, y, residual, saved_mean, saved_var, gamma, beta, stream);
+  if (y.data) launch_apply<A, T>(vec4, x, y, residual, saved_mean, saved_var, gamma, beta, stream);
 }
 
 // Calls f.template operator()<R>() with R whether the backward recomputes y (never for linear,
@@ -717,6 +737,17 @@ size_t batchnorm_workspace_bytes(int n, int h, int w, int c) {
   return (blocks * size_t(c) * 2 + blocks) * sizeof(float);  // partials [block][c][2], counts [block]
 }
 
+void batchnorm_input_table_cuda(int c, const float* mean, const float* var, const float* gamma, const float* beta,
+                                float* table, cudaStream_t stream) {
+  const char* op = "batchnorm_input_table_cuda";
+  if (c < 0) throw Error(std::string(op) + ": negative channel count " + std::to_string(c));
+  if (c == 0) return;
+  if (!mean || !var || !gamma || !beta || !table) throw Error(std::string(op) + ": a per-channel array is null");
+  if (reinterpret_cast<uintptr_t>(table) % 16 != 0) throw Error(std::string(op) + ": the table is not 16-byte aligned");
+  LAUNCH(input_table_kernel, dim3(ceil_div(size_t(c), kThreads)), dim3(kThreads), 0, stream, c, mean, var, gamma, beta,
+         table);
+}
+
 template <typename T>
 void batchnorm_activation_forward_training_cuda(Activation act, NhwcView<const T> x, const float* gamma,
                                                 const float* beta, NhwcView<T> y, float* saved_mean, float* saved_var,
@@ -724,8 +755,8 @@ void batchnorm_activation_forward_training_cuda(Activation act, NhwcView<const T
                                                 size_t workspace_bytes, cudaStream_t stream,
                                                 NhwcView<const T> residual) {
   const char* op = "batchnorm_activation_forward_training_cuda";
-  check_forward_training(op, x, gamma, beta, y, saved_mean, saved_var, running_mean, running_var);
-  check_residual(op, x, residual);
+  check_forward_training(op, x, gamma, beta, y, saved_mean, saved_var, running_mean, running_var, true);
+  check_statistics_only(op, y, residual);
   check_workspace(op, x, workspace, workspace_bytes);
   if (x.c == 0) return;
   with_activation(act, "batchnorm", [&]<Activation A>() {
@@ -807,14 +838,15 @@ void batchnorm_activation_forward_from_moments_cuda(Activation act, NhwcView<con
                                                     void* workspace, size_t workspace_bytes, cudaStream_t stream,
                                                     NhwcView<const T> residual) {
   const char* op = "batchnorm_activation_forward_from_moments_cuda";
-  check_forward_training(op, x, gamma, beta, y, saved_mean, saved_var, running_mean, running_var);
-  check_residual(op, x, residual);
+  check_forward_training(op, x, gamma, beta, y, saved_mean, saved_var, running_mean, running_var, true);
+  check_statistics_only(op, y, residual);
   if (x.c == 0 || x.pixels() == 0) return;
   check_moments(op, x.c, partials, counts, blocks, workspace, workspace_bytes);
   merge_moment_groups(x.c, partials, counts, blocks, workspace, stream);
   LAUNCH(forward_finalize_kernel, dim3(ceil_div(size_t(x.c), kFinalizeChannels)),
          dim3(kFinalizeChannels, kFinalizeRows), 0, stream, x.c, x.pixels(), blocks, partials, counts, saved_mean,
          saved_var, running_mean, running_var);
+  if (!y.data) return;  // statistics only
   const bool vec4 = quad_view(x) && quad_view(y);
   with_activation(act, "batchnorm", [&]<Activation A>() {
     launch_apply<A, T>(vec4, x, y, residual, saved_mean, saved_var, gamma, beta, stream);
@@ -879,11 +911,12 @@ void batchnorm_activation_forward_from_sums_cuda(Activation act, NhwcView<const 
                                                  cudaStream_t stream, NhwcView<const T> residual) {
   const char* op = "batchnorm_activation_forward_from_sums_cuda";
   check_forward_from_sums(op, x, gamma, beta, y, sums, squares, total_pixels, saved_mean, saved_var, running_mean,
-                          running_var);
-  check_residual(op, x, residual);
+                          running_var, true);
+  check_statistics_only(op, y, residual);
   if (x.c == 0) return;
   LAUNCH(from_sums_finalize_kernel, dim3(ceil_div(size_t(x.c), kThreads)), dim3(kThreads), 0, stream, x.c,
          total_pixels, sums, squares, saved_mean, saved_var, running_mean, running_var);
+  if (!y.data) return;  // statistics only
   const bool vec4 = quad_view(x) && quad_view(y);
   with_activation(act, "batchnorm", [&]<Activation A>() {
     launch_apply<A, T>(vec4, x, y, residual, saved_mean, saved_var, gamma, beta, stream);

@@ -20,6 +20,10 @@
 // stored nowhere; its backward recomputes it (below). With FP32 storage y has the bits of the
 // unfused apply followed by shortcut_forward; with 16-bit storage it skips their intermediate
 // rounding.
+// Statistics only: the CUDA training forwards take an empty y (and no residual) to compute the
+// saved and running statistics alone, for a BatchNorm whose apply runs where the next
+// convolutions load their input (conv.h, NormalizedInput; its table from
+// batchnorm_input_table_cuda below). Nothing then stores y.
 // Store or recompute: the CUDA backwards take y, or (y an empty view, `recompute` the forward's
 // gamma and beta) recompute y from x with the forward's own operations, so that nothing needs to
 // keep y for them: both backward passes read two tensors instead of three, and y's memory is free
@@ -58,6 +62,12 @@ struct BatchNormAffine {
 };
 
 // ---- fused batchnorm + activation ------------------------------------------------------------
+
+// NormalizedInput's table (conv.h): table[4 ch..] = {mean, gamma / sqrt(var + eps), beta, 0} with
+// the apply's own expression for the scale (the same bits), from the saved statistics (training)
+// or the running ones (inference). c floats each; table 4 c floats, 16-byte aligned.
+void batchnorm_input_table_cuda(int c, const float* mean, const float* var, const float* gamma, const float* beta,
+                                float* table, cudaStream_t stream);
 
 // Training forward. running_mean/running_var: both null (no update) or both set.
 template <typename T>

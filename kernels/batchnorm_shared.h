@@ -48,10 +48,12 @@ inline void check_training_input(const char* op, const NhwcView<const T>& x) {
 template <typename T, typename P>
 inline void check_forward_training(const char* op, NhwcView<const T> x, const P* gamma, const P* beta, NhwcView<T> y,
                                    const P* saved_mean, const P* saved_var, const P* running_mean,
-                                   const P* running_var) {
+                                   const P* running_var, bool y_optional = false) {
   check_training_input(op, x);
-  check_view_arg(y, op, "y");
-  check_same_view_shape(y, x, op, "y", "x");
+  if (!(y_optional && y.data == nullptr)) {
+    check_view_arg(y, op, "y");
+    check_same_view_shape(y, x, op, "y", "x");
+  }
   check_array(op, "gamma", gamma, x.c);
   check_array(op, "beta", beta, x.c);
   check_array(op, "saved_mean", saved_mean, x.c);
@@ -143,8 +145,9 @@ inline void check_centered_squares(const char* op, NhwcView<const T> x, const P*
 template <typename T, typename P>
 inline void check_forward_from_sums(const char* op, NhwcView<const T> x, const P* gamma, const P* beta, NhwcView<T> y,
                                     const P* sums, const P* squares, double total_pixels, const P* saved_mean,
-                                    const P* saved_var, const P* running_mean, const P* running_var) {
-  check_forward_training(op, x, gamma, beta, y, saved_mean, saved_var, running_mean, running_var);
+                                    const P* saved_var, const P* running_mean, const P* running_var,
+                                    bool y_optional = false) {
+  check_forward_training(op, x, gamma, beta, y, saved_mean, saved_var, running_mean, running_var, y_optional);
   check_array(op, "sums", sums, x.c);
   check_array(op, "squares", squares, x.c);
   check_total_pixels(op, total_pixels, x.pixels());

@@ -7,6 +7,7 @@
 #pragma once
 #include <cstddef>
 
+#include "kernels/activation.h"
 #include "kernels/precision.h"
 #include "kernels/tc_plan.h"
 #include "kernels/tensor.h"
@@ -39,6 +40,19 @@ struct ConvMoments {
   float* counts = nullptr;    // [blocks]
 };
 int conv2d_forward_moment_blocks(const Conv2dShape& shape);
+
+// BatchNorm's normalise-and-activate applied where a tensor-core convolution loads its input
+// (issue 37: the BatchNorm's output is then never written, nor read back). The view handed to
+// the forward and the weight gradient is the BatchNorm's input x; the convolution reads, per
+// channel ch,  act(fma(x - table[4 ch], table[4 ch + 1], table[4 ch + 2]))  rounded to T, as
+// batchnorm.h's apply computes it (the table from batchnorm_input_table_cuda: mean, scale and
+// shift): the bits the apply would have stored. The image's zero padding stays zero. A null
+// table: the input as it is. Device pointers; the table 16-byte aligned.
+struct NormalizedInput {
+  const float* table = nullptr;  // [c_in][4]
+  Activation act = Activation::Linear;
+  YOLO_HOST_DEVICE explicit operator bool() const { return table != nullptr; }
+};
 
 // out[b, y, x, o] = bias[o] + sum_{r, s, i} in[b, y*stride - pad + r, x*stride - pad + s, i] *
 // weights[o, r, s, i] (zero outside the image). in is n x h x w x c_in, out n x out_h x out_w x
@@ -94,7 +108,7 @@ int conv2d_forward_tc_moment_blocks(const Conv2dShape& shape);
 template <typename T>
 void conv2d_forward_tc(const Conv2dShape& shape, NhwcView<const T> in, const T* weights, const float* bias,
                        NhwcView<T> out, void* workspace, size_t workspace_bytes, cudaStream_t stream,
-                       ConvMoments moments = {});
+                       ConvMoments moments = {}, NormalizedInput norm = {});
 template <typename T>
 size_t conv2d_backward_data_tc_workspace_bytes(const Conv2dShape& shape);
 template <typename T>
@@ -106,13 +120,16 @@ size_t conv2d_backward_weights_tc_workspace_bytes(const Conv2dShape& shape);
 template <typename T>
 void conv2d_backward_weights_tc(const Conv2dShape& shape, NhwcView<const T> in, NhwcView<const T> grad_out,
                                 float* grad_weights, float* grad_bias, void* workspace, size_t workspace_bytes,
-                                cudaStream_t stream);
+                                cudaStream_t stream, NormalizedInput norm = {});
 // A pass as the tensor-core planner sees it (kernels/tc_plan.h: choose_plan, predict), for a
 // precision that runs on tensor cores (tf32, bf16, fp16); for printing plans and predictions.
 tc::TcProblem conv2d_tc_problem(const Conv2dShape& shape, tc::TcPass pass, Precision precision);
 // Whether conv2d_forward_tc and conv2d_backward_weights_tc run this shape on CUDA cores instead
 // (kernels/conv_small_c.h: inputs of up to 4 channels, such as the image; FP32 sums, the same
 // contract); its backward data stays on tensor cores.
+// The forward and the weight gradient take a NormalizedInput (above) except on those: there they
+// throw. Without cp.async (the loaders transform in registers) on mma.sync; on wgmma the producer
+// transforms its own rows in shared memory before it announces them.
 bool conv2d_tc_small_channels(const Conv2dShape& shape);
 
 }  // namespace yolo

@@ -16,6 +16,7 @@
 #include "kernels/conv_geometry.cuh"
 #include "kernels/conv_small_c.h"
 #include "kernels/conv_wgmma.h"
+#include "kernels/normalized_input.cuh"
 #include "kernels/tc_epilogue.cuh"
 #include "kernels/tc_tiles.cuh"
 
@@ -48,13 +49,14 @@ struct ForwardInput {
   const ConvGeom& g;
   const T* data;
   int pitch;
+  NormalizedInput norm;  // BatchNorm's apply on what is read (conv.h), or none
   int corner[CP];        // pixel index of the receptive field's top-left (it may lie outside the image)
   int iy0[CP], ix0[CP];  // its position; kOutside for rows past the last output pixel
   Cursor3 k;             // (r, s, ci)
   int tap;               // r * w + s: the cursor's pixel offset from a corner
 
-  __device__ ForwardInput(const ConvGeom& geom, NhwcView<const T> in, int m0, int k_begin)
-      : g(geom), data(in.data), pitch(in.stride) {
+  __device__ ForwardInput(const ConvGeom& geom, NhwcView<const T> in, NormalizedInput n, int m0, int k_begin)
+      : g(geom), data(in.data), pitch(in.stride), norm(n) {
 #pragma unroll
     for (int i = 0; i < CP; ++i) {
       const int p = m0 + S::chunk(i).row;
@@ -80,7 +82,12 @@ struct ForwardInput {
     for (int j = 0; j < V; ++j, e.step(1, g.k, g.c_in)) {
       const bool ok = e.major < g.k && inside(i, e.major, e.middle);
       v[j] = ok ? data[size_t(corner[i] + e.major * g.w + e.middle) * pitch + e.minor] : T{};
+      if (norm && ok) v[j] = normalized_element(norm, e.minor, v[j]);
     }
+  }
+  // Chunk i as read through vec_ptr (inside the image): channels k.minor..
+  __device__ void normalize(int, uint4& r) const {
+    if (norm) r = normalized_chunk<T>(norm, k.minor, r);
   }
   __device__ void advance() {
     k.step(Tc<T>::BK, g.k, g.c_in);
@@ -184,11 +191,12 @@ struct BackwardWeightsInput {
   const ConvGeom& g;
   const T* data;
   int pitch;
+  NormalizedInput norm;        // BatchNorm's apply on what is read (conv.h), or none
   int dy[CP], dx[CP], ci[CP];  // the chunk's first column
   Cursor3 k[CP];               // (b, oy, ox)
 
-  __device__ BackwardWeightsInput(const ConvGeom& geom, NhwcView<const T> in, int n0, int k_begin)
-      : g(geom), data(in.data), pitch(in.stride) {
+  __device__ BackwardWeightsInput(const ConvGeom& geom, NhwcView<const T> in, NormalizedInput n, int n0, int k_begin)
+      : g(geom), data(in.data), pitch(in.stride), norm(n) {
 #pragma unroll
     for (int i = 0; i < CP; ++i) {
       const TcAt ch = S::chunk(i);
@@ -216,7 +224,12 @@ struct BackwardWeightsInput {
     for (int j = 0; j < V; ++j, advance3(e.major, e.middle, e.minor, 1, g.k, g.c_in)) {
       const T* p = e.major < g.k ? pixel(i, e.major - g.pad, e.middle - g.pad) : nullptr;
       v[j] = p ? p[e.minor] : T{};
+      if (norm && p) v[j] = normalized_element(norm, e.minor, v[j]);
     }
+  }
+  // Chunk i as read through vec_ptr (inside the image): channels ci[i]..
+  __device__ void normalize(int i, uint4& r) const {
+    if (norm) r = normalized_chunk<T>(norm, ci[i], r);
   }
   __device__ void advance() {
 #pragma unroll
@@ -246,12 +259,12 @@ struct ClassRows {
 
 template <typename T, int BM, int BN, bool Async>
 __global__ void __launch_bounds__(kThreads, min_blocks<T>(TcPass::Forward, BM, Async))
-    conv_forward_tc_kernel(ConvGeom g, NhwcView<const T> in, const T* weights, const float* bias, NhwcView<T> out,
-                           float* partials, int splits, bool vec_in, bool vec_w, ConvMoments moments) {
+    conv_forward_tc_kernel(ConvGeom g, NhwcView<const T> in, NormalizedInput norm, const T* weights, const float* bias,
+                           NhwcView<T> out, float* partials, int splits, bool vec_in, bool vec_w, ConvMoments moments) {
   const int m0 = int(blockIdx.x) * BM, n0 = int(blockIdx.y) * BN, split = int(blockIdx.z);
   const int k_size = g.k * g.k * g.c_in, pixels = g.n * g.oh * g.ow;
   const KRange k = split_range(k_size, splits, split, Tc<T>::BK);
-  ForwardInput<T, BM> la(g, in, m0, k.k_begin);
+  ForwardInput<T, BM> la(g, in, norm, m0, k.k_begin);
   MatrixLoader<T, true, BN> lb(weights, k_size, g.c_out, k_size, n0, k.k_begin);
   float acc[WarpTile<BM, BN>::MI][WarpTile<BM, BN>::NI][4];
   run_mainloop<T, true, true, BM, BN, Async>(la, lb, k, vec_in, vec_w, acc);
@@ -293,13 +306,13 @@ __global__ void __launch_bounds__(kThreads, min_blocks<T>(TcPass::BackwardData, 
 
 template <typename T, int BM, int BN, bool Async>
 __global__ void __launch_bounds__(kThreads, min_blocks<T>(TcPass::BackwardWeights, BM, Async))
-    conv_backward_weights_tc_kernel(ConvGeom g, NhwcView<const T> in, NhwcView<const T> grad_out, float* grad_weights,
-                                    float* partials, int splits, bool vec_grad, bool vec_in) {
+    conv_backward_weights_tc_kernel(ConvGeom g, NhwcView<const T> in, NormalizedInput norm, NhwcView<const T> grad_out,
+                                    float* grad_weights, float* partials, int splits, bool vec_grad, bool vec_in) {
   const int m0 = int(blockIdx.x) * BM, n0 = int(blockIdx.y) * BN, split = int(blockIdx.z);
   const int pixels = g.n * g.oh * g.ow, cols = g.k * g.k * g.c_in;
   const KRange k = split_range(pixels, splits, split, Tc<T>::BK);
   MatrixLoader<T, false, BM> la(grad_out.data, grad_out.stride, g.c_out, pixels, m0, k.k_begin);
-  BackwardWeightsInput<T, BN> lb(g, in, n0, k.k_begin);
+  BackwardWeightsInput<T, BN> lb(g, in, norm, n0, k.k_begin);
   float acc[WarpTile<BM, BN>::MI][WarpTile<BM, BN>::NI][4];
   run_mainloop<T, false, false, BM, BN, Async>(la, lb, k, vec_grad, vec_in, acc);
   float* dst = splits > 1 ? partials + size_t(block_index_anew().z) * g.c_out * cols : grad_weights;  // dW [c_out][KK]
@@ -313,6 +326,15 @@ bool vec_view(const V& v, int elems) {
   return v.c % elems == 0 && v.stride % elems == 0 && reinterpret_cast<uintptr_t>(v.data) % 16 == 0;
 }
 bool vec_pointer(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+// A normalized input (conv.h) needs the tensor-core loaders: not the small-channel kernels.
+void check_normalized_input(const char* op, const Conv2dShape& s, NormalizedInput norm) {
+  if (!norm) return;
+  if (small_c::takes(s))
+    throw Error(std::string(op) + ": a BatchNorm-normalized input needs more than " + std::to_string(s.c_in) +
+                " input channels (the small-channel kernels read the input as it is)");
+  if (!vec_pointer(norm.table)) throw Error(std::string(op) + ": the normalized input's table is not 16-byte aligned");
+}
 
 template <typename V>
 void check_view_shape(const char* op, const char* name, const V& v, int n, int h, int w, int c) {
@@ -445,23 +467,25 @@ int conv2d_forward_tc_moment_blocks(const Conv2dShape& s) {
 
 template <typename T>
 void conv2d_forward_tc(const Conv2dShape& s, NhwcView<const T> in, const T* weights, const float* bias, NhwcView<T> out,
-                       void* workspace, size_t workspace_bytes, cudaStream_t stream, ConvMoments moments) {
+                       void* workspace, size_t workspace_bytes, cudaStream_t stream, ConvMoments moments,
+                       NormalizedInput norm) {
   const char* op = "conv2d_forward_tc";
   s.validate();
   require_precision(tc_precision<T>(), op);
   check_view_shape(op, "in", in, s.n, s.h, s.w, s.c_in);
   check_view_shape(op, "out", out, s.n, s.out_h(), s.out_w(), s.c_out);
   if (weights == nullptr) throw Error(std::string(op) + ": weights is null");
+  check_normalized_input(op, s, norm);
   if (s.n == 0) return;
   if (small_c::takes(s)) return small_c::forward<T>(s, in, weights, bias, out, moments, stream);
   constexpr int V = Tc<T>::V;
   const bool vec_in = vec_view(in, V), vec_w = (s.k * s.k * s.c_in) % V == 0 && vec_pointer(weights);
   TcPlan plan = forward_plan<T>(s);
   if (plan.wgmma) {  // every precision (TF32 too: both operands K-major)
-    if (vec_in && vec_w) return conv2d_forward_wgmma<T>(s, in, weights, bias, out, stream, moments);
+    if (vec_in && vec_w) return conv2d_forward_wgmma<T>(s, in, weights, bias, out, stream, moments, norm);
     plan = mma_instead_of_wgmma();
   }
-  plan.async = plan.async && vec_in && vec_w;
+  plan.async = plan.async && vec_in && vec_w && !norm;  // cp.async lands in shared memory untransformed
   check_workspace_tc(op, forward_workspace<T>(s), workspace, workspace_bytes);
   const ConvGeom g = geometry(s);
   const long long pixels = (long long)s.n * g.oh * g.ow;
@@ -473,7 +497,7 @@ void conv2d_forward_tc(const Conv2dShape& s, NhwcView<const T> in, const T* weig
       throw Error(std::string(op) + ": internal error: too little shared memory for the epilogue's statistics");
     allow_shared(kernel, smem);
     LAUNCH(kernel, dim3(ceil_div(pixels, BM), ceil_div(s.c_out, BN), unsigned(plan.splits)), dim3(kThreads), smem,
-           stream, g, in, weights, bias, out, partials, plan.splits, vec_in, vec_w, moments);
+           stream, g, in, norm, weights, bias, out, partials, plan.splits, vec_in, vec_w, moments);
   });
   if (plan.splits > 1 && moments.partials)
     moments::launch_sum_splits_moments<T>(partials, plan.splits, int(pixels), s.c_out, out.data, out.stride, bias,
@@ -539,13 +563,14 @@ size_t conv2d_backward_weights_tc_workspace_bytes(const Conv2dShape& s) {
 template <typename T>
 void conv2d_backward_weights_tc(const Conv2dShape& s, NhwcView<const T> in, NhwcView<const T> grad_out,
                                 float* grad_weights, float* grad_bias, void* workspace, size_t workspace_bytes,
-                                cudaStream_t stream) {
+                                cudaStream_t stream, NormalizedInput norm) {
   const char* op = "conv2d_backward_weights_tc";
   s.validate();
   require_precision(tc_precision<T>(), op);
   check_view_shape(op, "in", in, s.n, s.h, s.w, s.c_in);
   check_view_shape(op, "grad_out", grad_out, s.n, s.out_h(), s.out_w(), s.c_out);
   if (grad_weights == nullptr) throw Error(std::string(op) + ": grad_weights is null");
+  check_normalized_input(op, s, norm);
   check_workspace_tc(op, conv2d_backward_weights_tc_workspace_bytes<T>(s), workspace, workspace_bytes);
   float* bias_partials = reinterpret_cast<float*>(static_cast<char*>(workspace) + weights_partials_bytes<T>(s));
   if (small_c::takes(s)) {
@@ -559,13 +584,14 @@ void conv2d_backward_weights_tc(const Conv2dShape& s, NhwcView<const T> in, Nhwc
   if (plan.wgmma) {
     if constexpr (sizeof(T) == 2)
       if (vec_grad && vec_in && grad_out.stride == s.c_out) {  // TMA reads grad_out as one dense matrix
-        conv2d_backward_weights_wgmma<T>(s, in, grad_out, grad_weights, workspace, weights_partials_bytes<T>(s), stream);
+        conv2d_backward_weights_wgmma<T>(s, in, grad_out, grad_weights, workspace, weights_partials_bytes<T>(s), stream,
+                                         norm);
         if (grad_bias) launch_bias_gradient(s, grad_out, grad_bias, bias_partials, stream);
         return;
       }
     plan = mma_instead_of_wgmma();
   }
-  plan.async = plan.async && vec_grad && vec_in;
+  plan.async = plan.async && vec_grad && vec_in && !norm;  // cp.async lands in shared memory untransformed
   const ConvGeom g = geometry(s);
   const int cols = s.k * s.k * s.c_in;
   float* partials = static_cast<float*>(workspace);
@@ -574,7 +600,7 @@ void conv2d_backward_weights_tc(const Conv2dShape& s, NhwcView<const T> in, Nhwc
     const size_t smem = smem_bytes<T, false, false, BM, BN, Async>();
     allow_shared(kernel, smem);
     LAUNCH(kernel, dim3(ceil_div(s.c_out, BM), ceil_div(cols, BN), unsigned(plan.splits)), dim3(kThreads), smem,
-           stream, g, in, grad_out, grad_weights, partials, plan.splits, vec_grad, vec_in);
+           stream, g, in, norm, grad_out, grad_weights, partials, plan.splits, vec_grad, vec_in);
   });
   if (plan.splits > 1)
     launch_sum_splits_tc(partials, plan.splits, s.c_out, cols, grad_weights, cols, false,
@@ -586,13 +612,13 @@ void conv2d_backward_weights_tc(const Conv2dShape& s, NhwcView<const T> in, Nhwc
   template size_t conv2d_forward_tc_workspace_bytes<T>(const Conv2dShape&);                                           \
   template int conv2d_forward_tc_moment_blocks<T>(const Conv2dShape&);                                                \
   template void conv2d_forward_tc<T>(const Conv2dShape&, NhwcView<const T>, const T*, const float*, NhwcView<T>,      \
-                                     void*, size_t, cudaStream_t, ConvMoments);                                       \
+                                     void*, size_t, cudaStream_t, ConvMoments, NormalizedInput);                      \
   template size_t conv2d_backward_data_tc_workspace_bytes<T>(const Conv2dShape&);                                     \
   template void conv2d_backward_data_tc<T>(const Conv2dShape&, NhwcView<const T>, const T*, NhwcView<T>, bool, void*, \
                                            size_t, cudaStream_t);                                                     \
   template size_t conv2d_backward_weights_tc_workspace_bytes<T>(const Conv2dShape&);                                  \
   template void conv2d_backward_weights_tc<T>(const Conv2dShape&, NhwcView<const T>, NhwcView<const T>, float*,       \
-                                              float*, void*, size_t, cudaStream_t);
+                                              float*, void*, size_t, cudaStream_t, NormalizedInput);
 YOLO_CONV_TC(float)
 YOLO_CONV_TC(Bf16)
 YOLO_CONV_TC(Fp16)

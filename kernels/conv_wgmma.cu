@@ -7,6 +7,7 @@
 #include "kernels/common.cuh"
 #include "kernels/conv_geometry.cuh"
 #include "kernels/hopper.h"
+#include "kernels/normalized_input.cuh"
 #include "kernels/tc_tiles.cuh"
 #include "kernels/tma.cuh"
 #include "kernels/wgmma_tiles.cuh"
@@ -29,11 +30,25 @@ struct Gather {
 // TF32) per k-tile; thread 0 also brings the weights' tile by TMA. A stage is announced full one
 // k-tile late, once its copies landed (cp.async.wait_group 1) and were fenced for the async proxy.
 // The weights' map counts 16-bit units (FP32 rows as pairs of them: TMA moves bytes, and the
-// swizzle acts on 16-byte chunks), so a k-tile's box is 64 units wide in every precision.
+// swizzle acts on 16-byte chunks), so a k-tile's box is 64 units wide in every precision. With
+// `norm`, the thread applies BatchNorm to the chunks it read from the image (a bit each in
+// `read`) once they landed, before the stage is announced.
 template <typename T>
-__device__ void produce(const Gather g, NhwcView<const T> in, const tma::TensorMap* w_map, int k_tiles,
-                        const Ring& ring) {
+__device__ void produce(const Gather g, NhwcView<const T> in, NormalizedInput norm, const tma::TensorMap* w_map,
+                        int k_tiles, const Ring& ring) {
+  constexpr int V = 16 / int(sizeof(T));  // channels a 16-byte copy
   const int p = int(threadIdx.x), pixel = int(blockIdx.y) * kBlockM + p;
+  uint32_t read = 0;  // the chunks of the k-tile before this one that came from the image
+  auto normalize = [&](int t) {
+    if (!norm) return;
+    const uint32_t a_tile = ring.address + uint32_t(stage_of(t)) * kStageBytes;
+    normalize_landed<T>(
+        norm, read,
+        [&](int q) {
+          return ring.chunk(k_major_address(a_tile, Swizzle::B128, 0, kRowGroupBytes, uint32_t(p), uint32_t(16 * q)));
+        },
+        [&](int q) { return (t * kTileK<T> + V * q) % g.c_in; });
+  };
   const bool row_valid = pixel < g.pixels;
   const int b = row_valid ? pixel / (g.out_h * g.out_w) : 0, rest = row_valid ? pixel % (g.out_h * g.out_w) : 0;
   const int y0 = rest / g.out_w * g.stride - g.pad, x0 = rest % g.out_w * g.stride - g.pad;
@@ -45,7 +60,7 @@ __device__ void produce(const Gather g, NhwcView<const T> in, const tma::TensorM
       tma::load_2d(ring.b_tile(st), w_map, t * 64, int(blockIdx.x) * kBlockN, &ring.full[st]);
     }
     const uint32_t a_tile = ring.address + uint32_t(st) * kStageBytes;
-    constexpr int V = 16 / int(sizeof(T));  // channels a 16-byte copy
+    uint32_t reading = 0;
 #pragma unroll
     for (int q = 0; q < 8; ++q) {
       const int kk = t * kTileK<T> + V * q, tap = kk / g.c_in, c = kk % g.c_in;
@@ -54,10 +69,12 @@ __device__ void produce(const Gather g, NhwcView<const T> in, const tma::TensorM
       const T* src = inside ? in.data + in.at(b, iy, ix, c) : in.data;
       const uint32_t address = k_major_address(a_tile, Swizzle::B128, 0, kRowGroupBytes, uint32_t(p), uint32_t(16 * q));
       mma::cp_async_16(ring.smem + (address - ring.address), src, inside);
+      reading |= uint32_t(inside) << q;
     }
-    gathered(t, ring);
+    gathered(t, ring, normalize);  // normalizes k-tile t - 1 (`read`)
+    read = reading;
   }
-  gathered_last(k_tiles, ring);
+  gathered_last(k_tiles, ring, normalize);
 }
 
 // No register handoff: the math warpgroups' 64 accumulators fit the 168 registers a thread
@@ -66,12 +83,13 @@ __device__ void produce(const Gather g, NhwcView<const T> in, const tma::TensorM
 // conv2d_forward_tc does), in the ring's shared memory once every thread is past the main loop.
 template <typename T>
 __global__ void __launch_bounds__(kThreads, 1)
-    conv_forward_wgmma_kernel(Gather g, NhwcView<const T> in, const __grid_constant__ tma::TensorMap w_map,
-                              const float* bias, NhwcView<T> out, ConvMoments moments) {
+    conv_forward_wgmma_kernel(Gather g, NhwcView<const T> in, NormalizedInput norm,
+                              const __grid_constant__ tma::TensorMap w_map, const float* bias, NhwcView<T> out,
+                              ConvMoments moments) {
   const Ring ring = make_ring(128 + 1);  // the 128 gatherers, and thread 0's expect_tx
   const int k_tiles = (g.k_total + kTileK<T> - 1) / kTileK<T>;
   if (threadIdx.x < 128) {
-    produce<T>(g, in, &w_map, k_tiles, ring);
+    produce<T>(g, in, norm, &w_map, k_tiles, ring);
     if (moments.partials == nullptr) return;
   } else {
     multiply_and_store<T, false, false, false>(k_tiles, ring,
@@ -255,7 +273,7 @@ void conv2d_backward_data_wgmma(const Conv2dShape& s, NhwcView<const T> grad_out
 
 template <typename T>
 void conv2d_forward_wgmma(const Conv2dShape& s, NhwcView<const T> in, const T* weights, const float* bias,
-                          NhwcView<T> out, cudaStream_t stream, ConvMoments moments) {
+                          NhwcView<T> out, cudaStream_t stream, ConvMoments moments, NormalizedInput norm) {
   s.validate();
   require_wgmma("conv2d_forward_wgmma");
   constexpr int V = 16 / int(sizeof(T));  // elements a 16-byte copy
@@ -274,15 +292,15 @@ void conv2d_forward_wgmma(const Conv2dShape& s, NhwcView<const T> in, const T* w
                                               uint64_t(g.k_total) * sizeof(T), 64, kBlockN, 1);
   tc::allow_shared(conv_forward_wgmma_kernel<T>, kSharedBytes);
   LAUNCH(conv_forward_wgmma_kernel<T>, dim3(ceil_div(size_t(s.c_out), kBlockN), ceil_div(size_t(g.pixels), kBlockM)),
-         dim3(kThreads), kSharedBytes, stream, g, in, w_map, bias, out, moments);
+         dim3(kThreads), kSharedBytes, stream, g, in, norm, w_map, bias, out, moments);
 }
 
 template void conv2d_forward_wgmma<float>(const Conv2dShape&, NhwcView<const float>, const float*, const float*,
-                                          NhwcView<float>, cudaStream_t, ConvMoments);
+                                          NhwcView<float>, cudaStream_t, ConvMoments, NormalizedInput);
 template void conv2d_forward_wgmma<Bf16>(const Conv2dShape&, NhwcView<const Bf16>, const Bf16*, const float*,
-                                         NhwcView<Bf16>, cudaStream_t, ConvMoments);
+                                         NhwcView<Bf16>, cudaStream_t, ConvMoments, NormalizedInput);
 template void conv2d_forward_wgmma<Fp16>(const Conv2dShape&, NhwcView<const Fp16>, const Fp16*, const float*,
-                                         NhwcView<Fp16>, cudaStream_t, ConvMoments);
+                                         NhwcView<Fp16>, cudaStream_t, ConvMoments, NormalizedInput);
 template void conv2d_backward_data_wgmma<float>(const Conv2dShape&, NhwcView<const float>, const float*,
                                                 NhwcView<float>, bool, cudaStream_t, void*, size_t);
 template void conv2d_backward_data_wgmma<Bf16>(const Conv2dShape&, NhwcView<const Bf16>, const Bf16*, NhwcView<Bf16>,

@@ -13,6 +13,9 @@
 //   output pixels; throws yolo::Error otherwise. out may be a channel slice (any stride). bias:
 //   FP32 per output channel, or null. moments: BatchNorm's statistics of the stored output, per
 //   block of 128 output pixels, as conv2d_forward_tc writes them (kernels/conv.h, ConvMoments).
+//   norm (kernels/conv.h, NormalizedInput): BatchNorm's apply on the input, done by each gathering
+//   thread on its own row in shared memory once its copies landed, before the stage is announced
+//   (the weight gradient's gather does the same).
 #pragma once
 #include "kernels/conv.h"
 #include "kernels/half_types.h"
@@ -22,7 +25,7 @@ namespace yolo {
 
 template <typename T>
 void conv2d_forward_wgmma(const Conv2dShape& shape, NhwcView<const T> in, const T* weights, const float* bias,
-                          NhwcView<T> out, cudaStream_t stream, ConvMoments moments = {});
+                          NhwcView<T> out, cudaStream_t stream, ConvMoments moments = {}, NormalizedInput norm = {});
 
 // The backward data pass (grad_in = the gradient of conv2d_forward_wgmma's input, overwritten,
 // or added to what grad_in holds when accumulate: in FP32, rounded once): an implicit GEMM per
@@ -57,6 +60,7 @@ bool conv2d_backward_weights_wgmma_takes(const Conv2dShape& shape);
 size_t conv2d_backward_weights_wgmma_workspace_bytes(const Conv2dShape& shape);
 template <typename T>
 void conv2d_backward_weights_wgmma(const Conv2dShape& shape, NhwcView<const T> in, NhwcView<const T> grad_out,
-                                   float* grad_weights, void* workspace, size_t workspace_bytes, cudaStream_t stream);
+                                   float* grad_weights, void* workspace, size_t workspace_bytes, cudaStream_t stream,
+                                   NormalizedInput norm = {});
 
 }  // namespace yolo

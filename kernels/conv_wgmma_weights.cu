@@ -7,6 +7,7 @@
 #include "kernels/common.cuh"
 #include "kernels/conv_wgmma.h"
 #include "kernels/hopper.h"
+#include "kernels/normalized_input.cuh"
 #include "kernels/tc_plan.h"
 #include "kernels/tc_tiles.cuh"
 #include "kernels/tma.cuh"
@@ -41,11 +42,24 @@ struct WeightsGather {
 
 // Producer thread p: k-row p % 64 (a pixel of this split's k-tile) of B's tile, chunks of 8
 // (tap, channel) columns 8 * (p / 64).. (two threads a row, 8 chunks each); thread 0 also brings
-// grad_out's 64 pixels by 128 channels as two TMA boxes. Announced a k-tile late, as forward.
+// grad_out's 64 pixels by 128 channels as two TMA boxes. Announced a k-tile late, as forward,
+// and normalized as forward's gather is (`norm`: each thread its own chunks, once they landed).
 template <typename T>
-__device__ void produce(const WeightsGather g, NhwcView<const T> in, const tma::TensorMap* dy_map, int first_tile,
-                        int k_tiles, const Ring& ring) {
+__device__ void produce(const WeightsGather g, NhwcView<const T> in, NormalizedInput norm, const tma::TensorMap* dy_map,
+                        int first_tile, int k_tiles, const Ring& ring) {
   const int p = int(threadIdx.x), row = p % 64, column0 = 8 * (p / 64) * 8;
+  uint32_t read = 0;  // the chunks of the k-tile before this one that came from the image
+  auto normalize = [&](int t) {
+    if (!norm) return;
+    const uint32_t b_tile = ring.address + uint32_t(stage_of(t)) * kStageBytes + kTileBytes;
+    normalize_landed<T>(
+        norm, read,
+        [&](int q) {
+          return ring.chunk(mn_major_address(b_tile, Swizzle::B128, kMnHalfBytes, kRowGroupBytes,
+                                             uint32_t(column0 + 8 * q), uint32_t(row)));
+        },
+        [&](int q) { return (int(blockIdx.x) * kBlockN + column0 + 8 * q) % g.c_in; });
+  };
   for (int t = 0; t < k_tiles; ++t) {
     const int st = stage_of(t), pixel = (first_tile + t) * kBlockK + row;
     mbarrier_wait(&ring.empty[st], empty_parity(t));
@@ -59,6 +73,7 @@ __device__ void produce(const WeightsGather g, NhwcView<const T> in, const tma::
     const int b = pixel_valid ? pixel / (g.out_h * g.out_w) : 0, rest = pixel_valid ? pixel % (g.out_h * g.out_w) : 0;
     const int y0 = rest / g.out_w * g.stride - g.pad, x0 = rest % g.out_w * g.stride - g.pad;
     const uint32_t b_tile = ring.address + uint32_t(st) * kStageBytes + kTileBytes;
+    uint32_t reading = 0;
 #pragma unroll
     for (int q = 0; q < 8; ++q) {
       const int local = column0 + 8 * q, column = int(blockIdx.x) * kBlockN + local;
@@ -69,23 +84,25 @@ __device__ void produce(const WeightsGather g, NhwcView<const T> in, const tma::
       const uint32_t address =
           mn_major_address(b_tile, Swizzle::B128, kMnHalfBytes, kRowGroupBytes, uint32_t(local), uint32_t(row));
       mma::cp_async_16(ring.smem + (address - ring.address), src, inside);
+      reading |= uint32_t(inside) << q;
     }
-    gathered(t, ring);
+    gathered(t, ring, normalize);  // normalizes k-tile t - 1 (`read`)
+    read = reading;
   }
-  gathered_last(k_tiles, ring);
+  gathered_last(k_tiles, ring, normalize);
 }
 
 // Block (x, y, z): columns x, rows (output channels) y, split z of the pixels; its partial sums
 // to partials[z].
 template <typename T>
 __global__ void __launch_bounds__(kThreads, 1)
-    conv_backward_weights_wgmma_kernel(WeightsGather g, NhwcView<const T> in,
+    conv_backward_weights_wgmma_kernel(WeightsGather g, NhwcView<const T> in, NormalizedInput norm,
                                        const __grid_constant__ tma::TensorMap dy_map, int c_out, int per_split,
                                        int k_tiles_total, float* partials) {
   const Ring ring = make_ring(128 + 1);
   const int first = int(blockIdx.z) * per_split, k_tiles = min(per_split, k_tiles_total - first);
   if (threadIdx.x < 128) {
-    produce<T>(g, in, &dy_map, first, k_tiles, ring);
+    produce<T>(g, in, norm, &dy_map, first, k_tiles, ring);
     return;
   }
   const OutRows<float> out{partials + size_t(blockIdx.z) * c_out * g.n_total, g.n_total, c_out, g.n_total, nullptr};
@@ -111,7 +128,8 @@ size_t conv2d_backward_weights_wgmma_workspace_bytes(const Conv2dShape& s) {
 
 template <typename T>
 void conv2d_backward_weights_wgmma(const Conv2dShape& s, NhwcView<const T> in, NhwcView<const T> grad_out,
-                                   float* grad_weights, void* workspace, size_t workspace_bytes, cudaStream_t stream) {
+                                   float* grad_weights, void* workspace, size_t workspace_bytes, cudaStream_t stream,
+                                   NormalizedInput norm) {
   s.validate();
   if (!current_device_runs_wgmma())
     throw Error("conv2d_backward_weights_wgmma: wgmma needs sm_90a code on an sm_90 device (H100, H200) and a build "
@@ -138,15 +156,15 @@ void conv2d_backward_weights_wgmma(const Conv2dShape& s, NhwcView<const T> in, N
         tma::encode_2d(grad_out.data, uint64_t(s.c_out), uint64_t(pixels), uint64_t(s.c_out) * 2, 64, kBlockK, 1);
     tc::allow_shared(conv_backward_weights_wgmma_kernel<T>, kSharedBytes);
     LAUNCH(conv_backward_weights_wgmma_kernel<T>, dim3(p.tiles_n, p.tiles_m, p.splits), dim3(kThreads), kSharedBytes,
-           stream, g, in, dy_map, s.c_out, p.per_split, p.k_tiles, partials);
+           stream, g, in, norm, dy_map, s.c_out, p.per_split, p.k_tiles, partials);
   }
   LAUNCH(sum_partials_kernel, dim3(std::min<unsigned>(ceil_div(count, 256), 1024)), dim3(256), 0, stream, partials,
          p.splits, count, grad_weights);
 }
 
 template void conv2d_backward_weights_wgmma<Bf16>(const Conv2dShape&, NhwcView<const Bf16>, NhwcView<const Bf16>,
-                                                  float*, void*, size_t, cudaStream_t);
+                                                  float*, void*, size_t, cudaStream_t, NormalizedInput);
 template void conv2d_backward_weights_wgmma<Fp16>(const Conv2dShape&, NhwcView<const Fp16>, NhwcView<const Fp16>,
-                                                  float*, void*, size_t, cudaStream_t);
+                                                  float*, void*, size_t, cudaStream_t, NormalizedInput);
 
 }  // namespace yolo

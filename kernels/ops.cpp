@@ -213,6 +213,15 @@ void batchnorm_centered_squares_from_moments(const OpContext& c, int channels, c
       });
 }
 
+void batchnorm_input_table(const OpContext& c, int channels, const float* mean, const float* var, const float* gamma,
+                           const float* beta, float* table) {
+  if (c.stream && !c.stream->device().runs_kernels())
+    throw Error("batchnorm_input_table: BatchNorm applied at the convolutions' loads is a GPU path");
+  dispatch(
+      c, "batchnorm_input_table", [] {},
+      [&](cudaStream_t s) { batchnorm_input_table_cuda(channels, mean, var, gamma, beta, table, s); });
+}
+
 void batchnorm_activation_forward_inference(const OpContext& c, Activation act, ConstAct x, const float* gamma,
                                             const float* beta, const float* running_mean, const float* running_var,
                                             Act y, ConstAct residual) {
@@ -330,19 +339,32 @@ void batchnorm_activation_backward_apply(const OpContext& c, Activation act, Con
       });
 }
 
+bool conv2d_takes_normalized_input(const OpContext& c, const Conv2dShape& shape) {
+  return c.precision != Precision::Fp32 && c.stream && c.stream->device().runs_kernels() &&
+         !conv2d_tc_small_channels(shape);
+}
+
+// A normalized input (conv.h) is read by the tensor-core loaders only.
+static void require_normalized_input_path(const OpContext& c, const char* op, const Conv2dShape& shape, NormalizedInput norm) {
+  if (norm && !conv2d_takes_normalized_input(c, shape))
+    throw Error(std::string(op) + ": a BatchNorm-normalized input is read by the tensor-core kernels only (bf16, fp16 "
+                "or tf32 on a GPU, more than 4 input channels)");
+}
+
 void conv2d_forward(const OpContext& c, const Conv2dShape& shape, ConstAct in, const float* weights, const float* bias,
-                    Act out, ConvMoments moments) {
+                    Act out, ConvMoments moments, NormalizedInput norm) {
   void* ws = c.workspace;
   size_t wsb = c.workspace_bytes;
   const bool tc = tensor_cores(c, "conv2d_forward");
   if (moments.partials && !c.stream->device().runs_kernels())
     throw Error("conv2d_forward: the statistics from the epilogue (moments) are a CUDA-path option");
+  require_normalized_input_path(c, "conv2d_forward", shape, norm);
   dispatch(
       c, "conv2d_forward", [=] { conv2d_forward_cpu(shape, in, weights, bias, out, ws, wsb); },
       [&](cudaStream_t s) {
         if (!tc) return conv2d_forward_cuda(shape, in, weights, bias, out, ws, wsb, s, moments);
         with_storage(c, [&]<typename T>() {
-          conv2d_forward_tc<T>(shape, as<T>(in), as<T>(weights), bias, as<T>(out), ws, wsb, s, moments);
+          conv2d_forward_tc<T>(shape, as<T>(in), as<T>(weights), bias, as<T>(out), ws, wsb, s, moments, norm);
         });
       });
 }
@@ -364,17 +386,18 @@ void conv2d_backward_data(const OpContext& c, const Conv2dShape& shape, ConstAct
 }
 
 void conv2d_backward_weights(const OpContext& c, const Conv2dShape& shape, ConstAct in, ConstAct grad_out,
-                             float* grad_weights, float* grad_bias) {
+                             float* grad_weights, float* grad_bias, NormalizedInput norm) {
   void* ws = c.workspace;
   size_t wsb = c.workspace_bytes;
   const bool tc = tensor_cores(c, "conv2d_backward_weights");
+  require_normalized_input_path(c, "conv2d_backward_weights", shape, norm);
   dispatch(
       c, "conv2d_backward_weights",
       [=] { conv2d_backward_weights_cpu(shape, in, grad_out, grad_weights, grad_bias, ws, wsb); },
       [&](cudaStream_t s) {
         if (!tc) return conv2d_backward_weights_cuda(shape, in, grad_out, grad_weights, grad_bias, ws, wsb, s);
         with_storage(c, [&]<typename T>() {
-          conv2d_backward_weights_tc<T>(shape, as<T>(in), as<T>(grad_out), grad_weights, grad_bias, ws, wsb, s);
+          conv2d_backward_weights_tc<T>(shape, as<T>(in), as<T>(grad_out), grad_weights, grad_bias, ws, wsb, s, norm);
         });
       });
 }

@@ -74,6 +74,10 @@ void batchnorm_sums_from_moments(const OpContext& c, int channels, const float* 
 void batchnorm_centered_squares_from_moments(const OpContext& c, int channels, const float* partials,
                                              const float* counts, int blocks, const float* sums, double total_pixels,
                                              float* squares);
+// GPUs only: conv.h's NormalizedInput table from these statistics (batchnorm.h). The training
+// forwards take an empty y there for the statistics alone.
+void batchnorm_input_table(const OpContext& c, int channels, const float* mean, const float* var, const float* gamma,
+                           const float* beta, float* table);
 void batchnorm_activation_forward_inference(const OpContext& c, Activation act, ConstAct x, const float* gamma,
                                             const float* beta, const float* running_mean, const float* running_var,
                                             Act y, ConstAct residual = {});
@@ -97,12 +101,15 @@ void batchnorm_activation_backward_apply(const OpContext& c, Activation act, Con
 
 // ---- conv.h, gemm.h -------------------------------------------------------------------------
 // moments (GPUs only): also BatchNorm's statistics of the output, from the epilogue (conv.h).
+// norm: the input read through BatchNorm's apply (conv.h, NormalizedInput), where
+// conv2d_takes_normalized_input says the kernels can (tensor cores on a GPU); they throw elsewhere.
+bool conv2d_takes_normalized_input(const OpContext& c, const Conv2dShape& shape);
 void conv2d_forward(const OpContext& c, const Conv2dShape& shape, ConstAct in, const float* weights, const float* bias,
-                    Act out, ConvMoments moments = {});
+                    Act out, ConvMoments moments = {}, NormalizedInput norm = {});
 void conv2d_backward_data(const OpContext& c, const Conv2dShape& shape, ConstAct grad_out, const float* weights,
                           Act grad_in, bool accumulate);
 void conv2d_backward_weights(const OpContext& c, const Conv2dShape& shape, ConstAct in, ConstAct grad_out,
-                             float* grad_weights, float* grad_bias);
+                             float* grad_weights, float* grad_bias, NormalizedInput norm = {});
 void gemm(const OpContext& c, const GemmShape& shape, const float* a, const float* b, const float* bias, float* out,
           bool accumulate);
 

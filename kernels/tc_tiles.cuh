@@ -235,7 +235,9 @@ __device__ __forceinline__ uint4 pack_chunk(const T (&v)[8]) {
   return make_uint4(pair(0), pair(2), pair(4), pair(6));
 }
 
-// Moves one stage's chunks of a loader into registers (16 bytes each), vector or gathered.
+// Moves one stage's chunks of a loader into registers (16 bytes each), vector or gathered. A
+// loader with normalize() transforms the chunks it read (a convolution's input read through
+// BatchNorm's apply: kernels/normalized_input.cuh), not the zeros; its gather does it itself.
 template <typename T, bool Vec, class Loader, int CP>
 __device__ __forceinline__ void fetch_chunks(const Loader& loader, uint4 (&regs)[CP]) {
 #pragma unroll
@@ -243,6 +245,8 @@ __device__ __forceinline__ void fetch_chunks(const Loader& loader, uint4 (&regs)
     if constexpr (Vec) {
       const T* p = loader.vec_ptr(i);
       regs[i] = p ? *reinterpret_cast<const uint4*>(p) : make_uint4(0, 0, 0, 0);
+      if constexpr (requires { loader.normalize(i, regs[i]); })
+        if (p) loader.normalize(i, regs[i]);
     } else {
       T v[Tc<T>::V];
       loader.gather(i, v);

@@ -40,6 +40,8 @@ struct Ring {
   uint64_t* empty;
   __device__ unsigned char* a_tile(int stage) const { return smem + stage * kStageBytes; }
   __device__ unsigned char* b_tile(int stage) const { return smem + stage * kStageBytes + kTileBytes; }
+  // The 16-byte chunk at shared address `at` (inside the ring), for the generic proxy.
+  __device__ uint4* chunk(uint32_t at) const { return reinterpret_cast<uint4*>(smem + (at - address)); }
 };
 
 // Thread 0 makes the mbarriers ("full" expects `full_arrivals`); every thread of the block must
@@ -72,15 +74,25 @@ __device__ __forceinline__ uint32_t empty_parity(int t) { return full_parity(t) 
 // them, and announces k-tile t - 1 on its stage's "full" mbarrier once those copies landed and
 // were fenced for the async proxy (one k-tile late, so two stay in flight). gathered_last
 // announces the final k-tile.
-__device__ __forceinline__ void gathered(int t, const Ring& ring) {
+// landed(t) runs between the wait and the fence: the thread's copies of k-tile t are in shared
+// memory, visible to it alone, and what it writes there now is fenced with them (a convolution's
+// input normalized in place: kernels/normalized_input.cuh).
+struct NothingToDo {
+  __device__ void operator()(int) const {}
+};
+template <class Landed = NothingToDo>
+__device__ __forceinline__ void gathered(int t, const Ring& ring, const Landed& landed = {}) {
   mma::cp_async_commit();
   if (t == 0) return;
   mma::cp_async_wait<1>();
+  landed(t - 1);
   fence_proxy_async();
   mbarrier_arrive(&ring.full[stage_of(t - 1)]);
 }
-__device__ __forceinline__ void gathered_last(int k_tiles, const Ring& ring) {
+template <class Landed = NothingToDo>
+__device__ __forceinline__ void gathered_last(int k_tiles, const Ring& ring, const Landed& landed = {}) {
   mma::cp_async_wait<0>();
+  landed(k_tiles - 1);
   fence_proxy_async();
   mbarrier_arrive(&ring.full[stage_of(k_tiles - 1)]);
 }
