@@ -36,8 +36,26 @@ LossSums& LossSums::operator+=(const LossSums& o) {
 
 // ---- construction: parameters, plan, arena ----------------------------------------------------
 
+namespace {
+
+// Per node: a conv whose kernels read a BatchNorm-normalized input at every planned input size.
+std::vector<char> convs_reading_normalized(const std::vector<Graph>& candidates, int n, Stream& stream,
+                                           Precision precision) {
+  const OpContext c{&stream, nullptr, 0, precision};
+  std::vector<char> reads(candidates[0].nodes.size(), 1);
+  for (const Graph& g : candidates)
+    for (const Node& node : g.nodes) {
+      const Conv2dShape s{n, node.in.h, node.in.w, node.in.c, node.out.c, node.spec.size, node.spec.stride};
+      if (node.spec.type != LayerType::Convolutional || !conv2d_takes_normalized_input(c, s)) reads[node.index] = 0;
+    }
+  return reads;
+}
+
+}  // namespace
+
 Executor::Executor(const Graph& graph, Device device, int micro_batch, uint64_t seed,
-                   std::vector<std::pair<int, int>> other_sizes, Precision precision, bool fold_shortcuts)
+                   std::vector<std::pair<int, int>> other_sizes, Precision precision, bool fold_shortcuts,
+                   bool apply_in_loads)
     : graph_(graph), device_(device), precision_(precision), micro_batch_(micro_batch), impl_(std::make_unique<Impl>()) {
   if (micro_batch < 1) throw Error("micro-batch must be at least 1 image per device");
   Impl& m = *impl_;
@@ -103,7 +121,15 @@ Executor::Executor(const Graph& graph, Device device, int micro_batch, uint64_t 
   for (const Graph& g : candidates)
     if (g.input.h > largest->input.h || g.input.w > largest->input.w)
       throw Error("multi-scale sizes must grow together in width and height");
-  m.plan = plan_activations(*largest, n, m.elem, m.kernels, m.kernels && fold_shortcuts);
+  m.plan = plan_activations(*largest, n, m.elem, m.kernels, m.kernels && fold_shortcuts,
+                            m.kernels && apply_in_loads ? convs_reading_normalized(candidates, n, *stream_, precision)
+                                                       : std::vector<char>{});
+  size_t table_floats = 0;  // the applied-in-loads BatchNorms' tables (kernels/conv.h NormalizedInput)
+  for (int q = 0; q < L; ++q)
+    if (m.plan.applied_in_loads[q]) {
+      m.nodes[q].table = static_cast<int64_t>(table_floats);
+      table_floats += 4 * static_cast<size_t>(graph.nodes[q].out.c);
+    }
   m.shortcut_folded.assign(L, 0);
   for (int q = 0; q < L; ++q)
     if (m.plan.folded_into[q] >= 0) m.shortcut_folded[m.plan.folded_into[q]] = 1;
@@ -134,7 +160,8 @@ Executor::Executor(const Graph& graph, Device device, int micro_batch, uint64_t 
     memory_.staged_inputs = static_cast<size_t>(n) *
                             (largest->input.elements() * f + data::kMaxBoxes * sizeof(YoloTruth) + 2 * sizeof(int));
   }
-  size_t small = L * sizeof(YoloLossStats) + 64 + static_cast<size_t>(n) * f + m.segments.size() * sizeof(SgdSegment);
+  size_t small = L * sizeof(YoloLossStats) + 64 + static_cast<size_t>(n) * f + m.segments.size() * sizeof(SgdSegment) +
+                 table_floats * f;
   // Each sub-allocation may add alignment and an ASan red zone: a generous margin per block.
   const size_t input16_bytes = m.half ? static_cast<size_t>(n) * largest->input.elements() * m.elem : 0;
   memory_.total = 4 * param_count_ * f + memory_.weight_copy + memory_.statistics + activation_bytes + input16_bytes +
@@ -152,6 +179,7 @@ Executor::Executor(const Graph& graph, Device device, int micro_batch, uint64_t 
   m.stats = arena.allocate_array<float>(std::max<size_t>(m.stat_count, 1), "bn statistics");
   m.saved = arena.allocate_array<float>(std::max<size_t>(m.stat_count, 1), "bn batch statistics");
   m.ones = arena.allocate_array<float>(static_cast<size_t>(n), "ones");
+  if (table_floats) m.load_tables = arena.allocate_array<float>(table_floats, "BatchNorm tables for the loads");
   for (Impl::ResultSlot& r : m.slots) {
     r.yolo_stats = arena.allocate_array<YoloLossStats>(static_cast<size_t>(L), "loss statistics");
     r.softmax_loss = arena.allocate_array<float>(1, "softmax loss");
@@ -250,6 +278,10 @@ void Executor::bind_views() {
       continue;
     }
     int root = m.alias[i].root;
+    if (p.out_buffer[root] < 0) {  // applied in its readers' loads: stored nowhere
+      nb.out = Act{nullptr, n, node.out.h, node.out.w, node.out.c, node.out.c};
+      continue;
+    }
     float* base = reinterpret_cast<float*>(at(p.out_buffer[root]));
     nb.out = Act{m.advance(base, m.alias[i].channel), n, node.out.h, node.out.w, node.out.c, graph_.nodes[root].out.c};
   }
@@ -275,6 +307,7 @@ ModelSpec spec_of(const Graph& graph) {
 ConstAct Executor::output(int node) const {
   Impl& m = *impl_;
   ConstAct out = as_const(m.nodes.at(static_cast<size_t>(node)).out);
+  if (!out.data) return out;  // a BatchNorm applied in its readers' loads has no stored output
   if (!m.half || graph_.nodes[static_cast<size_t>(node)].spec.type == LayerType::Softmax) return out;
   // 16-bit: widened into one FP32 buffer (in the compute stream's order), with the view's stride:
   // element p * stride + ch of the copy is that of the view (a slice's gaps come along).

@@ -82,10 +82,13 @@ class Executor {
   // (sm_80+) or fp16 (sm_75+): activations and their gradients in 16 bits, FP32 master weights,
   // statistics and parameter gradients. It throws yolo::Error for what the device cannot run.
   // fold_shortcuts (GPUs; --no-fold turns it off): a residual block's shortcut is added in its
-  // second conv's BatchNorm apply instead of a pass of its own (executor_plan.cpp).
+  // second conv's BatchNorm apply instead of a pass of its own. apply_in_loads (GPUs, tensor
+  // cores; --no-fold and --no-load-fold turn it off): a BatchNorm read by convolutions alone is
+  // applied where they load its input (kernels/conv.h NormalizedInput), its output never stored
+  // (executor_plan.cpp).
   Executor(const Graph& graph, Device device, int micro_batch, uint64_t seed,
            std::vector<std::pair<int, int>> other_sizes = {}, Precision precision = Precision::Fp32,
-           bool fold_shortcuts = true);
+           bool fold_shortcuts = true, bool apply_in_loads = true);
   ~Executor();
   Executor(const Executor&) = delete;
   Executor& operator=(const Executor&) = delete;

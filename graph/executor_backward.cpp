@@ -48,8 +48,11 @@ void Executor::backward(bool accumulate) {
     switch (l.type) {
       case LayerType::Convolutional: {
         Conv2dShape shape{n, node.in.h, node.in.w, node.in.c, node.out.c, l.size, l.stride};
-        ConstAct in = q0 == kNetworkInput ? ConstAct{m.current_images, n, node.in.h, node.in.w, node.in.c, node.in.c}
-                                          : as_const(m.nodes[q0].out);
+        const ConvInput source = m.conv_input(
+            graph_, node,
+            q0 == kNetworkInput ? ConstAct{m.current_images, n, node.in.h, node.in.w, node.in.c, node.in.c}
+                                : as_const(m.nodes[q0].out),
+            n);
         if (l.batch_normalize) {
           ConstAct pre{nb.pre, n, node.out.h, node.out.w, node.out.c, node.out.c};
           const float* saved_mean = m.saved + nb.saved;
@@ -76,7 +79,8 @@ void Executor::backward(bool accumulate) {
         } else if (l.activation != Activation::Linear) {
           activation_backward(c, l.activation, as_const(nb.out), as_const(grad), grad);
         }
-        conv2d_backward_weights(c, shape, in, as_const(grad), g + nb.w, l.batch_normalize ? nullptr : g + nb.b);
+        conv2d_backward_weights(c, shape, source.in, as_const(grad), g + nb.w, l.batch_normalize ? nullptr : g + nb.b,
+                                source.norm);
         if (q0 != kNetworkInput)
           conv2d_backward_data(c, shape, as_const(grad), m.weights_at(nb.w), grad_in, accumulate_into(q0));
         break;

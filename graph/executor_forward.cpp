@@ -35,8 +35,9 @@ void Executor::forward(bool training) {
     switch (l.type) {
       case LayerType::Convolutional: {
         Conv2dShape shape{n, node.in.h, node.in.w, node.in.c, node.out.c, l.size, l.stride};
+        const ConvInput source = m.conv_input(graph_, node, in, n);
         if (!l.batch_normalize) {
-          conv2d_forward(c, shape, in, m.weights_at(nb.w), p + nb.b, nb.out);
+          conv2d_forward(c, shape, source.in, m.weights_at(nb.w), p + nb.b, nb.out, {}, source.norm);
           if (l.activation != Activation::Linear) activation_forward(c, l.activation, as_const(nb.out), nb.out);
           break;
         }
@@ -48,8 +49,16 @@ void Executor::forward(bool training) {
         // GPUs, training: the conv's epilogue also writes BatchNorm's statistics (per block of
         // pixels), so that the BatchNorm reads its input once (with --sync-bn: its sums too).
         const bool moments = training && m.moment_partials;
-        conv2d_forward(c, shape, in, m.weights_at(nb.w), nullptr, pre,
-                       moments ? ConvMoments{m.moment_partials, m.moment_counts} : ConvMoments{});
+        conv2d_forward(c, shape, source.in, m.weights_at(nb.w), nullptr, pre,
+                       moments ? ConvMoments{m.moment_partials, m.moment_counts} : ConvMoments{}, source.norm);
+        // Applied where its readers load it: the statistics alone here, then the apply's table.
+        const bool applied_in_loads = m.plan.applied_in_loads[node.index];
+        const Act y = applied_in_loads ? Act{} : nb.out;
+        float* table = applied_in_loads ? m.load_tables + nb.table : nullptr;
+        if (!training && applied_in_loads) {
+          batchnorm_input_table(c, node.out.c, m.stats + nb.mean, m.stats + nb.var, p + nb.s, p + nb.b, table);
+          break;
+        }
         if (!training) {
           batchnorm_activation_forward_inference(c, l.activation, as_const(pre), p + nb.s, p + nb.b, m.stats + nb.mean,
                                                  m.stats + nb.var, nb.out, residual);
@@ -76,18 +85,18 @@ void Executor::forward(bool training) {
           else
             batchnorm_centered_squares(c, as_const(pre), sums, total, squares);
           sync_batchnorm_sums(squares, node.out.c);
-          batchnorm_activation_forward_from_sums(c, l.activation, as_const(pre), p + nb.s, p + nb.b, nb.out, sums,
-                                                 squares, total, saved_mean, saved_var, running_mean, running_var,
-                                                 residual);
+          batchnorm_activation_forward_from_sums(c, l.activation, as_const(pre), p + nb.s, p + nb.b, y, sums, squares,
+                                                 total, saved_mean, saved_var, running_mean, running_var, residual);
         } else if (moments) {
           batchnorm_activation_forward_from_moments(
-              c, l.activation, as_const(pre), p + nb.s, p + nb.b, nb.out, m.moment_partials, m.moment_counts,
+              c, l.activation, as_const(pre), p + nb.s, p + nb.b, y, m.moment_partials, m.moment_counts,
               conv2d_forward_moment_blocks(m.precision, shape), saved_mean, saved_var, running_mean, running_var,
               residual);
         } else {
-          batchnorm_activation_forward_training(c, l.activation, as_const(pre), p + nb.s, p + nb.b, nb.out, saved_mean,
+          batchnorm_activation_forward_training(c, l.activation, as_const(pre), p + nb.s, p + nb.b, y, saved_mean,
                                                 saved_var, running_mean, running_var, residual);
         }
+        if (applied_in_loads) batchnorm_input_table(c, node.out.c, saved_mean, saved_var, p + nb.s, p + nb.b, table);
         break;
       }
       case LayerType::Shortcut:

@@ -31,6 +31,7 @@ struct NodeBuffers {
   bool first_writer_pending = true;
   // Parameters (offsets into the flat buffers; -1 when absent).
   int64_t w = -1, b = -1, s = -1, mean = -1, var = -1, saved = -1;
+  int64_t table = -1;  // BatchNorm applied in the readers' loads: its table in load_tables (4 c floats)
   size_t param_begin = 0, param_end = 0;  // this layer's range of the flat buffers
 };
 
@@ -45,6 +46,10 @@ struct ActivationPlan {
   // conv q's apply writes (adding the shortcut's other input), -1 for the rest; such a shortcut
   // runs nothing forward.
   std::vector<int> folded_into;
+  // BatchNorm applied where the next convolutions load its output (GPUs, tensor cores; kernels/
+  // conv.h NormalizedInput): applied_in_loads[q] for a BatchNorm conv q read by convolutions alone;
+  // its output is never stored (no buffer), and its readers read its input (pre) through the apply.
+  std::vector<char> applied_in_loads;
   std::vector<PlannedBuffer> buffers;
   std::vector<int> out_buffer, pre_buffer, argmax_buffer, grad_buffer;  // per node, index into buffers or -1
   size_t bytes = 0, unplanned = 0;
@@ -54,14 +59,23 @@ struct ActivationPlan {
 // so a BatchNorm layer's output lives only as long as its readers need it. fold_shortcuts (needs
 // bn_recomputes_output): a shortcut whose one input is a BatchNorm conv read by nothing else, its
 // other input computed before that conv, is folded into the conv's apply.
+// reads_normalized (needs bn_recomputes_output; empty: none): per node, whether it is a conv
+// whose kernels can read a BatchNorm-normalized input (ops.h, conv2d_takes_normalized_input).
 ActivationPlan plan_activations(const Graph& graph, int n, size_t elem, bool bn_recomputes_output = false,
-                                bool fold_shortcuts = false);
+                                bool fold_shortcuts = false, const std::vector<char>& reads_normalized = {});
 // The shortcut input a folded conv's apply adds (the other one).
 int folded_residual(const Graph& graph, int conv, int shortcut);
 
 // The largest workspace any op of the graph needs on the current device (the CPU ops only
 // use one for BatchNorm).
 size_t workspace_bytes(const Graph& graph, int n, bool kernels, Precision precision);
+
+// What a conv reads when its producer's BatchNorm is applied in the loads (plan.applied_in_loads):
+// the producer's BatchNorm input, and the apply's table.
+struct ConvInput {
+  ConstAct in;
+  NormalizedInput norm;
+};
 
 // A dense view of a node's gradient (c channels, no slice).
 inline Act grad_view(float* grad, const Act& out) { return Act{grad, out.n, out.h, out.w, out.c, out.c}; }
@@ -81,6 +95,7 @@ struct Executor::Impl {
   float* momentum = nullptr;
   float* stats = nullptr;   // running mean and variance of every BN layer
   float* saved = nullptr;   // batch mean and variance of the last forward
+  float* load_tables = nullptr;  // the BatchNorms applied in their readers' loads (NodeBuffers::table)
   float* ones = nullptr;    // micro_batch ones (bias gradients of connected layers)
   // bf16/fp16 (stores_16_bits): the 16-bit copies the ops read. Typed float like the views (ops.h).
   bool half = false;
@@ -165,6 +180,15 @@ struct Executor::Impl {
   Stream* stream = nullptr;  // the executor's compute stream
 
   OpContext context(Stream& on) const { return OpContext{&on, workspace, workspace_bytes, precision}; }
+  // Conv `reader`'s input, with its producer's BatchNorm apply when that runs in the loads.
+  detail::ConvInput conv_input(const Graph& graph, const Node& reader, ConstAct stored, int n) const {
+    const int q = reader.inputs[0];
+    if (q == kNetworkInput || !plan.applied_in_loads[q]) return {stored, {}};
+    const Node& producer = graph.nodes[q];
+    const detail::NodeBuffers& nb = nodes[q];
+    return {ConstAct{nb.pre, n, producer.out.h, producer.out.w, producer.out.c, producer.out.c},
+            NormalizedInput{load_tables + nb.table, producer.spec.activation}};
+  }
   // For the FP32 parameter-space ops (gradient accumulation) in every precision.
   OpContext fp32_context(Stream& on) const { return OpContext{&on, workspace, workspace_bytes, Precision::Fp32}; }
   // `count` stored activations past p (pointer arithmetic in the storage type's bytes).

@@ -50,12 +50,29 @@ int foldable_conv(const Graph& graph, const std::vector<Alias>& alias, int short
   return -1;
 }
 
+// BatchNorm convs whose every reader is a conv that reads a normalized input (and reads nothing
+// else: one input). Not one whose output is a route's slice or a folded shortcut's.
+std::vector<char> applied_in_loads(const Graph& graph, const ActivationPlan& plan,
+                                   const std::vector<char>& reads_normalized) {
+  const size_t L = graph.nodes.size();
+  std::vector<char> applied(L, 0);
+  if (reads_normalized.empty()) return applied;
+  for (size_t q = 0; q < L; ++q) {
+    const Node& node = graph.nodes[q];
+    bool ok = node.spec.type == LayerType::Convolutional && node.spec.batch_normalize && !node.consumers.empty() &&
+              plan.alias[q].root == static_cast<int>(q) && plan.folded_into[q] < 0;
+    for (int c : node.consumers) ok = ok && reads_normalized.at(static_cast<size_t>(c));
+    applied[q] = ok;
+  }
+  return applied;
+}
+
 }  // namespace
 
 ActivationPlan plan_activations(const Graph& graph, int n, size_t elem, bool bn_recomputes_output,
-                                bool fold_shortcuts) {
-  if (fold_shortcuts && !bn_recomputes_output)
-    throw Error("internal error: a folded shortcut needs the BatchNorm backward to recompute its output");
+                                bool fold_shortcuts, const std::vector<char>& reads_normalized) {
+  if ((fold_shortcuts || !reads_normalized.empty()) && !bn_recomputes_output)
+    throw Error("internal error: a folded shortcut or apply needs the BatchNorm backward to recompute its output");
   const int L = static_cast<int>(graph.nodes.size());
   ActivationPlan plan;
   plan.alias.resize(L);
@@ -93,6 +110,7 @@ ActivationPlan plan_activations(const Graph& graph, int n, size_t elem, bool bn_
     plan.folded_into[q] = s;
     plan.alias[q] = plan.alias[s];
   }
+  plan.applied_in_loads = applied_in_loads(graph, plan, reads_normalized);
 
   // Live intervals: forward of node i at position i, its backward at 2L-1-i.
   auto bwd = [&](int i) { return 2 * L - 1 - i; };
@@ -139,7 +157,7 @@ ActivationPlan plan_activations(const Graph& graph, int n, size_t elem, bool bn_
     LayerType t = node.spec.type;
     bool loss = t == LayerType::Yolo;  // yolo's output is its input: nothing stored
     const size_t out_elem = t == LayerType::Softmax ? sizeof(float) : f;
-    if (plan.alias[i].root == i && !loss)
+    if (plan.alias[i].root == i && !loss && !plan.applied_in_loads[i])
       out_buffer[i] = add("out " + std::to_string(i), elements * out_elem, root_first[i], root_last[i]);
     if (t == LayerType::Convolutional && node.spec.batch_normalize)
       pre_buffer[i] = add("bn-in " + std::to_string(i), elements * f, i, bwd(i));

@@ -420,7 +420,8 @@ TrainResult train_detector_replica(const ModelSpec& spec, const data::Dataset& d
   std::vector<std::pair<int, int>> sizes;
   if (multiscale) sizes = data::multiscale_sizes(graph.net.width, graph.net.height);
   const Precision precision = chosen_precision(options, device, leader);
-  Executor executor(graph, device, setup.micro, options.seed, sizes, precision, options.fold_shortcuts);
+  Executor executor(graph, device, setup.micro, options.seed, sizes, precision, options.fold_shortcuts,
+                    options.apply_in_loads);
   if (leader) std::printf("train_yolo: %s\n", executor.memory().text().c_str());
   if (multiscale && leader)
     std::printf("train_yolo: multi-scale training (random=1): %dx%d .. %dx%d, a new size every 10 steps\n",
@@ -543,7 +544,7 @@ TrainResult train_classifier_replica(const ModelSpec& spec, const data::MnistSet
   if (classes < 10) throw Error(spec.path + ": the last layer has " + std::to_string(classes) + " outputs; MNIST has 10 classes");
   Setup setup = batch_setup(spec, options, world);
   Executor executor(graph, device, setup.micro, options.seed, {}, chosen_precision(options, device, rank == 0),
-                    options.fold_shortcuts);
+                    options.fold_shortcuts, options.apply_in_loads);
   Start start = prepare_start(graph, executor, options, rank == 0);
   // MNIST batches are cheap: built on the host per micro-batch and copied synchronously.
   const int n = setup.micro;

@@ -75,6 +75,9 @@ struct TrainOptions {
   // GPUs: each residual block's shortcut added in its second conv's BatchNorm apply (Executor);
   // false: a pass of its own (--no-fold), for comparison.
   bool fold_shortcuts = true;
+  // GPUs, tensor cores: BatchNorms read by convolutions alone applied in those convolutions' loads
+  // (Executor); false: an apply pass of their own (--no-fold, --no-load-fold), for comparison.
+  bool apply_in_loads = true;
   // GPUs and emulated GPUs: record the device's activity (runtime/activity.h: CUPTI on GPUs) for
   // the split's device idle time; false: --no-idle.
   bool device_activity = true;

@@ -4,7 +4,9 @@
 // fewer). The model has residual blocks with leaky and linear second convs, a residual block
 // whose output is written into a route's slice, and a shortcut of a layer with itself. The names
 // keep tools/adversarial_tests.sh's filter off them: the fold adds no concurrency, and emulated
-// training is slow (it added 90 s to CI there).
+// training is slow (it added 90 s to CI there). Then the second fold, BatchNorm applied where the
+// next convolutions load its output (tensor cores only): which BatchNorms, and training and
+// detection with --no-fold's bits (tf32 with the shortcuts folded too; bf16 on a model without).
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -17,6 +19,7 @@
 #include "graph/executor_impl.h"
 #include "graph/train.h"
 #include "graph/weights.h"
+#include "kernels/precision.h"
 #include "tests/graph_fixtures.h"
 #include "tests/kernel_harness.h"
 #include "tests/test_support.h"
@@ -128,6 +131,7 @@ TrainOptions fold_options(const std::string& out_dir, bool fold) {
   o.bucket_mb = 0;
   o.out_dir = out_dir;
   o.fold_shortcuts = fold;
+  o.apply_in_loads = fold;  // as --no-fold
   return o;
 }
 
@@ -147,7 +151,7 @@ TEST_CASE("folded shortcuts: which fold (a BatchNorm conv read only by the short
   CHECK(plan.out_buffer[2] == -1);  // the conv's output is the shortcut's
   CHECK(detail::plan_activations(graph, 2, 4, true, false).folded_into == std::vector<int>(graph.nodes.size(), -1));
   CHECK_THROWS_WITH(detail::plan_activations(graph, 2, 4, false, true),
-                    doctest::Contains("a folded shortcut needs the BatchNorm backward to recompute its output"));
+                    doctest::Contains("a folded shortcut or apply needs the BatchNorm backward to recompute its output"));
   // YOLOv3-416, batch 16, bf16: its 23 residual blocks fold. (The peak of the plan is where
   // backward starts, which the fold does not change: the gain is a pass, not memory.)
   const Graph yolov3 = build_graph(read_model("models/yolov3.cfg"));
@@ -239,6 +243,112 @@ TEST_CASE("folded shortcuts: inference (detect) finds what --no-fold finds, to t
       CHECK(f.score == u.score);
       CHECK(f.x0 == u.x0);
       CHECK(f.y1 == u.y1);
+    }
+  }
+  CHECK(boxes > 0);
+}
+
+// ---- BatchNorm applied where its readers load it (plan.applied_in_loads; kernels/conv.h) ----
+
+TEST_CASE("BatchNorm applied in the loads: which (a BatchNorm conv read by convolutions alone)") {
+  const Graph graph = build_graph(residual_spec());
+  const size_t L = graph.nodes.size();
+  std::vector<char> convs(L, 0);
+  for (const Node& node : graph.nodes) convs[node.index] = node.spec.type == LayerType::Convolutional;
+  const detail::ActivationPlan plan = detail::plan_activations(graph, 2, 2, true, true, convs);
+  std::vector<int> applied;
+  for (size_t q = 0; q < L; ++q)
+    if (plan.applied_in_loads[q]) applied.push_back(static_cast<int>(q));
+  // 1 and 8 feed a 3x3 conv alone; 0 and 7 also feed a shortcut; 2, 4 and 9 are folded into one;
+  // 12 has no BatchNorm.
+  CHECK(applied == std::vector<int>{1, 8});
+  CHECK(plan.out_buffer[1] == -1);
+  CHECK(plan.out_buffer[8] == -1);
+  CHECK(plan.out_buffer[0] >= 0);
+  std::vector<char> no_2 = convs;
+  no_2[2] = 0;  // a reader that cannot read a normalized input keeps the apply
+  CHECK_FALSE(detail::plan_activations(graph, 2, 2, true, true, no_2).applied_in_loads[1]);
+  CHECK_THROWS_WITH(detail::plan_activations(graph, 2, 2, false, false, convs),
+                    doctest::Contains("a folded shortcut or apply needs the BatchNorm backward to recompute"));
+  // YOLOv3-416 batch 16 bf16 (every conv but the first reads a normalized input on tensor cores).
+  const Graph yolov3 = build_graph(read_model("models/yolov3.cfg"));
+  std::vector<char> y3_convs(yolov3.nodes.size(), 0);
+  for (const Node& node : yolov3.nodes)
+    y3_convs[node.index] = node.spec.type == LayerType::Convolutional && node.in.c > 4;
+  const detail::ActivationPlan y3 = detail::plan_activations(yolov3, 16, 2, true, true, y3_convs),
+                               y3_stored = detail::plan_activations(yolov3, 16, 2, true, true);
+  size_t count = 0, elements = 0;
+  for (const Node& node : yolov3.nodes)
+    if (y3.applied_in_loads[node.index]) ++count, elements += node.out.elements();
+  MESSAGE("YOLOv3-416: " << count << " BatchNorms applied in the loads, " << elements * 16 * 2 / 1e6
+                         << " MB of outputs a step never stored (bf16, batch 16); activations "
+                         << y3.bytes / 1048576.0 << " MiB, " << y3_stored.bytes / 1048576.0 << " MiB stored");
+  CHECK(count == 40);
+  CHECK(y3.bytes < y3_stored.bytes);
+}
+
+TEST_CASE("BatchNorm applied in the loads, one GPU: training in tf32 has --no-load-fold's bits") {
+  KERNEL_TEST_DEVICE(device);
+  if (current_compute_capability() < 80) SKIP_TEST("TF32 needs sm_80");
+  ModelSpec spec = residual_spec();
+  spec.net.width = spec.net.height = 32;  // emulated TF32 tensor cores are slow
+  {  // the plan applies 1 and 8 in their readers' loads: their outputs have no buffer
+    Executor executor(build_graph(spec), device, 2, 1, {}, Precision::Tf32, true);
+    for (const PlannedBuffer& b : executor.plan()) {
+      CHECK(b.tag != "out 1");
+      CHECK(b.tag != "out 8");
+    }
+  }
+  TempDir dir;
+  const data::Dataset dataset = yolo::testing::small_shapes_dataset(dir / "shapes");
+  auto train = [&](const std::string& name, bool in_loads) {
+    TrainOptions o = fold_options(dir / name, true);  // the shortcuts folded in both
+    o.apply_in_loads = in_loads;
+    o.precision = Precision::Tf32;
+    o.batch = 2, o.max_batches = 2;
+    return train_detector(spec, dataset, device, o);
+  };
+  const TrainResult folded = train("fold", true), unfolded = train("no_load_fold", false);
+  CHECK(folded.losses == unfolded.losses);
+  CHECK(file_bytes(folded.checkpoint_path) == file_bytes(unfolded.checkpoint_path));
+}
+
+TEST_CASE("BatchNorm applied in the loads, one GPU: bf16 training and detection have --no-load-fold's bits") {
+  KERNEL_TEST_DEVICE(device);
+  if (current_compute_capability() < 80) SKIP_TEST("BF16 needs sm_80");
+  // The tiny detector has no shortcut: its one fold is conv 2's BatchNorm, applied in conv 3's loads.
+  TempDir dir;
+  const data::Dataset dataset = yolo::testing::small_shapes_dataset(dir / "shapes");
+  auto train = [&](const std::string& name, bool fold) {
+    TrainOptions o = fold_options(dir / name, fold);
+    o.precision = Precision::Bf16;
+    o.batch = 2, o.subdivisions = 1, o.max_batches = 2;
+    return train_detector(yolo::testing::tiny_detector_spec(), dataset, device, o);
+  };
+  const TrainResult folded = train("fold", true), unfolded = train("no_fold", false);
+  CHECK(folded.losses == unfolded.losses);
+  CHECK(file_bytes(folded.checkpoint_path) == file_bytes(unfolded.checkpoint_path));
+  // Inference: the table from the running statistics.
+  const Graph graph = build_graph(yolo::testing::tiny_detector_spec());
+  std::vector<data::Sample> samples(dataset.train.samples.begin(), dataset.train.samples.begin() + 2);
+  DetectOptions options;
+  options.threads = 1;
+  options.threshold = 0.0f;
+  auto detect = [&](bool fold) {
+    Executor executor(graph, device, 2, 1, {}, Precision::Bf16, true, fold);
+    std::vector<LayerParams> layers = executor.download_parameters();
+    read_darknet_weights(folded.weights_path, layers);
+    executor.upload_parameters();
+    return detect_samples(executor, samples, options);
+  };
+  const std::vector<ImageDetections> a = detect(true), b = detect(false);
+  REQUIRE(a.size() == b.size());
+  size_t boxes = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    REQUIRE(a[i].detections.size() == b[i].detections.size());
+    for (size_t k = 0; k < a[i].detections.size(); ++k, ++boxes) {
+      CHECK(a[i].detections[k].score == b[i].detections[k].score);
+      CHECK(a[i].detections[k].x0 == b[i].detections[k].x0);
     }
   }
   CHECK(boxes > 0);

@@ -26,9 +26,10 @@
 #              batch 16 and the demo net, each precision, eager; YOLOv3 bf16 under torch.compile
 #              too; a table of images/s at the median step                           <= 6 min
 #              (PEER_BUDGET seconds, 360: every step's timeout is what is left of it)
-#   fold       fewer passes around BatchNorm: bench_kernels' bn+leaky backward reading y beside the
-#              one recomputing it (batch 16), then YOLOv3-416 bf16 batch 16 with the shortcuts
-#              folded (default) and with --no-fold, 36 steps each, medians              ~3 min
+#   fold       fewer passes around BatchNorm: the native tests of BatchNorm applied in the next
+#              convs' loads, bench_kernels' bn+leaky backward reading y beside the one
+#              recomputing it (batch 16), then YOLOv3-416 bf16 batch 16 folded (default), with
+#              --no-load-fold and with --no-fold, 36 steps each, medians              ~5 min
 #   wgmma      Hopper's building blocks (kernels/wgmma.cuh, tma.cuh) on the hardware: the
 #              warpgroup tests and gemm_nt_wgmma's (every swizzle, BF16 and FP16, cp.async and
 #              TMA rings; skipped where no sm_90a code runs), the same under compute-sanitizer
@@ -490,6 +491,12 @@ section_peer() {
 # BatchNorm's recomputing backward and the folded shortcuts (docs/perf.md has the prediction:
 # 0.8-1.7 ms off the YOLOv3-416 bf16 step; the recompute at about 3/4 of the reading backward).
 section_fold() {
+  if [[ -x build/tests ]]; then  # the loads' BatchNorm against the unfused pair, bit for bit, natively
+    run_step "BatchNorm in the loads (native)" fold_tests.log 120 build/tests \
+      -tc="*BatchNorm's apply has*,*BatchNorm applied in the loads*,*normalized conv input*"
+  else
+    record "BatchNorm in the loads (native)" "unavailable" "build/tests not built"
+  fi
   if [[ -x build/bench_kernels ]]; then
     run_step "bench bn+leaky bwd" bench_fold.log 90 build/bench_kernels --filter "bn+leaky bwd" --batch 16
   else
@@ -499,10 +506,10 @@ section_fold() {
   sed 's/^classes=80/classes=3/; s/^filters=255/filters=24/; s/^random=1/random=0/' models/yolov3.cfg \
     >"$OUT/yolov3-fold.cfg"
   local mode log flags
-  for mode in fold no-fold; do
+  for mode in fold no-load-fold no-fold; do
     log="fold_yolov3_$mode.log"
     flags=()
-    [[ $mode == no-fold ]] && flags=(--no-fold)
+    [[ $mode != fold ]] && flags=("--$mode")
     run_step "yolov3 bf16 $mode" "$log" 90 ./train_yolo --cfg "$OUT/yolov3-fold.cfg" --size 416 --batch 16 \
       --subdivisions 1 --max-batches 36 --precision bf16 "${flags[@]}" --out "$OUT/fold_runs/$mode"
     [[ -f "$OUT/$log" ]] && summary[-1]+=" | $(ours_rate "$OUT/$log" 16 |

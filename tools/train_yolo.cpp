@@ -78,7 +78,8 @@ const char* kUsage =
     "  --sync-bn          data parallel: BatchNorm statistics over all replicas (for small per-GPU batches)\n"
     "  --no-graph         GPUs: run every step eagerly instead of replaying it as CUDA Graphs\n"
     "  --no-look-ahead    GPUs: queue each step after the previous one's loss is read, not before\n"
-    "  --no-fold          GPUs: run each residual shortcut as a pass of its own, not inside the BatchNorm\n"
+    "  --no-fold          GPUs: run residual shortcuts and BatchNorm applies as passes of their own\n"
+    "  --no-load-fold     GPUs: the BatchNorm applies only (not folded into the next convolutions' loads)\n"
     "  --no-idle          GPUs: do not record kernel activity (CUPTI) for the step split's device idle time\n"
     "  --precision P      auto (default; or the cfg's [net] precision=): bf16 on GPUs of sm_80 and newer,\n"
     "                     fp16 on sm_75, fp32 on the CPU. fp32; tf32 (tensor cores, FP32 tensors, sm_80+);\n"
@@ -119,7 +120,8 @@ struct Options {
   int valid_every = 0;
   double bucket_mb = -1, comm_timeout = 300;
   std::string rendezvous;
-  bool overlap = true, sync_bn = false, graphs = true, device_activity = true, look_ahead = true, fold = true;
+  bool overlap = true, sync_bn = false, graphs = true, device_activity = true, look_ahead = true, fold = true,
+       load_fold = true;
   bool precision_given = false;              // --precision (auto included) wins over the cfg's
   std::optional<yolo::Precision> precision;  // --precision; nullopt: auto
   int check_every = 100;
@@ -231,6 +233,9 @@ Options parse(int argc, char** argv) {
       options.look_ahead = false;
     } else if (arg == "--no-fold") {
       options.fold = false;
+      options.load_fold = false;
+    } else if (arg == "--no-load-fold") {
+      options.load_fold = false;
     } else if (arg == "--no-idle") {
       options.device_activity = false;
     } else if (arg == "--sync-bn") {
@@ -766,6 +771,7 @@ int train(const Options& options, const yolo::GpuDiscovery& found) {
   to.graphs = options.graphs;
   to.look_ahead = options.look_ahead;
   to.fold_shortcuts = options.fold;
+  to.apply_in_loads = options.load_fold;
   to.device_activity = options.device_activity;
   to.precision = options.precision_given ? options.precision : spec.net.precision;  // nullopt: auto
   to.check_every = options.check_every;
