@@ -304,6 +304,16 @@ ModelSpec spec_of(const Graph& graph) {
   return spec;
 }
 
+std::string Executor::folds_text() const {
+  const detail::ActivationPlan& p = impl_->plan;
+  const auto shortcuts = std::count_if(p.folded_into.begin(), p.folded_into.end(), [](int s) { return s >= 0; });
+  const auto applies = std::count(p.applied_in_loads.begin(), p.applied_in_loads.end(), 1);
+  if (shortcuts == 0 && applies == 0) return "";
+  return "passes folded away: " + std::to_string(shortcuts) + " shortcuts added in their BatchNorm's apply, " +
+         std::to_string(applies) + " BatchNorm applies done in the next convolutions' loads (--no-fold, "
+         "--no-load-fold: run them)";
+}
+
 ConstAct Executor::output(int node) const {
   Impl& m = *impl_;
   ConstAct out = as_const(m.nodes.at(static_cast<size_t>(node)).out);

@@ -102,6 +102,9 @@ class Executor {
   Stream& compute_stream() { return *stream_; }
   const MemoryReport& memory() const { return memory_; }
   const std::vector<PlannedBuffer>& plan() const { return plan_; }
+  // The passes the plan folds away (GPUs): shortcuts added in a BatchNorm's apply, BatchNorm
+  // applies done in the next convolutions' loads; "" when none.
+  std::string folds_text() const;
   size_t parameter_count() const { return param_count_; }
 
   // One micro-batch of training: forward, loss, backward. Device pointers: images (NHWC),

@@ -423,6 +423,8 @@ TrainResult train_detector_replica(const ModelSpec& spec, const data::Dataset& d
   Executor executor(graph, device, setup.micro, options.seed, sizes, precision, options.fold_shortcuts,
                     options.apply_in_loads);
   if (leader) std::printf("train_yolo: %s\n", executor.memory().text().c_str());
+  if (const std::string folds = executor.folds_text(); leader && !folds.empty())
+    std::printf("train_yolo: %s\n", folds.c_str());
   if (multiscale && leader)
     std::printf("train_yolo: multi-scale training (random=1): %dx%d .. %dx%d, a new size every 10 steps\n",
                 sizes.front().first, sizes.front().second, sizes.back().first, sizes.back().second);

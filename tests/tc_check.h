@@ -1,6 +1,7 @@
-// Shared pieces of the tensor-core kernel tests (tests/test_kernel_conv_tc.cpp, _gemm_tc.cpp):
-// NHWC buffers of 16-bit or FP32 elements holding one (possibly strided) view, inputs rounded to
-// their storage type, and the per-element and norm checks against an FP64 reference.
+// Shared pieces of the tensor-core kernel tests (tests/test_kernel_conv_tc.cpp, _gemm_tc.cpp,
+// _conv_normalized.cpp): NHWC buffers of 16-bit or FP32 elements holding one (possibly strided)
+// view, inputs rounded to their storage type, the per-element and norm checks against an FP64
+// reference, and which family (wgmma or mma.sync) an emulated pass ran on.
 #pragma once
 #include <doctest/doctest.h>
 
@@ -12,10 +13,26 @@
 #include "kernels/half_types.h"
 #include "kernels/precision.h"
 #include "kernels/tensor.h"
+#include "runtime/device.h"
 #include "tests/storage_check.h"
 #include "tests/test_support.h"
 
+#if YOLO_EMULATED_KERNELS
+#include "runtime/emu/device.h"
+#endif
+
 namespace yolo::testing {
+
+// Checks, under emulation, that a pass ran on wgmma exactly when the case says it must (counting
+// the emulated threads' wgmma ops around it); elsewhere does nothing.
+struct WgmmaRan {
+#if YOLO_EMULATED_KERNELS
+  unsigned long long before = emu::wgmma_ops_run();
+  void check(bool expected) const { CHECK((emu::wgmma_ops_run() > before) == expected); }
+#else
+  void check(bool) const {}
+#endif
+};
 
 template <typename T>
 double exact_value(T v) {

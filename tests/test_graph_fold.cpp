@@ -135,6 +135,39 @@ TrainOptions fold_options(const std::string& out_dir, bool fold) {
   return o;
 }
 
+// Every box (threshold 0, so that the scores count too) an executor with these folds finds in the
+// first `images` training samples, with the weights of a training run.
+std::vector<ImageDetections> detect_with(const ModelSpec& spec, const data::Dataset& dataset, Device device,
+                                         const std::string& weights, Precision precision, bool fold_shortcuts,
+                                         bool apply_in_loads, size_t images) {
+  std::vector<data::Sample> samples(dataset.train.samples.begin(), dataset.train.samples.begin() + images);
+  DetectOptions options;
+  options.threads = 1;
+  options.threshold = 0.0f;
+  Executor executor(build_graph(spec), device, 2, 1, {}, precision, fold_shortcuts, apply_in_loads);
+  std::vector<LayerParams> layers = executor.download_parameters();
+  read_darknet_weights(weights, layers);
+  executor.upload_parameters();
+  return detect_samples(executor, samples, options);
+}
+
+// The same boxes with the same bits in both; returns how many.
+size_t check_same_detections(const std::vector<ImageDetections>& a, const std::vector<ImageDetections>& b) {
+  REQUIRE(a.size() == b.size());
+  size_t boxes = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    REQUIRE(a[i].detections.size() == b[i].detections.size());
+    for (size_t k = 0; k < a[i].detections.size(); ++k, ++boxes) {
+      const PixelDetection &f = a[i].detections[k], &u = b[i].detections[k];
+      CHECK(f.class_id == u.class_id);
+      CHECK(f.score == u.score);
+      CHECK(f.x0 == u.x0);
+      CHECK(f.y1 == u.y1);
+    }
+  }
+  return boxes;
+}
+
 }  // namespace
 
 TEST_CASE("folded shortcuts: which fold (a BatchNorm conv read only by the shortcut, its other input earlier)") {
@@ -220,32 +253,10 @@ TEST_CASE("folded shortcuts: inference (detect) finds what --no-fold finds, to t
   const data::Dataset dataset = yolo::testing::small_shapes_dataset(dir / "shapes");
   // Weights worth detecting with: a few steps of training, loaded into both executors.
   const TrainResult trained = train_detector(residual_spec(), dataset, device, fold_options(dir / "train", true));
-  const Graph graph = build_graph(residual_spec());
-  std::vector<data::Sample> samples(dataset.train.samples.begin(), dataset.train.samples.begin() + 3);
-  DetectOptions options;
-  options.threads = 1;
-  options.threshold = 0.0f;  // every box, so that the scores are compared too
   auto detect = [&](bool fold) {
-    Executor executor(graph, device, 2, 1, {}, Precision::Fp32, fold);
-    std::vector<LayerParams> layers = executor.download_parameters();
-    read_darknet_weights(trained.weights_path, layers);
-    executor.upload_parameters();
-    return detect_samples(executor, samples, options);
+    return detect_with(residual_spec(), dataset, device, trained.weights_path, Precision::Fp32, fold, fold, 3);
   };
-  const std::vector<ImageDetections> folded = detect(true), unfolded = detect(false);
-  REQUIRE(folded.size() == unfolded.size());
-  size_t boxes = 0;
-  for (size_t i = 0; i < folded.size(); ++i) {
-    REQUIRE(folded[i].detections.size() == unfolded[i].detections.size());
-    for (size_t k = 0; k < folded[i].detections.size(); ++k, ++boxes) {
-      const PixelDetection &f = folded[i].detections[k], &u = unfolded[i].detections[k];
-      CHECK(f.class_id == u.class_id);
-      CHECK(f.score == u.score);
-      CHECK(f.x0 == u.x0);
-      CHECK(f.y1 == u.y1);
-    }
-  }
-  CHECK(boxes > 0);
+  CHECK(check_same_detections(detect(true), detect(false)) > 0);
 }
 
 // ---- BatchNorm applied where its readers load it (plan.applied_in_loads; kernels/conv.h) ----
@@ -298,6 +309,9 @@ TEST_CASE("BatchNorm applied in the loads, one GPU: training in tf32 has --no-lo
       CHECK(b.tag != "out 1");
       CHECK(b.tag != "out 8");
     }
+    CHECK(executor.folds_text() ==
+          "passes folded away: 3 shortcuts added in their BatchNorm's apply, 2 BatchNorm applies done in the next "
+          "convolutions' loads (--no-fold, --no-load-fold: run them)");
   }
   TempDir dir;
   const data::Dataset dataset = yolo::testing::small_shapes_dataset(dir / "shapes");
@@ -329,27 +343,9 @@ TEST_CASE("BatchNorm applied in the loads, one GPU: bf16 training and detection 
   CHECK(folded.losses == unfolded.losses);
   CHECK(file_bytes(folded.checkpoint_path) == file_bytes(unfolded.checkpoint_path));
   // Inference: the table from the running statistics.
-  const Graph graph = build_graph(yolo::testing::tiny_detector_spec());
-  std::vector<data::Sample> samples(dataset.train.samples.begin(), dataset.train.samples.begin() + 2);
-  DetectOptions options;
-  options.threads = 1;
-  options.threshold = 0.0f;
-  auto detect = [&](bool fold) {
-    Executor executor(graph, device, 2, 1, {}, Precision::Bf16, true, fold);
-    std::vector<LayerParams> layers = executor.download_parameters();
-    read_darknet_weights(folded.weights_path, layers);
-    executor.upload_parameters();
-    return detect_samples(executor, samples, options);
+  auto detect = [&](bool in_loads) {
+    return detect_with(yolo::testing::tiny_detector_spec(), dataset, device, folded.weights_path, Precision::Bf16,
+                       true, in_loads, 2);
   };
-  const std::vector<ImageDetections> a = detect(true), b = detect(false);
-  REQUIRE(a.size() == b.size());
-  size_t boxes = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    REQUIRE(a[i].detections.size() == b[i].detections.size());
-    for (size_t k = 0; k < a[i].detections.size(); ++k, ++boxes) {
-      CHECK(a[i].detections[k].score == b[i].detections[k].score);
-      CHECK(a[i].detections[k].x0 == b[i].detections[k].x0);
-    }
-  }
-  CHECK(boxes > 0);
+  CHECK(check_same_detections(detect(true), detect(false)) > 0);
 }

@@ -21,10 +21,6 @@
 #include "tests/tc_tiling.h"
 #include "tests/test_support.h"
 
-#if YOLO_EMULATED_KERNELS
-#include "runtime/emu/device.h"
-#endif
-
 using namespace yolo;
 using namespace yolo::testing;
 
@@ -46,15 +42,6 @@ std::string describe(const NormCase& c) {
          activation_name(c.act) + " in_stride " + std::to_string(c.in_stride) + "+" + std::to_string(c.in_offset) +
          " pipeline " + std::to_string(c.pipeline);
 }
-
-struct WgmmaRan {
-#if YOLO_EMULATED_KERNELS
-  unsigned long long before = emu::wgmma_ops_run();
-  void check(bool expected) const { CHECK((emu::wgmma_ops_run() > before) == expected); }
-#else
-  void check(bool) const {}
-#endif
-};
 
 template <typename T>
 void check_normalized(Device device, const NormCase& c) {

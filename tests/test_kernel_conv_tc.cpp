@@ -57,17 +57,6 @@ std::string describe(const TcConvCase& c) {
          " splits " + std::to_string(c.splits) + " pipeline " + std::to_string(c.pipeline);
 }
 
-// Checks, under emulation, that a pass ran on wgmma exactly when the case says it must (counting
-// the emulated threads' wgmma ops around it); elsewhere does nothing.
-struct WgmmaRan {
-#if YOLO_EMULATED_KERNELS
-  unsigned long long before = emu::wgmma_ops_run();
-  void check(bool expected) const { CHECK((emu::wgmma_ops_run() > before) == expected); }
-#else
-  void check(bool) const {}
-#endif
-};
-
 // Whether a TF32 pass reads its operands truncated: the planner chose wgmma for it and the views
 // let it run there (as conv2d_*_tc dispatch; 16-byte copies of 4 floats). The forward gathers
 // the input (perhaps a slice), backward data the dense grad_out; the weights need c_in % 4.
