@@ -39,6 +39,7 @@ struct Context {
   std::string filter;       // run only entries whose name contains this
   bool tune = false;        // --tune: the tensor-core entries time every candidate plan instead (bench_tc_tune.cu)
   std::string plans;        // --plans DEVICE: the tensor-core entry prints the planner's choices instead (bench_tc.cu)
+  bool normalized = false;  // --normalized: conv_tc adds its "+bn" rows (bench_tc.cu)
 };
 
 struct Result {

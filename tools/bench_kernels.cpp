@@ -4,7 +4,9 @@
 // rows that have one, a cuBLAS yardstick (cuBLAS loaded at run time, tools/cublas_loader.h):
 // its median ms at the equivalent GEMM and our time / its time. CUDA kernels on gpu:0 when
 // there is a GPU, the fast CPU versions otherwise (with a smaller batch, printed).
-//   bench_kernels [--filter TEXT] [--batch N] [--repeats N] [--cpu] [--ceilings-only]
+//   bench_kernels [--filter TEXT] [--batch N] [--repeats N] [--cpu] [--ceilings-only] [--normalized]
+//                 (--normalized: conv_tc also times each forward and weight gradient reading its
+//                 input through BatchNorm's apply, rows "+bn")
 //   bench_kernels --plans t4|a100|h200|h200-mma|this [--batch N] [--filter TEXT]   the tensor-core planner's
 //                 choices and predicted times per YOLOv3 conv pass (no GPU needed for the presets)
 //   bench_kernels --tune [--filter TEXT]   every candidate tensor-core plan timed beside its
@@ -38,7 +40,9 @@ int main(int argc, char** argv) {
       else if (arg == "--ceilings-only") ceilings_only = true;
       else if (arg == "--plans") context.plans = value();
       else if (arg == "--tune") context.tune = true;
-      else throw Error("unknown option '" + arg + "' (try --filter, --batch, --repeats, --cpu, --ceilings-only, --plans, --tune)");
+      else if (arg == "--normalized") context.normalized = true;
+      else throw Error("unknown option '" + arg +
+                       "' (try --filter, --batch, --repeats, --cpu, --ceilings-only, --plans, --tune, --normalized)");
     }
     if (context.repeats < 1) throw Error("--repeats must be at least 1");
     // --plans and --tune are one family's own output (tools/bench_tc.cu, tools/bench_tc_tune.cu).

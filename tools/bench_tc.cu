@@ -20,6 +20,10 @@
 // mapped to cuBLAS's column-major call by to_column_major (cublas_loader.h, where the mapping is
 // written out). The operands hold pseudo-random values in [-1, 1) of the row's type (not zeros:
 // the tensor cores' power, and so the clocks, depend on the data).
+// With --normalized, rows ending "+bn": the same forward or weight gradient reading its input through BatchNorm's
+// apply (kernels/conv.h, NormalizedInput: what the trainer does for a BatchNorm read by
+// convolutions alone), beside the plain row, for the loads' transform's cost; their cuBLAS
+// column is the plain GEMM's.
 // On the CPU there are no rows (one line says so).
 #include <algorithm>
 #include <cstdint>
@@ -172,6 +176,13 @@ void run_gpu(const Context& context, std::vector<Result>& out) {
         }
 #endif
         rows[int(pass)].push_back(r);
+        if (context.normalized && p != Precision::Fp32 && pass != Pass::BackwardData && !conv2d_tc_small_channels(s)) {
+          Result normalized = r;
+          normalized.op += " +bn";
+          fill_as<float>(buf.norm_table, 4 * size_t(s.c_in), 14, stream);
+          normalized.ms = time_ms(context, [&] { run_ours(p, pass, s, layer, buf, stream, true); });
+          rows[int(pass)].push_back(normalized);
+        }
       }
     }
     for (const std::vector<Result>& pass_rows : rows) out.insert(out.end(), pass_rows.begin(), pass_rows.end());

@@ -75,6 +75,7 @@ void fill_precision(Precision p, const DeviceMemory& m, size_t count, uint32_t s
 // One layer's device buffers, each large enough for FP32 elements (every precision reuses them).
 struct LayerBuffers {
   DeviceMemory in, weights, bias, out, grad_out, grad_in, grad_weights, grad_bias, workspace;
+  DeviceMemory norm_table;  // a NormalizedInput's table for `in` (kernels/conv.h), random values
   DeviceMemory gemm_a, gemm_b, gemm_c;  // the cuBLAS yardstick's operands (empty without cuBLAS)
 };
 
@@ -106,6 +107,7 @@ LayerBuffers layer_buffers(Device device, const Conv2dShape& s, size_t workspace
   buf.grad_weights = floats(device, w_n);
   buf.grad_bias = floats(device, b_n);
   buf.workspace = DeviceMemory(device, workspace);
+  buf.norm_table = floats(device, 4 * size_t(s.c_in));
   return buf;
 }
 
@@ -118,16 +120,21 @@ T* mp(const DeviceMemory& m) {
   return static_cast<T*>(m.data());
 }
 
-// Our kernel for one pass: the tensor-core version in T's precision.
+// Our kernel for one pass: the tensor-core version in T's precision; `normalized`: the forward and
+// the weight gradient read `in` through BatchNorm's apply (leaky), as the trainer's readers of a
+// BatchNorm applied in their loads do.
 template <typename T>
-void run_tc(Pass pass, const Conv2dShape& s, const YoloConv& layer, const LayerBuffers& b, cudaStream_t stream) {
+void run_tc(Pass pass, const Conv2dShape& s, const YoloConv& layer, const LayerBuffers& b, cudaStream_t stream,
+            bool normalized = false) {
   const NhwcView<const T> in = nhwc<const T>(cp<T>(b.in), s.n, s.h, s.w, s.c_in);
+  const NormalizedInput norm = normalized ? NormalizedInput{cp<float>(b.norm_table), Activation::Leaky}
+                                          : NormalizedInput{};
   const NhwcView<const T> grad_out = nhwc<const T>(cp<T>(b.grad_out), s.n, s.out_h(), s.out_w(), s.c_out);
   switch (pass) {
     case Pass::Forward:
       conv2d_forward_tc<T>(s, in, cp<T>(b.weights), layer.bias ? cp<float>(b.bias) : nullptr,
                            nhwc<T>(mp<T>(b.out), s.n, s.out_h(), s.out_w(), s.c_out), b.workspace.data(),
-                           b.workspace.size(), stream);
+                           b.workspace.size(), stream, {}, norm);
       return;
     case Pass::BackwardData:
       conv2d_backward_data_tc<T>(s, grad_out, cp<T>(b.weights), nhwc<T>(mp<T>(b.grad_in), s.n, s.h, s.w, s.c_in),
@@ -136,7 +143,7 @@ void run_tc(Pass pass, const Conv2dShape& s, const YoloConv& layer, const LayerB
     case Pass::BackwardWeights:
       conv2d_backward_weights_tc<T>(s, in, grad_out, mp<float>(b.grad_weights),
                                     layer.bias ? mp<float>(b.grad_bias) : nullptr, b.workspace.data(),
-                                    b.workspace.size(), stream);
+                                    b.workspace.size(), stream, norm);
       return;
   }
 }
@@ -164,12 +171,12 @@ void run_fp32(Pass pass, const Conv2dShape& s, const YoloConv& layer, const Laye
 }
 
 void run_ours(Precision p, Pass pass, const Conv2dShape& s, const YoloConv& layer, const LayerBuffers& b,
-              cudaStream_t stream) {
+              cudaStream_t stream, bool normalized = false) {
   switch (p) {
     case Precision::Fp32: return run_fp32(pass, s, layer, b, stream);
-    case Precision::Tf32: return run_tc<float>(pass, s, layer, b, stream);
-    case Precision::Bf16: return run_tc<Bf16>(pass, s, layer, b, stream);
-    case Precision::Fp16: return run_tc<Fp16>(pass, s, layer, b, stream);
+    case Precision::Tf32: return run_tc<float>(pass, s, layer, b, stream, normalized);
+    case Precision::Bf16: return run_tc<Bf16>(pass, s, layer, b, stream, normalized);
+    case Precision::Fp16: return run_tc<Fp16>(pass, s, layer, b, stream, normalized);
   }
 }
 

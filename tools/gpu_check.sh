@@ -29,7 +29,9 @@
 #   fold       fewer passes around BatchNorm: the native tests of BatchNorm applied in the next
 #              convs' loads, bench_kernels' bn+leaky backward reading y beside the one
 #              recomputing it (batch 16), then YOLOv3-416 bf16 batch 16 folded (default), with
-#              --no-load-fold and with --no-fold, 36 steps each, medians              ~5 min
+#              --no-load-fold and with --no-fold, 36 steps each, medians              ~6 min
+#   fold_convs each bf16 conv forward and weight gradient beside the same reading its input
+#              through BatchNorm's apply (bench_kernels --normalized, rows "+bn")        ~4 min
 #   wgmma      Hopper's building blocks (kernels/wgmma.cuh, tma.cuh) on the hardware: the
 #              warpgroup tests and gemm_nt_wgmma's (every swizzle, BF16 and FP16, cp.async and
 #              TMA rings; skipped where no sm_90a code runs), the same under compute-sanitizer
@@ -47,14 +49,14 @@
 # reported as unavailable, not as a failure. Needs the binaries built beforehand (here or
 # elsewhere: `make ARCH=90 all build/tests`, which builds sm_90a code).
 set -u
-usage="usage: tools/gpu_check.sh OUTDIR [tests|sanitizer|bench|loader|train|yolov3|nccl|nccl2|tc|tune|peer|fold|lookahead|wgmma|wgmma_step ...]"
+usage="usage: tools/gpu_check.sh OUTDIR [tests|sanitizer|bench|loader|train|yolov3|nccl|nccl2|tc|tune|peer|fold|fold_convs|lookahead|wgmma|wgmma_step ...]"
 OUT=${1:?$usage}
 shift
 sections=("$@")
-(( ${#sections[@]} )) || sections=(tests sanitizer bench loader train yolov3 nccl nccl2 tc tune peer fold lookahead wgmma
-  wgmma_step)
+(( ${#sections[@]} )) || sections=(tests sanitizer bench loader train yolov3 nccl nccl2 tc tune peer fold fold_convs
+  lookahead wgmma wgmma_step)
 for s in "${sections[@]}"; do
-  case $s in tests|sanitizer|bench|loader|train|yolov3|nccl|nccl2|tc|tune|peer|fold|lookahead|wgmma|wgmma_step) ;;
+  case $s in tests|sanitizer|bench|loader|train|yolov3|nccl|nccl2|tc|tune|peer|fold|fold_convs|lookahead|wgmma|wgmma_step) ;;
     *) echo "unknown section '$s'; $usage" >&2; exit 2 ;;
   esac
 done
@@ -516,6 +518,16 @@ section_fold() {
       awk '{printf "%s img/s, %s ms/step (data wait %s, other %s)", $1, $2, $3, $4}')"
     rm -f "$OUT/fold_runs/$mode/"*.weights "$OUT/fold_runs/$mode/"*.ckpt
   done
+}
+
+# BatchNorm applied in the loads, per layer: each bf16 forward and weight gradient of YOLOv3-416
+# beside the same reading its input through BatchNorm (docs/perf.md has the prediction: the
+# transform hides behind the tensor cores, or those passes slow by up to a third).
+section_fold_convs() {
+  [[ -x build/bench_kernels ]] || { record "fold_convs" "unavailable" "build/bench_kernels not built"; return; }
+  run_step "bench conv fwd +bn" bench_fold_fwd.log 120 build/bench_kernels --filter "conv fwd bf16" --normalized
+  run_step "bench conv wgrad +bn" bench_fold_wgrad.log 120 build/bench_kernels --filter "conv bwd weights bf16" \
+    --normalized
 }
 
 # Look-ahead where it was missing before (docs/perf.md has the predictions): micro-batches (the
