@@ -327,6 +327,25 @@ TEST_CASE("BatchNorm applied in the loads, one GPU: training in tf32 has --no-lo
   CHECK(file_bytes(folded.checkpoint_path) == file_bytes(unfolded.checkpoint_path));
 }
 
+#if YOLO_EMU  // two replicas: emulated GPUs (the GPU machine has one)
+TEST_CASE("BatchNorm applied in the loads, two replicas with --sync-bn (bf16): --no-load-fold's bits") {
+  TempDir dir;
+  const data::Dataset dataset = yolo::testing::small_shapes_dataset(dir / "shapes");
+  const std::vector<Device> two{Device::emu(0), Device::emu(1)};
+  auto train = [&](const std::string& name, bool in_loads) {
+    TrainOptions o = fold_options(dir / name, true);
+    o.apply_in_loads = in_loads;
+    o.sync_bn = true;  // the statistics all-reduced before the table is written
+    o.precision = Precision::Bf16;
+    o.subdivisions = 1, o.max_batches = 2;
+    return train_detector(yolo::testing::tiny_detector_spec(), dataset, two, o);
+  };
+  const TrainResult folded = train("fold", true), unfolded = train("no_load_fold", false);
+  CHECK(folded.losses == unfolded.losses);
+  CHECK(file_bytes(folded.checkpoint_path) == file_bytes(unfolded.checkpoint_path));
+}
+#endif
+
 TEST_CASE("BatchNorm applied in the loads, one GPU: bf16 training and detection have --no-load-fold's bits") {
   KERNEL_TEST_DEVICE(device);
   if (current_compute_capability() < 80) SKIP_TEST("BF16 needs sm_80");

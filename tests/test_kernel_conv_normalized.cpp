@@ -31,6 +31,7 @@ struct NormCase {
   Activation act = Activation::Leaky;
   int in_stride = 0, in_offset = 0;
   int pipeline = 0;     // 0: the planner's; 2: cp.async asked for; 3: wgmma forced
+  int splits = 0;       // forced split-K (mma.sync)
   bool wgmma = false;   // with pipeline 3: the passes that must run on wgmma (forward; the weight
                         // gradient too in 16 bits)
 };
@@ -40,7 +41,7 @@ std::string describe(const NormCase& c) {
   return std::to_string(s.n) + "x" + std::to_string(s.h) + "x" + std::to_string(s.w) + " " + std::to_string(s.c_in) +
          "->" + std::to_string(s.c_out) + " k" + std::to_string(s.k) + " s" + std::to_string(s.stride) + " " +
          activation_name(c.act) + " in_stride " + std::to_string(c.in_stride) + "+" + std::to_string(c.in_offset) +
-         " pipeline " + std::to_string(c.pipeline);
+         " pipeline " + std::to_string(c.pipeline) + " splits " + std::to_string(c.splits);
 }
 
 template <typename T>
@@ -51,7 +52,7 @@ void check_normalized(Device device, const NormCase& c) {
   const int oh = s.out_h(), ow = s.out_w();
   Rng rng;
   CAPTURE(rng.seed());
-  TcTiling tiling(-1, 0, c.pipeline);
+  TcTiling tiling(-1, c.splits, c.pipeline);
 
   const NhwcBuffer<T> x = random_buffer<T>(rng, s.n, s.h, s.w, s.c_in, c.in_stride, c.in_offset);
   NhwcBuffer<T> y = poisoned_buffer<T>(s.n, s.h, s.w, s.c_in, c.in_stride, c.in_offset);  // x's layout
@@ -117,6 +118,7 @@ std::vector<NormCase> norm_cases() {
   add(Conv2dShape{2, 7, 9, 32, 24, 3, 1}, [](NormCase& c) { c.pipeline = 2; });             // chunks; not cp.async
   add(Conv2dShape{1, 11, 10, 16, 40, 3, 2}, [](NormCase& c) { c.act = Activation::Linear; });
   add(Conv2dShape{2, 8, 7, 24, 16, 1, 1});
+  add(Conv2dShape{1, 7, 9, 40, 24, 3, 1}, [](NormCase& c) { c.splits = 3; });  // split-K: each split normalizes
   add(Conv2dShape{1, 6, 5, 16, 24, 3, 1}, [](NormCase& c) { c.in_stride = 27, c.in_offset = 5; });
   add(Conv2dShape{2, 9, 7, 16, 64, 3, 1}, [](NormCase& c) { c.pipeline = 3, c.wgmma = true; });
   add(Conv2dShape{1, 11, 9, 24, 40, 3, 2}, [](NormCase& c) { c.pipeline = 3, c.wgmma = true; });
