@@ -290,11 +290,6 @@ __global__ void __launch_bounds__(kFinalizeChannels* kFinalizeRows)
 __device__ __forceinline__ float normalize_scale(float gamma, float var) {
   return gamma / sqrtf(var + kBatchNormEpsilon);
 }
-// The apply's y for one element, before its rounding to T.
-template <Activation A>
-__device__ __forceinline__ float normalized_output(float x, float mean, float scale, float shift) {
-  return activate_rn<A>(__fmaf_rn(__fsub_rn(x, mean), scale, shift));
-}
 
 // y = act((x - mean) * gamma / sqrt(var + eps) + beta) (+ residual, Res: a shortcut folded in, its
 // FP32 sum rounded once to T), mean/var being the batch's (training)

@@ -28,6 +28,14 @@ __device__ __forceinline__ float activate_rn(float v) {
   }
 }
 
+// BatchNorm's apply for one element, before its rounding to the storage type: one subtraction, one
+// FMA, the activation. The apply pass, its backward's recompute (batchnorm.cu) and the loads of a
+// BatchNorm-normalized convolution input (normalized_input.cuh) all call this one expression.
+template <Activation A>
+__device__ __forceinline__ float normalized_output(float x, float mean, float scale, float shift) {
+  return activate_rn<A>(__fmaf_rn(__fsub_rn(x, mean), scale, shift));
+}
+
 // d act / d v from the output y (activation.h): logistic's y (1 - y) as two rounded steps.
 template <Activation A>
 __device__ __forceinline__ float activation_gradient_rn(float y) {

@@ -1,5 +1,5 @@
 // NormalizedInput (kernels/conv.h) on the device: BatchNorm's apply on values a convolution's
-// loader has just read, with the apply's own operations (batchnorm.cu, normalized_output: one
+// loader has just read, with the apply's own expression (exact_math.cuh, normalized_output: one
 // subtraction, one FMA, the activation in rounded steps), so that a 16-byte chunk ends up
 // holding the bits the apply would have stored. Callers transform only what they read from the
 // image: the zeros of the padding and of rows past the end stay zeros.
@@ -14,12 +14,11 @@ namespace yolo {
 
 __device__ __forceinline__ float normalized_value(const NormalizedInput& n, int ch, float x) {
   const float4 t = *reinterpret_cast<const float4*>(n.table + 4 * ch);  // mean, scale, shift
-  const float v = __fmaf_rn(__fsub_rn(x, t.x), t.y, t.z);
   switch (n.act) {
-    case Activation::Leaky: return activate_rn<Activation::Leaky>(v);
-    case Activation::Relu: return activate_rn<Activation::Relu>(v);
-    case Activation::Logistic: return activate_rn<Activation::Logistic>(v);
-    default: return v;
+    case Activation::Leaky: return normalized_output<Activation::Leaky>(x, t.x, t.y, t.z);
+    case Activation::Relu: return normalized_output<Activation::Relu>(x, t.x, t.y, t.z);
+    case Activation::Logistic: return normalized_output<Activation::Logistic>(x, t.x, t.y, t.z);
+    default: return normalized_output<Activation::Linear>(x, t.x, t.y, t.z);
   }
 }
 
