@@ -10,6 +10,7 @@
 #include "kernels/normalized_input.cuh"
 #include "kernels/tc_tiles.cuh"
 #include "kernels/tma.cuh"
+#include "kernels/wgmma_check.h"
 #include "kernels/wgmma_tiles.cuh"
 
 namespace yolo {
@@ -77,19 +78,45 @@ __device__ void produce(const Gather g, NhwcView<const T> in, NormalizedInput no
   gathered_last(k_tiles, ring, normalize);
 }
 
+// With TMA's im2col mode (Im2colA): thread 0 alone brings both operands, A as one im2col box a
+// k-tile. c_in is a whole number of k-tiles, so k-tile t is tap t / groups, channels
+// kTileK * (t % groups).. of it; the box's first pixel is the block's first output pixel's
+// top-left tap (its own coordinates in the traversal, see im2col_map), the tap its offsets.
+template <typename T>
+__device__ void produce_im2col(const Gather g, const tma::TensorMap* in_map, const tma::TensorMap* w_map, int k_tiles,
+                               const Ring& ring) {
+  const int groups = g.c_in / kTileK<T>, pixel = int(blockIdx.y) * kBlockM;
+  const int b = pixel / (g.out_h * g.out_w), rest = pixel % (g.out_h * g.out_w);
+  const int y0 = rest / g.out_w * g.stride - g.pad, x0 = rest % g.out_w * g.stride - g.pad;
+  for (int t = 0; t < k_tiles; ++t) {
+    const int st = stage_of(t), tap = t / groups;
+    mbarrier_wait(&ring.empty[st], empty_parity(t));
+    mbarrier_arrive_expect_tx(&ring.full[st], kStageBytes);
+    tma::load_im2col(ring.a_tile(st), in_map, (t % groups) * kTileK<T>, x0, y0, b, uint16_t(tap % g.k),
+                     uint16_t(tap / g.k), &ring.full[st]);
+    tma::load_2d(ring.b_tile(st), w_map, t * 64, int(blockIdx.x) * kBlockN, &ring.full[st]);
+  }
+}
+
 // No register handoff: the math warpgroups' 64 accumulators fit the 168 registers a thread
 // launches with, and the gathering producer needs more than the 40 a handoff would leave it.
 // With moments, the block then reads its stored tile back for BatchNorm's statistics (as
 // conv2d_forward_tc does), in the ring's shared memory once every thread is past the main loop.
-template <typename T>
+template <typename T, bool Im2colA>
 __global__ void __launch_bounds__(kThreads, 1)
     conv_forward_wgmma_kernel(Gather g, NhwcView<const T> in, NormalizedInput norm,
+                              const __grid_constant__ tma::TensorMap in_map,
                               const __grid_constant__ tma::TensorMap w_map, const float* bias, NhwcView<T> out,
                               ConvMoments moments) {
-  const Ring ring = make_ring(128 + 1);  // the 128 gatherers, and thread 0's expect_tx
+  // Full: thread 0's expect_tx, and with the gather each of its 128 threads.
+  const Ring ring = make_ring(Im2colA ? 1 : 128 + 1);
   const int k_tiles = (g.k_total + kTileK<T> - 1) / kTileK<T>;
   if (threadIdx.x < 128) {
-    produce<T>(g, in, norm, &w_map, k_tiles, ring);
+    if constexpr (Im2colA) {
+      if (threadIdx.x == 0) produce_im2col<T>(g, &in_map, &w_map, k_tiles, ring);
+    } else {
+      produce<T>(g, in, norm, &w_map, k_tiles, ring);
+    }
     if (moments.partials == nullptr) return;
   } else {
     multiply_and_store<T, false, false, false>(k_tiles, ring,
@@ -211,11 +238,59 @@ void require_wgmma(const char* op) {
                 "has 90");
 }
 
+// The forward's im2col map of `in` (tma.h): boxes of 128 pixels by one k-tile of channels, a
+// bounding box whose traversal visits the output pixels' top-left taps.
+template <typename T>
+tma::TensorMap im2col_map(const Conv2dShape& s, NhwcView<const T> in) {
+  tma::Im2colNhwc t{};
+  t.base = in.data;
+  t.element_bytes = sizeof(T);
+  t.n = uint64_t(s.n), t.h = uint64_t(s.h), t.w = uint64_t(s.w), t.c = uint64_t(s.c_in);
+  t.pixel_stride_bytes = uint64_t(in.stride) * sizeof(T);
+  t.lower_h = t.lower_w = -s.pad();
+  t.upper_h = (s.out_h() - 1) * s.stride + 1 - s.h - s.pad();
+  t.upper_w = (s.out_w() - 1) * s.stride + 1 - s.w - s.pad();
+  t.stride = uint32_t(s.stride);
+  t.channels_per_pixel = uint32_t(kTileK<T>);
+  t.pixels_per_column = kBlockM;
+  t.swizzle = 1;  // 128-byte
+  return tma::encode_im2col(t);
+}
+
+// The corners and taps an im2col map can hold (tma.h; the taps' offsets kept within 0..15).
+bool im2col_geometry_fits(const Conv2dShape& s) {
+  const int upper_h = (s.out_h() - 1) * s.stride + 1 - s.h - s.pad();
+  const int upper_w = (s.out_w() - 1) * s.stride + 1 - s.w - s.pad();
+  return s.stride <= 8 && s.k <= 16 && s.pad() <= 128 && upper_h >= -128 && upper_h <= 127 && upper_w >= -128 &&
+         upper_w <= 127;
+}
+
 }  // namespace
 
 bool conv2d_forward_wgmma_takes(const Conv2dShape& s) {
   return s.c_in % 8 == 0 && ceil_div(size_t(s.n) * s.out_h() * s.out_w(), size_t(kBlockM)) <= kMaxRowTiles;
 }
+
+template <typename T>
+bool conv2d_forward_wgmma_im2col_takes(const Conv2dShape& s, NhwcView<const T> in, NormalizedInput norm) {
+  return conv2d_forward_wgmma_takes(s) && !norm && s.c_in % kTileK<T> == 0 && im2col_geometry_fits(s) &&
+         (size_t(in.stride) * sizeof(T)) % 16 == 0 && reinterpret_cast<uintptr_t>(in.data) % 16 == 0;
+}
+
+namespace {
+
+// The forward's A source for `input` (the caller's choice, Auto resolved).
+template <typename T>
+bool forward_uses_im2col(const Conv2dShape& s, NhwcView<const T> in, NormalizedInput norm, WgmmaInput input) {
+  const bool fits = conv2d_forward_wgmma_im2col_takes(s, in, norm);
+  if (input == WgmmaInput::Im2col && !fits)
+    throw Error("conv2d_forward_wgmma: TMA's im2col mode cannot bring this input: it needs c_in a multiple of " +
+                std::to_string(kTileK<T>) + " (" + std::to_string(s.c_in) +
+                "), a stride of at most 8, no BatchNorm applied in the loads and a 16-byte pixel stride");
+  return input == WgmmaInput::Im2col || (input == WgmmaInput::Auto && fits && current_device_tma_im2col_verified());
+}
+
+}  // namespace
 
 bool conv2d_backward_data_wgmma_takes(const Conv2dShape& s) {
   return s.k * s.k <= kMaxTaps && s.c_out % kBlockK == 0 && s.c_in % 8 == 0 && s.stride <= kMaxStride &&
@@ -273,7 +348,8 @@ void conv2d_backward_data_wgmma(const Conv2dShape& s, NhwcView<const T> grad_out
 
 template <typename T>
 void conv2d_forward_wgmma(const Conv2dShape& s, NhwcView<const T> in, const T* weights, const float* bias,
-                          NhwcView<T> out, cudaStream_t stream, ConvMoments moments, NormalizedInput norm) {
+                          NhwcView<T> out, cudaStream_t stream, ConvMoments moments, NormalizedInput norm,
+                          WgmmaInput input) {
   s.validate();
   require_wgmma("conv2d_forward_wgmma");
   constexpr int V = 16 / int(sizeof(T));  // elements a 16-byte copy
@@ -290,17 +366,28 @@ void conv2d_forward_wgmma(const Conv2dShape& s, NhwcView<const T> in, const T* w
   const uint64_t units = sizeof(T) / 2;  // 16-bit units an element (see produce)
   const tma::TensorMap w_map = tma::encode_2d(weights, uint64_t(g.k_total) * units, uint64_t(s.c_out),
                                               uint64_t(g.k_total) * sizeof(T), 64, kBlockN, 1);
-  tc::allow_shared(conv_forward_wgmma_kernel<T>, kSharedBytes);
-  LAUNCH(conv_forward_wgmma_kernel<T>, dim3(ceil_div(size_t(s.c_out), kBlockN), ceil_div(size_t(g.pixels), kBlockM)),
-         dim3(kThreads), kSharedBytes, stream, g, in, norm, w_map, bias, out, moments);
+  const dim3 grid(ceil_div(size_t(s.c_out), kBlockN), ceil_div(size_t(g.pixels), kBlockM));
+  if (forward_uses_im2col(s, in, norm, input)) {
+    const tma::TensorMap in_map = im2col_map(s, in);
+    tc::allow_shared(conv_forward_wgmma_kernel<T, true>, kSharedBytes);
+    LAUNCH((conv_forward_wgmma_kernel<T, true>), grid, dim3(kThreads), kSharedBytes, stream, g, in, norm, in_map,
+           w_map, bias, out, moments);
+  } else {
+    tc::allow_shared(conv_forward_wgmma_kernel<T, false>, kSharedBytes);
+    LAUNCH((conv_forward_wgmma_kernel<T, false>), grid, dim3(kThreads), kSharedBytes, stream, g, in, norm,
+           tma::TensorMap{}, w_map, bias, out, moments);
+  }
 }
 
 template void conv2d_forward_wgmma<float>(const Conv2dShape&, NhwcView<const float>, const float*, const float*,
-                                          NhwcView<float>, cudaStream_t, ConvMoments, NormalizedInput);
+                                          NhwcView<float>, cudaStream_t, ConvMoments, NormalizedInput, WgmmaInput);
 template void conv2d_forward_wgmma<Bf16>(const Conv2dShape&, NhwcView<const Bf16>, const Bf16*, const float*,
-                                         NhwcView<Bf16>, cudaStream_t, ConvMoments, NormalizedInput);
+                                         NhwcView<Bf16>, cudaStream_t, ConvMoments, NormalizedInput, WgmmaInput);
 template void conv2d_forward_wgmma<Fp16>(const Conv2dShape&, NhwcView<const Fp16>, const Fp16*, const float*,
-                                         NhwcView<Fp16>, cudaStream_t, ConvMoments, NormalizedInput);
+                                         NhwcView<Fp16>, cudaStream_t, ConvMoments, NormalizedInput, WgmmaInput);
+template bool conv2d_forward_wgmma_im2col_takes<float>(const Conv2dShape&, NhwcView<const float>, NormalizedInput);
+template bool conv2d_forward_wgmma_im2col_takes<Bf16>(const Conv2dShape&, NhwcView<const Bf16>, NormalizedInput);
+template bool conv2d_forward_wgmma_im2col_takes<Fp16>(const Conv2dShape&, NhwcView<const Fp16>, NormalizedInput);
 template void conv2d_backward_data_wgmma<float>(const Conv2dShape&, NhwcView<const float>, const float*,
                                                 NhwcView<float>, bool, cudaStream_t, void*, size_t);
 template void conv2d_backward_data_wgmma<Bf16>(const Conv2dShape&, NhwcView<const Bf16>, const Bf16*, NhwcView<Bf16>,

@@ -1,9 +1,10 @@
 // The convolution's three passes on Hopper's wgmma (issue 36, stage 2):
 // conv2d_forward_tc's product (kernels/conv.h) for T = Bf16, Fp16 or float (TF32), on the main
-// loop of kernels/wgmma_tiles.cuh. The im2col rows of A are gathered by the producer warpgroup
-// with 16-byte cp.async in the 128-byte swizzle (8 channels of one pixel and tap per copy, 4 in
-// TF32; zeros where the tap falls outside the image: TMA's tiled boxes cannot describe the
-// gather), the weights arrive by TMA as the [c_out][k*k*c_in] matrix they are. TF32 reads the
+// loop of kernels/wgmma_tiles.cuh. The im2col rows of A arrive by TMA's im2col mode where it can
+// describe them (`input`, below: one box a k-tile, 128 output pixels of one tap), or are gathered
+// by the producer warpgroup with 16-byte cp.async in the 128-byte swizzle (8 channels of one
+// pixel and tap per copy, 4 in TF32; zeros where the tap falls outside the image); the weights
+// arrive by TMA as the [c_out][k*k*c_in] matrix they are. TF32 reads the
 // FP32 operands truncated (kernels/wgmma.cuh: the low 13 bits ignored; mma.sync's TF32 rounds to
 // nearest), so the two families' TF32 results differ in their last bits. The convolutions of
 // kernels/conv.h run it where the planner chooses it (kernels/tc_plan.h); tools/bench_wgmma.cu
@@ -16,6 +17,10 @@
 //   norm (kernels/conv.h, NormalizedInput): BatchNorm's apply on the input, done by each gathering
 //   thread on its own row in shared memory once its copies landed, before the stage is announced
 //   (the weight gradient's gather does the same).
+//   input: how A reaches shared memory. Auto: TMA's im2col mode where
+//   conv2d_forward_wgmma_im2col_takes says it can and the device passed its self-check
+//   (kernels/wgmma_check.h), the gather otherwise; Gather and Im2col force one (Im2col throws
+//   where it cannot).
 #pragma once
 #include "kernels/conv.h"
 #include "kernels/half_types.h"
@@ -23,9 +28,19 @@
 
 namespace yolo {
 
+enum class WgmmaInput { Auto, Gather, Im2col };
+
 template <typename T>
 void conv2d_forward_wgmma(const Conv2dShape& shape, NhwcView<const T> in, const T* weights, const float* bias,
-                          NhwcView<T> out, cudaStream_t stream, ConvMoments moments = {}, NormalizedInput norm = {});
+                          NhwcView<T> out, cudaStream_t stream, ConvMoments moments = {}, NormalizedInput norm = {},
+                          WgmmaInput input = WgmmaInput::Auto);
+// Whether TMA's im2col mode can bring the forward's A: c_in a whole number of k-tiles (64 in 16
+// bits, 32 in TF32: a k-tile then lies within one tap), a stride of at most 8 and a kernel of at
+// most 16 (the map's traversal stride and tap offsets), no BatchNorm applied in the loads (the
+// gathering threads apply it to what they read), `in`'s pixel stride a multiple of 16 bytes and
+// its data 16-byte aligned.
+template <typename T>
+bool conv2d_forward_wgmma_im2col_takes(const Conv2dShape& shape, NhwcView<const T> in, NormalizedInput norm = {});
 
 // The backward data pass (grad_in = the gradient of conv2d_forward_wgmma's input, overwritten,
 // or added to what grad_in holds when accumulate: in FP32, rounded once): an implicit GEMM per

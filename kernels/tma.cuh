@@ -1,5 +1,5 @@
-// TMA loads into shared memory (sm_90): cp.async.bulk.tensor.2d of one box of a tensor map
-// (kernels/tma.h), written through the async proxy in the map's swizzle and counted on an
+// TMA loads into shared memory (sm_90): cp.async.bulk.tensor.2d of one box of a tiled tensor
+// map, or .4d.im2col of an im2col one (kernels/tma.h), written through the async proxy in the map's swizzle and counted on an
 // mbarrier's transaction count (the mbarrier's phase completes once the bytes an
 // mbarrier_arrive_expect_tx announced have landed). Inline PTX under nvcc; under emulation a
 // twin that copies the box at once, zero-fills what lies outside the tensor, and reports the
@@ -49,6 +49,61 @@ inline void load_2d(uint32_t dst, const TensorMap& map, int col, int row, uint32
   yolo::emu::mbarrier_complete_tx(bar, bytes);
 }
 
+// The im2col maps of encode_im2col.
+constexpr uint64_t kIm2colMagic = 0x4c4f43324d494d54ull;
+struct Im2colMap {
+  uint64_t magic;
+  Im2colNhwc tensor;
+};
+
+void count_im2col_load();  // for emulated_im2col_loads (tma.h)
+
+// The traversal of tma.h (Im2colNhwc), one pixel a box row. The first pixel must lie inside the
+// bounding box (the twin refuses otherwise: a kernel that computed its coordinates wrongly).
+inline void load_im2col(uint32_t dst, const TensorMap& map, int c, int w, int h, int n, uint16_t off_w,
+                        uint16_t off_h, uint32_t bar) {
+  Im2colMap m;
+  std::memcpy(&m, map.bytes, sizeof m);
+  if (m.magic != kIm2colMagic) throw Error("TMA im2col: the tensor map was not made by tma::encode_im2col");
+  if (dst % 128 != 0) throw Error("TMA: the shared destination " + std::to_string(dst) + " is not 128-byte aligned");
+  const Im2colNhwc& t = m.tensor;
+  const wgmma::Swizzle s = wgmma::Swizzle(t.swizzle);
+  const uint32_t row_bytes = t.channels_per_pixel * t.element_bytes, bytes = row_bytes * t.pixels_per_column;
+  if (s != wgmma::Swizzle::None && row_bytes != wgmma::swizzle_bytes(s))
+    throw Error("TMA (emulated): a box row narrower than its swizzle is not emulated");
+  const int64_t end_w = int64_t(t.w) + t.upper_w, end_h = int64_t(t.h) + t.upper_h;  // exclusive
+  if (w < t.lower_w || w >= end_w || h < t.lower_h || h >= end_h)
+    throw Error("TMA im2col (emulated): the first pixel (w " + std::to_string(w) + ", h " + std::to_string(h) +
+                ") lies outside the bounding box");
+  unsigned char* box = static_cast<unsigned char*>(yolo::emu::shared_pointer(dst, bytes));
+  int64_t x = w, y = h, image = n;  // the traversal's position, before the offsets
+  for (uint32_t p = 0; p < t.pixels_per_column; ++p) {
+    const int64_t gx = x + off_w, gy = y + off_h;
+    const bool pixel_inside = image >= 0 && uint64_t(image) < t.n && gy >= 0 && uint64_t(gy) < t.h && gx >= 0 &&
+                              uint64_t(gx) < t.w;
+    for (uint32_t ch = 0; ch < t.channels_per_pixel; ++ch) {
+      const int64_t gc = int64_t(c) + ch;
+      unsigned char value[4] = {};
+      if (pixel_inside && gc >= 0 && uint64_t(gc) < t.c)
+        std::memcpy(value,
+                    static_cast<const unsigned char*>(t.base) +
+                        ((uint64_t(image) * t.h + uint64_t(gy)) * t.w + uint64_t(gx)) * t.pixel_stride_bytes +
+                        uint64_t(gc) * t.element_bytes,
+                    t.element_bytes);
+      uint32_t address = dst + p * row_bytes + ch * t.element_bytes;
+      if (s != wgmma::Swizzle::None) address = wgmma::swizzled(address, s);
+      std::memcpy(box + (address - dst), value, t.element_bytes);
+    }
+    if ((x += t.stride) >= end_w) {
+      x = t.lower_w;
+      if ((y += t.stride) >= end_h) y = t.lower_h, ++image;
+    }
+  }
+  count_im2col_load();
+  yolo::emu::note_async_shared_write(box, bytes);
+  yolo::emu::mbarrier_complete_tx(bar, bytes);
+}
+
 }  // namespace emulated
 #endif
 
@@ -67,6 +122,26 @@ __device__ __forceinline__ void load_2d(void* dst, const TensorMap* map, int col
   __trap();
 #else
   emulated::load_2d(wgmma::shared_address(dst), *map, col, row, wgmma::shared_address(bar));
+#endif
+}
+
+// The im2col box of `map` (encode_im2col; a __grid_constant__ kernel parameter) whose first pixel
+// is (n, h, w) in the traversal's coordinates, from channel c, every pixel read at the tap
+// (off_h, off_w) from it, to shared memory at `dst` as load_2d's box goes; `bar` completes by the
+// whole box's bytes.
+__device__ __forceinline__ void load_im2col(void* dst, const TensorMap* map, int c, int w, int h, int n, uint16_t off_w,
+                                            uint16_t off_h, uint64_t* bar) {
+#if YOLO_MBARRIER_NATIVE
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.im2col.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%2, %3, %4, %5}], [%6], {%7, %8};"
+      ::"r"(wgmma::shared_address(dst)), "l"(reinterpret_cast<uint64_t>(map)), "r"(c), "r"(w), "r"(h), "r"(n),
+      "r"(wgmma::shared_address(bar)), "h"(off_w), "h"(off_h)
+      : "memory");
+#elif defined(__CUDACC__)
+  __trap();
+#else
+  emulated::load_im2col(wgmma::shared_address(dst), *map, c, w, h, n, off_w, off_h, wgmma::shared_address(bar));
 #endif
 }
 

@@ -23,4 +23,32 @@ struct alignas(128) TensorMap {
 TensorMap encode_2d(const void* base, uint64_t cols, uint64_t rows, uint64_t row_stride_bytes, uint32_t box_cols,
                     uint32_t box_rows, int swizzle);
 
+// An im2col map of an NHWC tensor (cuTensorMapEncodeIm2col, rank 4: dimensions C, W, H, N from
+// the innermost). One load (tma.cuh: load_im2col) moves `pixels_per_column` pixels of
+// `channels_per_pixel` elements each, one row of the box per pixel. The pixels are those a
+// traversal visits inside the bounding box, per image: W from lower_w to w + upper_w
+// (exclusive), then H likewise, then the next image, in steps of `stride` in W and H. The load's
+// coordinates name the first pixel (inside the box) and the channel it starts at; its offsets
+// (a filter tap) shift where each visited pixel is read, and pixels then outside the tensor read
+// as zeros. For a convolution of padding p: lower = -p, upper = (out - 1) * stride + 1 - size - p
+// (the box then visits exactly the output pixels' top-left taps).
+struct Im2colNhwc {
+  const void* base;
+  uint32_t element_bytes;       // 2 (BF16, FP16) or 4 (FP32, read as TF32)
+  uint64_t n, h, w, c;          // the tensor (c: the channels the map may read)
+  uint64_t pixel_stride_bytes;  // consecutive pixels' distance (a channel slice: more than c)
+  int lower_h, lower_w, upper_h, upper_w;
+  uint32_t stride;              // the traversal's step in H and W, 1..8
+  uint32_t channels_per_pixel, pixels_per_column;
+  int swizzle;                  // as encode_2d's
+};
+// Throws yolo::Error naming the rule a map breaks: encode_2d's alignment, dimension and stride
+// rules (the row and image strides follow from the pixel stride), corners within -128..127 (rank
+// 4) and a box of at least one pixel, 1..256 channels a pixel whose bytes are a multiple of 16
+// and fit the swizzle, 1..1024 pixels a load, a stride of 1..8.
+TensorMap encode_im2col(const Im2colNhwc& tensor);
+
+// The im2col loads the emulated TMA has run (tests check which path a kernel took); 0 natively.
+unsigned long long emulated_im2col_loads();
+
 }  // namespace yolo::tma

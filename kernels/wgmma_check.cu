@@ -131,28 +131,42 @@ std::vector<T> download(const DeviceMemory& m, size_t n) {
   return out;
 }
 
-// Forward and backward data of `s` in T (and, for 16-bit T, the weight gradient) against the FP64
-// reference of the same operands. "" when all agree.
 template <typename T>
-std::string check_shape(Device d, const Conv2dShape& s, const std::string& name) {
+constexpr double unit_of() {
+  return std::is_same_v<T, float> ? 0x1p-16 : 0x1p-8;
+}
+
+// The forward of `s` in T, A brought as `input` says, against the FP64 reference of the same
+// operands. "" when they agree.
+template <typename T>
+std::string check_forward(const Operand<T>& x, const Operand<T>& w, Device d, const Conv2dShape& s,
+                          const std::string& name, WgmmaInput input) {
   const int oh = s.out_h(), ow = s.out_w();
-  const size_t in_n = size_t(s.n) * s.h * s.w * s.c_in, out_n = size_t(s.n) * oh * ow * s.c_out;
-  const Operand<T> x(d, in_n, 1), w(d, s.weight_count(), 2), dy(d, out_n, 3);
-  const double u = std::is_same_v<T, float> ? 0x1p-16 : 0x1p-8;
-  const long long taps = (long long)s.k * s.k;
-  std::vector<double> ref, mag;
-  // Forward.
+  const size_t out_n = size_t(s.n) * oh * ow * s.c_out;
   DeviceMemory y(d, out_n * sizeof(T));
   conv2d_forward_wgmma<T>(s, view<const T>(x.data(), s.n, s.h, s.w, s.c_in), w.data(), nullptr,
-                          view<T>(static_cast<T*>(y.data()), s.n, oh, ow, s.c_out), nullptr);
+                          view<T>(static_cast<T*>(y.data()), s.n, oh, ow, s.c_out), nullptr, {}, {}, input);
   wait_for_kernels(name + " forward");
-  ref.assign(out_n, 0), mag.assign(out_n, 0);
+  std::vector<double> ref(out_n, 0), mag(out_n, 0);
   conv2d_forward_reference<double>(s, view<const double>(x.value.data(), s.n, s.h, s.w, s.c_in), w.value.data(),
                                    nullptr, view<double>(ref.data(), s.n, oh, ow, s.c_out), nullptr, 0);
   conv2d_forward_reference<double>(s, view<const double>(x.magnitude.data(), s.n, s.h, s.w, s.c_in),
                                    w.magnitude.data(), nullptr, view<double>(mag.data(), s.n, oh, ow, s.c_out),
                                    nullptr, 0);
-  std::string why = compare(name + " forward", download<T>(y, out_n), ref, mag, taps * s.c_in, u);
+  return compare(name + " forward", download<T>(y, out_n), ref, mag, (long long)s.k * s.k * s.c_in, unit_of<T>());
+}
+
+// Forward (gathered) and backward data of `s` in T (and, for 16-bit T, the weight gradient)
+// against the FP64 reference of the same operands. "" when all agree.
+template <typename T>
+std::string check_shape(Device d, const Conv2dShape& s, const std::string& name) {
+  const int oh = s.out_h(), ow = s.out_w();
+  const size_t in_n = size_t(s.n) * s.h * s.w * s.c_in, out_n = size_t(s.n) * oh * ow * s.c_out;
+  const Operand<T> x(d, in_n, 1), w(d, s.weight_count(), 2), dy(d, out_n, 3);
+  const double u = unit_of<T>();
+  const long long taps = (long long)s.k * s.k;
+  std::vector<double> ref, mag;
+  std::string why = check_forward(x, w, d, s, name, WgmmaInput::Gather);
   if (!why.empty()) return why;
   // Backward data.
   DeviceMemory dx(d, in_n * sizeof(T)), ws(d, conv2d_backward_data_wgmma_workspace_bytes<T>(s) + 16);
@@ -200,42 +214,85 @@ std::string wgmma_self_check() {
   return "";
 }
 
-bool current_device_wgmma_verified() {
+std::string tma_im2col_self_check() {
+  const Device d = current_device();
+  // Two images (the traversal crosses from one to the next within a box), height and width
+  // unequal (the map's corners per dimension), the last box part-filled; c_in two k-tiles.
+  const Conv2dShape stride1{2, 7, 9, 128, 64, 3, 1}, stride2{2, 10, 7, 128, 64, 3, 2};
+  for (const auto& [shape, name] : {std::pair{stride1, "3x3 s1"}, std::pair{stride2, "3x3 s2"}}) {
+    const size_t in_n = size_t(shape.n) * shape.h * shape.w * shape.c_in;
+    const Operand<Bf16> x16(d, in_n, 4), w16(d, shape.weight_count(), 5);
+    std::string why = check_forward(x16, w16, d, shape, std::string("im2col bf16 ") + name, WgmmaInput::Im2col);
+    if (!why.empty()) return why;
+    const Operand<float> x32(d, in_n, 6), w32(d, shape.weight_count(), 7);
+    why = check_forward(x32, w32, d, shape, std::string("im2col tf32 ") + name, WgmmaInput::Im2col);
+    if (!why.empty()) return why;
+  }
+  return "";
+}
+
+namespace {
+
 #if YOLO_CUDA
-  // Per device: 0 not checked, 1 failed, 2 passed, 3 being checked. The check's own launches ask
-  // the planner for the device's SMs: on the checking thread wgmma counts as unverified
-  // meanwhile; another thread waits for the verdict (so its plans match the ones that follow).
-  static std::atomic<int> verdict[64] = {};
-  thread_local bool checking_here = false;
+// A device check's verdict, per device: 0 not checked, 1 failed, 2 passed, 3 being checked. The
+// check's own launches may ask the planner about the device: on the checking thread the answer
+// is "not verified" meanwhile; another thread waits for the verdict (so its plans match the
+// ones that follow). A failure prints `failure` (with the device and the reason) once.
+struct Verdicts {
+  std::atomic<int> verdict[64] = {};
+};
+bool cached_verdict(Verdicts& v, bool& checking_here, std::string (*check)(), const char* failure) {
   int index = 0;
   CHECKED(cudaGetDevice(&index));
   if (index < 0 || index >= 64) return false;
-  int expected = verdict[index].load(std::memory_order_acquire);  // asked at every launch: read first
+  std::atomic<int>& verdict = v.verdict[index];
+  int expected = verdict.load(std::memory_order_acquire);  // asked at every launch: read first
   if (expected == 2 || expected == 1) return expected == 2;
-  if (!verdict[index].compare_exchange_strong(expected, 3)) {
+  if (!verdict.compare_exchange_strong(expected, 3)) {
     while (expected == 3 && !checking_here) {
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
-      expected = verdict[index].load();
+      expected = verdict.load();
     }
     return expected == 2;
   }
   std::string why;
   checking_here = true;
   try {
-    why = wgmma_self_check();
+    why = check();
   } catch (...) {
     checking_here = false;
-    verdict[index].store(1);
+    verdict.store(1);
     throw;
   }
   checking_here = false;
-  if (!why.empty())
-    std::fprintf(stderr,
-                 "warning: gpu:%d: Hopper's wgmma convolutions failed their self-check (%s); every convolution "
-                 "there runs on mma.sync instead. Please report it (YOLO_WGMMA=off skips the check).\n",
-                 index, why.c_str());
-  verdict[index].store(why.empty() ? 2 : 1);
+  if (!why.empty()) std::fprintf(stderr, failure, index, why.c_str());
+  verdict.store(why.empty() ? 2 : 1);
   return why.empty();
+}
+#endif
+
+}  // namespace
+
+bool current_device_wgmma_verified() {
+#if YOLO_CUDA
+  static Verdicts verdicts;
+  thread_local bool checking_here = false;
+  return cached_verdict(verdicts, checking_here, wgmma_self_check,
+                        "warning: gpu:%d: Hopper's wgmma convolutions failed their self-check (%s); every convolution "
+                        "there runs on mma.sync instead. Please report it (YOLO_WGMMA=off skips the check).\n");
+#else
+  return true;
+#endif
+}
+
+bool current_device_tma_im2col_verified() {
+#if YOLO_CUDA
+  static Verdicts verdicts;
+  thread_local bool checking_here = false;
+  if (!current_device_wgmma_verified()) return false;
+  return cached_verdict(verdicts, checking_here, tma_im2col_self_check,
+                        "warning: gpu:%d: TMA's im2col loads failed their self-check (%s); the wgmma forward "
+                        "convolutions there gather their input instead. Please report it.\n");
 #else
   return true;
 #endif

@@ -16,6 +16,7 @@
 
 #include "kernels/conv_wgmma.h"
 #include "kernels/hopper.h"
+#include "kernels/tma.h"
 #include "runtime/check.h"
 #include "tests/kernel_harness.h"
 #include "tests/storage_check.h"
@@ -43,9 +44,12 @@ double output_unit() {
 }
 
 // out (c_total channels a pixel, the convolution's at channel `offset`) against the FP64 sum of
-// the operands as the tensor cores read them; the other channels keep the poison.
+// the operands as the tensor cores read them; the other channels keep the poison. The input:
+// channels in_offset.. of in_total a pixel (0: c_in, dense), its A brought as `input` says.
 template <typename T>
-void check_conv(Device device, Rng& rng, const Conv2dShape& s, bool with_bias, int offset, int c_total) {
+void check_conv(Device device, Rng& rng, const Conv2dShape& s, bool with_bias, int offset, int c_total,
+                WgmmaInput input = WgmmaInput::Auto, int in_offset = 0, int in_total = 0) {
+  if (in_total == 0) in_total = s.c_in;
   CAPTURE(s.n);
   CAPTURE(s.h);
   CAPTURE(s.w);
@@ -54,7 +58,8 @@ void check_conv(Device device, Rng& rng, const Conv2dShape& s, bool with_bias, i
   CAPTURE(s.k);
   CAPTURE(s.stride);
   CAPTURE(with_bias);
-  const std::vector<T> x = random_storage<T>(rng, size_t(s.n) * s.h * s.w * s.c_in, -1.0f, 1.0f, false);
+  CAPTURE(int(input));
+  const std::vector<T> x = random_storage<T>(rng, size_t(s.n) * s.h * s.w * in_total, -1.0f, 1.0f, false);
   const std::vector<T> wts = random_storage<T>(rng, s.weight_count(), -1.0f, 1.0f, false);
   std::vector<float> bias(size_t(s.c_out));
   for (float& b : bias) b = rng.uniform(-1.0f, 1.0f);
@@ -62,9 +67,9 @@ void check_conv(Device device, Rng& rng, const Conv2dShape& s, bool with_bias, i
   DeviceArray<T> d_x(device, x), d_w(device, wts), d_out(device, size_t(s.n) * oh * ow * c_total);
   DeviceArray<float> d_bias(device, bias);
   d_out.poison();
-  const NhwcView<const T> in{d_x.data(), s.n, s.h, s.w, s.c_in, s.c_in};
+  const NhwcView<const T> in{d_x.data() + in_offset, s.n, s.h, s.w, s.c_in, in_total};
   const NhwcView<T> out{d_out.data() + offset, s.n, oh, ow, s.c_out, c_total};
-  conv2d_forward_wgmma<T>(s, in, d_w.data(), with_bias ? d_bias.data() : nullptr, out, nullptr);
+  conv2d_forward_wgmma<T>(s, in, d_w.data(), with_bias ? d_bias.data() : nullptr, out, nullptr, {}, {}, input);
   const std::vector<T> got = d_out.download();
   const double unit = output_unit<T>();
   const std::vector<unsigned char> poison(sizeof(T), 0xFF);
@@ -86,7 +91,7 @@ void check_conv(Device device, Rng& rng, const Conv2dShape& s, bool with_bias, i
               const int iy = oy * s.stride - s.pad() + r, ix = ox * s.stride - s.pad() + c;
               if (iy < 0 || iy >= s.h || ix < 0 || ix >= s.w) continue;
               for (int i = 0; i < s.c_in; ++i) {
-                const double p = operand(x[((size_t(b) * s.h + iy) * s.w + ix) * s.c_in + i]) *
+                const double p = operand(x[((size_t(b) * s.h + iy) * s.w + ix) * in_total + in_offset + i]) *
                                  operand(wts[((size_t(o) * s.k + r) * s.k + c) * s.c_in + i]);
                 sum += p;
                 size += std::fabs(p);
@@ -191,6 +196,64 @@ TEST_CASE("kernel: conv2d_forward_wgmma matches the FP64 sum (3x3 stride 1 and 2
   check_conv<float>(device, rng, Conv2dShape{2, 7, 9, 24, 40, 3, 1}, true, 0, 40);
   check_conv<float>(device, rng, Conv2dShape{1, 9, 8, 16, 136, 3, 2}, false, 4, 148);
   check_conv<float>(device, rng, Conv2dShape{1, 11, 5, 40, 24, 1, 1}, true, 0, 24);
+}
+
+TEST_CASE("kernel: conv2d_forward_wgmma with A by TMA's im2col mode matches the FP64 sum (strides 1-3, 1x1; a slice)") {
+  KERNEL_TEST_DEVICE(device);
+  if (!current_device_runs_wgmma()) SKIP_TEST("this device runs no sm_90a code (wgmma)");
+  Rng rng;
+  CAPTURE(rng.seed());
+#if YOLO_EMULATED_KERNELS
+  const unsigned long long loads_before = tma::emulated_im2col_loads();
+#endif
+  // Boxes crossing rows and images, unequal height and width (the map's corners per dimension),
+  // a part-filled last box; c_in of several k-tiles; the input a channel slice of a wider tensor.
+  const WgmmaInput im2col = WgmmaInput::Im2col;
+  check_conv<Bf16>(device, rng, Conv2dShape{2, 11, 9, 64, 40, 3, 1}, true, 0, 40, im2col);
+  check_conv<Fp16>(device, rng, Conv2dShape{2, 13, 10, 128, 136, 3, 2}, false, 8, 152, im2col, 8, 144);
+  check_conv<Bf16>(device, rng, Conv2dShape{1, 14, 9, 64, 24, 3, 3}, true, 0, 24, im2col);
+  check_conv<Bf16>(device, rng, Conv2dShape{3, 7, 6, 64, 72, 1, 1}, true, 5, 77, im2col, 16, 88);
+  // TF32: boxes of 32 FP32 channels, the same truncation as the gathered operands.
+  check_conv<float>(device, rng, Conv2dShape{2, 9, 7, 32, 40, 3, 1}, true, 0, 40, im2col);
+  check_conv<float>(device, rng, Conv2dShape{1, 10, 9, 96, 24, 3, 2}, false, 0, 24, im2col, 4, 104);
+#if YOLO_EMULATED_KERNELS
+  CHECK(tma::emulated_im2col_loads() > loads_before);  // the boxes came by im2col, not by the gather
+#endif
+}
+
+TEST_CASE("kernel: conv2d_forward_wgmma chooses its A source: im2col where it can, the gather otherwise") {
+  KERNEL_TEST_DEVICE(device);
+  if (!current_device_runs_wgmma()) SKIP_TEST("this device runs no sm_90a code (wgmma)");
+  const Conv2dShape fits{1, 6, 5, 64, 64, 3, 1}, odd_channels{1, 6, 5, 24, 64, 3, 1};
+  DeviceArray<Bf16> x(device, 6 * 5 * 64), w(device, fits.weight_count());
+  const NhwcView<const Bf16> in{x.data(), 1, 6, 5, 64, 64};
+  const float table[4 * 64] = {};
+  CHECK(conv2d_forward_wgmma_im2col_takes<Bf16>(fits, in));
+  CHECK_FALSE(conv2d_forward_wgmma_im2col_takes<Bf16>(fits, in, NormalizedInput{table, Activation::Linear}));
+  CHECK_FALSE(conv2d_forward_wgmma_im2col_takes<Bf16>(odd_channels, NhwcView<const Bf16>{x.data(), 1, 6, 5, 24, 24}));
+  CHECK_FALSE(conv2d_forward_wgmma_im2col_takes<Bf16>(fits, NhwcView<const Bf16>{x.data() + 4, 1, 6, 5, 64, 68}));
+  CHECK_FALSE(conv2d_forward_wgmma_im2col_takes<Bf16>(Conv2dShape{1, 40, 40, 64, 64, 3, 9},
+                                                      NhwcView<const Bf16>{x.data(), 1, 40, 40, 64, 64}));
+  CHECK_FALSE(conv2d_forward_wgmma_im2col_takes<float>(Conv2dShape{1, 6, 5, 48, 64, 3, 1},
+                                                       NhwcView<const float>{nullptr, 1, 6, 5, 48, 48}));
+  DeviceArray<Bf16> y(device, 6 * 5 * 64);
+  const NhwcView<Bf16> out{y.data(), 1, 6, 5, 64, 64};
+  CHECK_THROWS_WITH_AS(conv2d_forward_wgmma<Bf16>(odd_channels, NhwcView<const Bf16>{x.data(), 1, 6, 5, 24, 24}, w.data(),
+                                                  nullptr, out, nullptr, {}, {}, WgmmaInput::Im2col),
+                       doctest::Contains("TMA's im2col mode cannot bring this input"), Error);
+#if YOLO_EMULATED_KERNELS
+  // Auto: im2col for the plain input; the gather with BatchNorm applied in the loads, and when
+  // forced.
+  unsigned long long before = tma::emulated_im2col_loads();
+  conv2d_forward_wgmma<Bf16>(fits, in, w.data(), nullptr, out, nullptr);
+  CHECK(tma::emulated_im2col_loads() > before);
+  before = tma::emulated_im2col_loads();
+  conv2d_forward_wgmma<Bf16>(fits, in, w.data(), nullptr, out, nullptr, {}, {}, WgmmaInput::Gather);
+  DeviceArray<float> d_table(device, std::vector<float>(4 * 64, 1.0f));
+  conv2d_forward_wgmma<Bf16>(fits, in, w.data(), nullptr, out, nullptr, {},
+                             NormalizedInput{d_table.data(), Activation::Linear});
+  CHECK(tma::emulated_im2col_loads() == before);
+#endif
 }
 
 TEST_CASE("kernel: conv2d_forward_wgmma refuses inputs its 16-byte gathers cannot read") {

@@ -175,7 +175,39 @@ void launch(Swizzle s, WgmmaLoad load, const uint16_t* a, const uint16_t* b, flo
          int(s), load, fault);
 }
 
+// Thread 0 loads the box; after the mbarrier's phase completes, every thread copies bytes of
+// it out, each read at its swizzled address (TMA wrote row p's 16-byte chunk j at chunk
+// j ^ (p % 8) of a 128-byte swizzle, wgmma.cuh's swizzled).
+__global__ void im2col_box_kernel(const __grid_constant__ tma::TensorMap map, int c, int w, int h, int n, int off_w,
+                                  int off_h, int swizzle, uint32_t box_bytes, unsigned char* out) {
+  DYNAMIC_SHARED(unsigned char, raw);
+  const uint32_t raw_address = wgmma::shared_address(raw);
+  const uint32_t base = (raw_address + 1023u) & ~1023u;
+  unsigned char* box = raw + (base - raw_address);
+  uint64_t* full = reinterpret_cast<uint64_t*>(box + box_bytes);
+  if (threadIdx.x == 0) {
+    wgmma::mbarrier_init(full, 1);
+    wgmma::mbarrier_arrive_expect_tx(full, box_bytes);
+    tma::load_im2col(box, &map, c, w, h, n, uint16_t(off_w), uint16_t(off_h), full);
+  }
+  __syncthreads();  // the mbarrier is initialized before anyone waits on it
+  wgmma::mbarrier_wait(full, 0);
+  for (uint32_t i = threadIdx.x; i < box_bytes; i += blockDim.x) {
+    const uint32_t at = swizzle == 0 ? base + i : wgmma::swizzled(base + i, Swizzle(swizzle));
+    out[i] = box[at - base];
+  }
+}
+
 }  // namespace
+
+void launch_im2col_box(const tma::TensorMap& map, int c, int w, int h, int n, int off_w, int off_h, int swizzle,
+                       uint32_t box_bytes, unsigned char* out_box) {
+  if (!current_device_runs_wgmma())
+    throw Error("launch_im2col_box: TMA's im2col loads run here with the sm_90a code this device does not run");
+  const size_t bytes = 1024 + size_t(box_bytes) + 16;
+  tc::allow_shared(im2col_box_kernel, bytes);
+  LAUNCH(im2col_box_kernel, dim3(1), dim3(128), bytes, 0, map, c, w, h, n, off_w, off_h, swizzle, box_bytes, out_box);
+}
 
 const char* wgmma_swizzle_name(WgmmaSwizzle s) {
   switch (s) {

@@ -6,6 +6,8 @@
 #pragma once
 #include <cstdint>
 
+#include "kernels/tma.h"
+
 namespace yolo::testing {
 
 enum class WgmmaOperand { Bf16, Fp16 };
@@ -40,5 +42,12 @@ int wgmma_tile_k(WgmmaSwizzle s);
 // (one block per 64 rows; rows past m read as zeros and are not written).
 void launch_wgmma_gemm(WgmmaOperand type, WgmmaSwizzle swizzle, WgmmaLoad load, int n, const uint16_t* a,
                        const uint16_t* b, float* c, int m, int k, WgmmaFault fault);
+
+// One TMA im2col box of `map` (kernels/tma.h: encode_im2col; its swizzle `swizzle`, 0..3) to
+// shared memory and back, its rows unswizzled: out_box receives `box_bytes` bytes, row p (of
+// row_bytes) the traversal's pixel p. The coordinates and offsets go to tma::load_im2col as they
+// are. Emulated, and on an H100/H200 with sm_90a code (else throws yolo::Error).
+void launch_im2col_box(const tma::TensorMap& map, int c, int w, int h, int n, int off_w, int off_h, int swizzle,
+                       uint32_t box_bytes, unsigned char* out_box);
 
 }  // namespace yolo::testing

@@ -5,7 +5,9 @@
 //               pass: m = pixels, n = c_in, k = c_out (op "gemm bwd data bf16"; c_out of 255
 //               is not a multiple of 8: no row);
 //   conv_wgmma  conv2d_forward_wgmma (kernels/conv_wgmma.h), A gathered by cp.async, at every
-//               layer whose c_in is a multiple of 8 (all but the first; op "wgmma fwd bf16");
+//               layer whose c_in is a multiple of 8 (all but the first; op "wgmma fwd bf16"),
+//               and A by TMA's im2col mode where c_in is a multiple of 64 (op "wgmma fwd bf16
+//               im2col": which A source the forward should take where both can);
 //               conv2d_backward_data_wgmma at the layers whose c_out is a multiple of 64 (op
 //               "wgmma bwd data bf16": m = the output's pixels, n = c_in, k = taps * c_out, the
 //               forward's product; at stride 2 the kernel runs it as 4 parity classes);
@@ -36,6 +38,7 @@ constexpr const char* kGemmOp = "gemm fwd bf16";
 constexpr const char* kGemmBackOp = "gemm bwd data bf16";
 constexpr const char* kConvFamily = "conv_wgmma";
 constexpr const char* kConvOp = "wgmma fwd bf16";
+constexpr const char* kConvIm2colOp = "wgmma fwd bf16 im2col";
 constexpr const char* kConvBackOp = "wgmma bwd data bf16";
 constexpr const char* kConvWeightsOp = "wgmma bwd weights bf16";
 
@@ -51,6 +54,9 @@ bool gemm_back_row(const Context& context, const YoloConv& layer) {
 }
 bool conv_row(const Context& context, const YoloConv& layer) {
   return layer.c_in % 8 == 0 && matches(context, kConvFamily, kConvOp, layer);
+}
+bool conv_im2col_row(const Context& context, const YoloConv& layer) {
+  return layer.c_in % 64 == 0 && matches(context, kConvFamily, kConvIm2colOp, layer);
 }
 bool conv_weights_row(const Context& context, const YoloConv& layer) {
   return layer.c_in % 8 == 0 && layer.c_out % 8 == 0 && matches(context, kConvFamily, kConvWeightsOp, layer);
@@ -98,7 +104,7 @@ void run_gpu(const Context& context, std::vector<Result>& out) {
   bool any = false;
   for (const YoloConv& layer : kYoloConvs)
     any = any || gemm_row(context, layer) || gemm_back_row(context, layer) || conv_row(context, layer) ||
-          conv_back_row(context, layer) || conv_weights_row(context, layer);
+          conv_im2col_row(context, layer) || conv_back_row(context, layer) || conv_weights_row(context, layer);
   if (!any) return;
   if (!current_device_runs_wgmma()) {
     std::printf("%s, %s: no rows: this device runs no sm_90a code (an H100 or H200, and ARCH with 90)\n", kGemmFamily,
@@ -136,7 +142,14 @@ void run_gpu(const Context& context, std::vector<Result>& out) {
       const NhwcView<const Bf16> in{xd, s.n, s.h, s.w, s.c_in, s.c_in};
       const NhwcView<Bf16> o{yd, s.n, s.out_h(), s.out_w(), s.c_out, s.c_out};
       out.push_back(time_row(context, kConvOp, layer, bytes, RowMajorGemm{pixels, s.c_out, taps, false, true}, handle,
-                             [&] { conv2d_forward_wgmma(s, in, wd, nullptr, o, stream); }));
+                             [&] { conv2d_forward_wgmma(s, in, wd, nullptr, o, stream, {}, {}, WgmmaInput::Gather); }));
+    }
+    if (conv_im2col_row(context, layer)) {
+      const NhwcView<const Bf16> in{xd, s.n, s.h, s.w, s.c_in, s.c_in};
+      const NhwcView<Bf16> o{yd, s.n, s.out_h(), s.out_w(), s.c_out, s.c_out};
+      out.push_back(time_row(context, kConvIm2colOp, layer, bytes, RowMajorGemm{pixels, s.c_out, taps, false, true},
+                             handle,
+                             [&] { conv2d_forward_wgmma(s, in, wd, nullptr, o, stream, {}, {}, WgmmaInput::Im2col); }));
     }
     if (conv_back_row(context, layer)) {  // y holds grad_out, x receives grad_in
       const NhwcView<const Bf16> grad_out{yd, s.n, s.out_h(), s.out_w(), s.c_out, s.c_out};

@@ -34,11 +34,13 @@
 #              through BatchNorm's apply (bench_kernels --normalized, rows "+bn")        ~4 min
 #   wgmma      Hopper's building blocks (kernels/wgmma.cuh, tma.cuh) on the hardware: the
 #              warpgroup tests and gemm_nt_wgmma's (every swizzle, BF16 and FP16, cp.async and
-#              TMA rings; skipped where no sm_90a code runs), the same under compute-sanitizer
-#              racecheck and synccheck, the SASS check of sm_90a code (GMMA present, no local
-#              memory), then bench_kernels --filter "fwd bf16": gemm_nt_wgmma (1x1 layers) and
-#              conv2d_forward_wgmma (every layer but the first) beside cuBLAS and the mma.sync
-#              convolutions; --filter "bwd data bf16" and "bwd weights bf16" likewise; the
+#              TMA rings; skipped where no sm_90a code runs), TMA's im2col boxes against the
+#              documented hardware results and a convolution's im2col rows, the same under
+#              compute-sanitizer racecheck and synccheck, the SASS check of sm_90a code (GMMA
+#              present, no local memory), then bench_kernels --filter "fwd bf16":
+#              gemm_nt_wgmma (1x1 layers) and conv2d_forward_wgmma (every layer but the first;
+#              A gathered, and by im2col where c_in is a multiple of 64) beside cuBLAS and the
+#              mma.sync convolutions; --filter "bwd data bf16" and "bwd weights bf16" likewise; the
 #              tf32 forward and backward data rows (wgmma where planned)                 ~7 min
 #   wgmma_step YOLOv3-416 batch 16 in bf16 and tf32 with the planner's wgmma choices and with
 #              YOLO_WGMMA=off, 36 steps each, medians                                    ~3 min
@@ -131,12 +133,12 @@ section_tests() {
 # fragment and mbarrier facts the emulated twins follow hold on an H100/H200?
 section_wgmma() {
   run_step "wgmma tests (native)" wgmma.log 120 build/tests \
-    -tc='*wgmma*,tensor maps*,kernel: conv2d on tensor cores*,conv moments*,tc plan*'
+    -tc='*wgmma*,tensor maps*,tma im2col*,kernel: conv2d on tensor cores*,conv moments*,tc plan*'
   summary[-1]+=" | $(tail -n 1 "$OUT/wgmma.log")"
   if command -v compute-sanitizer >/dev/null; then
     for tool in racecheck synccheck; do
       run_step "wgmma under $tool" "wgmma_$tool.log" 90 \
-        compute-sanitizer --tool "$tool" --error-exitcode 99 build/tests -tc='*wgmma*'
+        compute-sanitizer --tool "$tool" --error-exitcode 99 build/tests -tc='*wgmma*,tma im2col*'
       summary[-1]+=" | $(grep -m1 -E '(ERROR|RACECHECK) SUMMARY' "$OUT/wgmma_$tool.log" || echo 'no summary')"
     done
   fi
