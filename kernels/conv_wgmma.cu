@@ -6,6 +6,7 @@
 #include "kernels/channel_moments.cuh"
 #include "kernels/common.cuh"
 #include "kernels/conv_geometry.cuh"
+#include "kernels/conv_wgmma_im2col.h"
 #include "kernels/hopper.h"
 #include "kernels/normalized_input.cuh"
 #include "kernels/tc_tiles.cuh"
@@ -81,7 +82,7 @@ __device__ void produce(const Gather g, NhwcView<const T> in, NormalizedInput no
 // With TMA's im2col mode (Im2colA): thread 0 alone brings both operands, A as one im2col box a
 // k-tile. c_in is a whole number of k-tiles, so k-tile t is tap t / groups, channels
 // kTileK * (t % groups).. of it; the box's first pixel is the block's first output pixel's
-// top-left tap (its own coordinates in the traversal, see im2col_map), the tap its offsets.
+// top-left tap (its coordinates in the traversal: conv_wgmma_im2col.h), the tap its offsets.
 template <typename T>
 __device__ void produce_im2col(const Gather g, const tma::TensorMap* in_map, const tma::TensorMap* w_map, int k_tiles,
                                const Ring& ring) {
@@ -238,33 +239,6 @@ void require_wgmma(const char* op) {
                 "has 90");
 }
 
-// The forward's im2col map of `in` (tma.h): boxes of 128 pixels by one k-tile of channels, a
-// bounding box whose traversal visits the output pixels' top-left taps.
-template <typename T>
-tma::TensorMap im2col_map(const Conv2dShape& s, NhwcView<const T> in) {
-  tma::Im2colNhwc t{};
-  t.base = in.data;
-  t.element_bytes = sizeof(T);
-  t.n = uint64_t(s.n), t.h = uint64_t(s.h), t.w = uint64_t(s.w), t.c = uint64_t(s.c_in);
-  t.pixel_stride_bytes = uint64_t(in.stride) * sizeof(T);
-  t.lower_h = t.lower_w = -s.pad();
-  t.upper_h = (s.out_h() - 1) * s.stride + 1 - s.h - s.pad();
-  t.upper_w = (s.out_w() - 1) * s.stride + 1 - s.w - s.pad();
-  t.stride = uint32_t(s.stride);
-  t.channels_per_pixel = uint32_t(kTileK<T>);
-  t.pixels_per_column = kBlockM;
-  t.swizzle = 1;  // 128-byte
-  return tma::encode_im2col(t);
-}
-
-// The corners and taps an im2col map can hold (tma.h; the taps' offsets kept within 0..15).
-bool im2col_geometry_fits(const Conv2dShape& s) {
-  const int upper_h = (s.out_h() - 1) * s.stride + 1 - s.h - s.pad();
-  const int upper_w = (s.out_w() - 1) * s.stride + 1 - s.w - s.pad();
-  return s.stride <= 8 && s.k <= 16 && s.pad() <= 128 && upper_h >= -128 && upper_h <= 127 && upper_w >= -128 &&
-         upper_w <= 127;
-}
-
 }  // namespace
 
 bool conv2d_forward_wgmma_takes(const Conv2dShape& s) {
@@ -273,24 +247,40 @@ bool conv2d_forward_wgmma_takes(const Conv2dShape& s) {
 
 template <typename T>
 bool conv2d_forward_wgmma_im2col_takes(const Conv2dShape& s, NhwcView<const T> in, NormalizedInput norm) {
-  return conv2d_forward_wgmma_takes(s) && !norm && s.c_in % kTileK<T> == 0 && im2col_geometry_fits(s) &&
+  return conv2d_forward_wgmma_takes(s) && !norm && s.c_in % kTileK<T> == 0 && conv_im2col_geometry_fits(s) &&
          (size_t(in.stride) * sizeof(T)) % 16 == 0 && reinterpret_cast<uintptr_t>(in.data) % 16 == 0;
 }
 
-namespace {
-
-// The forward's A source for `input` (the caller's choice, Auto resolved).
-template <typename T>
-bool forward_uses_im2col(const Conv2dShape& s, NhwcView<const T> in, NormalizedInput norm, WgmmaInput input) {
-  const bool fits = conv2d_forward_wgmma_im2col_takes(s, in, norm);
-  if (input == WgmmaInput::Im2col && !fits)
-    throw Error("conv2d_forward_wgmma: TMA's im2col mode cannot bring this input: it needs c_in a multiple of " +
-                std::to_string(kTileK<T>) + " (" + std::to_string(s.c_in) +
-                "), a stride of at most 8, no BatchNorm applied in the loads and a 16-byte pixel stride");
-  return input == WgmmaInput::Im2col || (input == WgmmaInput::Auto && fits && current_device_tma_im2col_verified());
+bool wgmma::conv_im2col_geometry_fits(const Conv2dShape& s) {
+  const int upper_h = (s.out_h() - 1) * s.stride + 1 - s.h - s.pad();
+  const int upper_w = (s.out_w() - 1) * s.stride + 1 - s.w - s.pad();
+  return s.stride <= 8 && s.k <= 16 && s.pad() <= 128 && upper_h >= -128 && upper_h <= 127 && upper_w >= -128 &&
+         upper_w <= 127;
 }
 
-}  // namespace
+tma::TensorMap wgmma::conv_im2col_map(const Conv2dShape& s, const void* data, uint64_t pixel_stride_bytes,
+                                      uint32_t element_bytes, uint32_t channels_per_pixel,
+                                      uint32_t pixels_per_column) {
+  tma::Im2colNhwc t{};
+  t.base = data;
+  t.element_bytes = element_bytes;
+  t.n = uint64_t(s.n), t.h = uint64_t(s.h), t.w = uint64_t(s.w), t.c = uint64_t(s.c_in);
+  t.pixel_stride_bytes = pixel_stride_bytes;
+  t.lower_h = t.lower_w = -s.pad();
+  t.upper_h = (s.out_h() - 1) * s.stride + 1 - s.h - s.pad();
+  t.upper_w = (s.out_w() - 1) * s.stride + 1 - s.w - s.pad();
+  t.stride = uint32_t(s.stride);
+  t.channels_per_pixel = channels_per_pixel;
+  t.pixels_per_column = pixels_per_column;
+  t.swizzle = 1;  // 128-byte
+  return tma::encode_im2col(t);
+}
+
+bool wgmma::uses_im2col(bool fits, WgmmaInput input, const char* op, const std::string& needs) {
+  if (input == WgmmaInput::Im2col && !fits)
+    throw Error(std::string(op) + ": TMA's im2col mode cannot bring this input: it needs " + needs);
+  return input == WgmmaInput::Im2col || (input == WgmmaInput::Auto && fits && current_device_tma_im2col_verified());
+}
 
 bool conv2d_backward_data_wgmma_takes(const Conv2dShape& s) {
   return s.k * s.k <= kMaxTaps && s.c_out % kBlockK == 0 && s.c_in % 8 == 0 && s.stride <= kMaxStride &&
@@ -367,8 +357,11 @@ void conv2d_forward_wgmma(const Conv2dShape& s, NhwcView<const T> in, const T* w
   const tma::TensorMap w_map = tma::encode_2d(weights, uint64_t(g.k_total) * units, uint64_t(s.c_out),
                                               uint64_t(g.k_total) * sizeof(T), 64, kBlockN, 1);
   const dim3 grid(ceil_div(size_t(s.c_out), kBlockN), ceil_div(size_t(g.pixels), kBlockM));
-  if (forward_uses_im2col(s, in, norm, input)) {
-    const tma::TensorMap in_map = im2col_map(s, in);
+  const std::string needs = "c_in a multiple of " + std::to_string(kTileK<T>) + " (" + std::to_string(s.c_in) +
+                            "), a stride of at most 8, no BatchNorm applied in the loads and a 16-byte pixel stride";
+  if (uses_im2col(conv2d_forward_wgmma_im2col_takes(s, in, norm), input, "conv2d_forward_wgmma", needs)) {
+    const tma::TensorMap in_map =
+        conv_im2col_map(s, in.data, uint64_t(in.stride) * sizeof(T), sizeof(T), kTileK<T>, kBlockM);
     tc::allow_shared(conv_forward_wgmma_kernel<T, true>, kSharedBytes);
     LAUNCH((conv_forward_wgmma_kernel<T, true>), grid, dim3(kThreads), kSharedBytes, stream, g, in, norm, in_map,
            w_map, bias, out, moments);

@@ -68,7 +68,9 @@ bool conv2d_backward_weights_wgmma_takes(const Conv2dShape& shape);
 // The weight gradient (grad_weights = the sum over the batch's pixels, FP32, overwritten;
 // kernels/conv_wgmma_weights.cu): the product grad_out^T (c_out x pixels) times the im2col of
 // `in` (pixels x taps * c_in), both read MN-major: grad_out's pixel rows by TMA, the im2col rows
-// gathered by cp.async. The pixels are split among blocks (partial sums in the workspace, then
+// by TMA's im2col mode (two boxes a k-tile: 64 pixels by 64 channels of one tap) or gathered by
+// cp.async, as `input` says (the forward's rule, with
+// conv2d_backward_weights_wgmma_im2col_takes: c_in a multiple of 64). The pixels are split among blocks (partial sums in the workspace, then
 // summed in a fixed order: deterministic; the workspace's size depends on the current device's
 // SMs). Needs c_in and c_out multiples of 8, grad_out dense
 // (stride c_out) and `in`'s pixel stride a multiple of 8, 16-byte aligned data. No bias gradient.
@@ -76,6 +78,9 @@ size_t conv2d_backward_weights_wgmma_workspace_bytes(const Conv2dShape& shape);
 template <typename T>
 void conv2d_backward_weights_wgmma(const Conv2dShape& shape, NhwcView<const T> in, NhwcView<const T> grad_out,
                                    float* grad_weights, void* workspace, size_t workspace_bytes, cudaStream_t stream,
-                                   NormalizedInput norm = {});
+                                   NormalizedInput norm = {}, WgmmaInput input = WgmmaInput::Auto);
+template <typename T>
+bool conv2d_backward_weights_wgmma_im2col_takes(const Conv2dShape& shape, NhwcView<const T> in,
+                                                NormalizedInput norm = {});
 
 }  // namespace yolo

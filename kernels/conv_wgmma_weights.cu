@@ -6,6 +6,7 @@
 
 #include "kernels/common.cuh"
 #include "kernels/conv_wgmma.h"
+#include "kernels/conv_wgmma_im2col.h"
 #include "kernels/hopper.h"
 #include "kernels/normalized_input.cuh"
 #include "kernels/tc_plan.h"
@@ -92,17 +93,46 @@ __device__ void produce(const WeightsGather g, NhwcView<const T> in, NormalizedI
   gathered_last(k_tiles, ring, normalize);
 }
 
+// With TMA's im2col mode (Im2colB): thread 0 alone brings both operands. c_in is a whole number
+// of 64-channel halves, so each half of B's tile (64 columns: one tap's channels c..c + 63) is one
+// im2col box of the k-tile's 64 pixels, which lands as the MN-major half it is (64 k-rows of 128
+// bytes). A half past the taps (the last column tile) reads channels past c_in: zeros.
+template <typename T>
+__device__ void produce_im2col(const WeightsGather g, const tma::TensorMap* in_map, const tma::TensorMap* dy_map,
+                               int first_tile, int k_tiles, const Ring& ring) {
+  for (int t = 0; t < k_tiles; ++t) {
+    const int st = stage_of(t), pixel = (first_tile + t) * kBlockK;
+    const int b = pixel / (g.out_h * g.out_w), rest = pixel % (g.out_h * g.out_w);
+    const int y0 = rest / g.out_w * g.stride - g.pad, x0 = rest % g.out_w * g.stride - g.pad;
+    mbarrier_wait(&ring.empty[st], empty_parity(t));
+    mbarrier_arrive_expect_tx(&ring.full[st], kStageBytes);
+    for (int h = 0; h < 2; ++h) {
+      tma::load_2d(ring.a_tile(st) + h * kMnHalfBytes, dy_map, int(blockIdx.y) * kBlockM + 64 * h, pixel,
+                   &ring.full[st]);
+      const int column = int(blockIdx.x) * kBlockN + 64 * h, past = column >= g.n_total;
+      const int tap = past ? g.k * g.k - 1 : column / g.c_in, c = past ? g.c_in : column % g.c_in;
+      tma::load_im2col(ring.b_tile(st) + h * kMnHalfBytes, in_map, c, x0, y0, b, uint16_t(tap % g.k),
+                       uint16_t(tap / g.k), &ring.full[st]);
+    }
+  }
+}
+
 // Block (x, y, z): columns x, rows (output channels) y, split z of the pixels; its partial sums
 // to partials[z].
-template <typename T>
+template <typename T, bool Im2colB>
 __global__ void __launch_bounds__(kThreads, 1)
     conv_backward_weights_wgmma_kernel(WeightsGather g, NhwcView<const T> in, NormalizedInput norm,
+                                       const __grid_constant__ tma::TensorMap in_map,
                                        const __grid_constant__ tma::TensorMap dy_map, int c_out, int per_split,
                                        int k_tiles_total, float* partials) {
-  const Ring ring = make_ring(128 + 1);
+  const Ring ring = make_ring(Im2colB ? 1 : 128 + 1);  // thread 0's expect_tx (and the gatherers)
   const int first = int(blockIdx.z) * per_split, k_tiles = min(per_split, k_tiles_total - first);
   if (threadIdx.x < 128) {
-    produce<T>(g, in, norm, &dy_map, first, k_tiles, ring);
+    if constexpr (Im2colB) {
+      if (threadIdx.x == 0) produce_im2col<T>(g, &in_map, &dy_map, first, k_tiles, ring);
+    } else {
+      produce<T>(g, in, norm, &dy_map, first, k_tiles, ring);
+    }
     return;
   }
   const OutRows<float> out{partials + size_t(blockIdx.z) * c_out * g.n_total, g.n_total, c_out, g.n_total, nullptr};
@@ -122,6 +152,12 @@ __global__ void sum_partials_kernel(const float* partials, int splits, size_t co
 
 bool conv2d_backward_weights_wgmma_takes(const Conv2dShape& s) { return s.c_in % 8 == 0 && s.c_out % 8 == 0; }
 
+template <typename T>
+bool conv2d_backward_weights_wgmma_im2col_takes(const Conv2dShape& s, NhwcView<const T> in, NormalizedInput norm) {
+  return conv2d_backward_weights_wgmma_takes(s) && !norm && s.c_in % 64 == 0 && conv_im2col_geometry_fits(s) &&
+         in.stride % 8 == 0 && reinterpret_cast<uintptr_t>(in.data) % 16 == 0;
+}
+
 size_t conv2d_backward_weights_wgmma_workspace_bytes(const Conv2dShape& s) {
   return size_t(split_of(s).splits) * s.weight_count() * sizeof(float);
 }
@@ -129,7 +165,7 @@ size_t conv2d_backward_weights_wgmma_workspace_bytes(const Conv2dShape& s) {
 template <typename T>
 void conv2d_backward_weights_wgmma(const Conv2dShape& s, NhwcView<const T> in, NhwcView<const T> grad_out,
                                    float* grad_weights, void* workspace, size_t workspace_bytes, cudaStream_t stream,
-                                   NormalizedInput norm) {
+                                   NormalizedInput norm, WgmmaInput input) {
   s.validate();
   if (!current_device_runs_wgmma())
     throw Error("conv2d_backward_weights_wgmma: wgmma needs sm_90a code on an sm_90 device (H100, H200) and a build "
@@ -154,17 +190,32 @@ void conv2d_backward_weights_wgmma(const Conv2dShape& s, NhwcView<const T> in, N
     const WeightsGather g{pixels, s.out_h(), s.out_w(), s.h, s.w, s.c_in, s.k, s.stride, s.pad(), s.k * s.k * s.c_in};
     const tma::TensorMap dy_map =
         tma::encode_2d(grad_out.data, uint64_t(s.c_out), uint64_t(pixels), uint64_t(s.c_out) * 2, 64, kBlockK, 1);
-    tc::allow_shared(conv_backward_weights_wgmma_kernel<T>, kSharedBytes);
-    LAUNCH(conv_backward_weights_wgmma_kernel<T>, dim3(p.tiles_n, p.tiles_m, p.splits), dim3(kThreads), kSharedBytes,
-           stream, g, in, norm, dy_map, s.c_out, p.per_split, p.k_tiles, partials);
+    const dim3 grid(p.tiles_n, p.tiles_m, p.splits);
+    const std::string needs = "c_in a multiple of 64 (" + std::to_string(s.c_in) +
+                              "), a stride of at most 8 and no BatchNorm applied in the loads";
+    if (uses_im2col(conv2d_backward_weights_wgmma_im2col_takes(s, in, norm), input, "conv2d_backward_weights_wgmma",
+                    needs)) {
+      const tma::TensorMap in_map = conv_im2col_map(s, in.data, uint64_t(in.stride) * 2, 2, 64, kBlockK);
+      tc::allow_shared(conv_backward_weights_wgmma_kernel<T, true>, kSharedBytes);
+      LAUNCH((conv_backward_weights_wgmma_kernel<T, true>), grid, dim3(kThreads), kSharedBytes, stream, g, in, norm,
+             in_map, dy_map, s.c_out, p.per_split, p.k_tiles, partials);
+    } else {
+      tc::allow_shared(conv_backward_weights_wgmma_kernel<T, false>, kSharedBytes);
+      LAUNCH((conv_backward_weights_wgmma_kernel<T, false>), grid, dim3(kThreads), kSharedBytes, stream, g, in, norm,
+             tma::TensorMap{}, dy_map, s.c_out, p.per_split, p.k_tiles, partials);
+    }
   }
   LAUNCH(sum_partials_kernel, dim3(std::min<unsigned>(ceil_div(count, 256), 1024)), dim3(256), 0, stream, partials,
          p.splits, count, grad_weights);
 }
 
 template void conv2d_backward_weights_wgmma<Bf16>(const Conv2dShape&, NhwcView<const Bf16>, NhwcView<const Bf16>,
-                                                  float*, void*, size_t, cudaStream_t, NormalizedInput);
+                                                  float*, void*, size_t, cudaStream_t, NormalizedInput, WgmmaInput);
 template void conv2d_backward_weights_wgmma<Fp16>(const Conv2dShape&, NhwcView<const Fp16>, NhwcView<const Fp16>,
-                                                  float*, void*, size_t, cudaStream_t, NormalizedInput);
+                                                  float*, void*, size_t, cudaStream_t, NormalizedInput, WgmmaInput);
+template bool conv2d_backward_weights_wgmma_im2col_takes<Bf16>(const Conv2dShape&, NhwcView<const Bf16>,
+                                                               NormalizedInput);
+template bool conv2d_backward_weights_wgmma_im2col_takes<Fp16>(const Conv2dShape&, NhwcView<const Fp16>,
+                                                               NormalizedInput);
 
 }  // namespace yolo

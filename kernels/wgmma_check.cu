@@ -156,6 +156,28 @@ std::string check_forward(const Operand<T>& x, const Operand<T>& w, Device d, co
   return compare(name + " forward", download<T>(y, out_n), ref, mag, (long long)s.k * s.k * s.c_in, unit_of<T>());
 }
 
+// The weight gradient of `s` in 16-bit T (FP32 out), its input's im2col rows brought as `input`
+// says, against the FP64 reference of the same operands. "" when they agree.
+template <typename T>
+std::string check_weight_gradient(const Operand<T>& x, const Operand<T>& dy, Device d, const Conv2dShape& s,
+                                  const std::string& name, WgmmaInput input) {
+  const int oh = s.out_h(), ow = s.out_w();
+  DeviceMemory dw(d, s.weight_count() * sizeof(float)), wws(d, conv2d_backward_weights_wgmma_workspace_bytes(s) + 16);
+  conv2d_backward_weights_wgmma<T>(s, view<const T>(x.data(), s.n, s.h, s.w, s.c_in),
+                                   view<const T>(dy.data(), s.n, oh, ow, s.c_out), static_cast<float*>(dw.data()),
+                                   wws.data(), wws.size(), nullptr, {}, input);
+  wait_for_kernels(name + " weight gradient");
+  std::vector<double> ref(s.weight_count(), 0), mag(s.weight_count(), 0);
+  conv2d_backward_weights_reference<double>(s, view<const double>(x.value.data(), s.n, s.h, s.w, s.c_in),
+                                            view<const double>(dy.value.data(), s.n, oh, ow, s.c_out), ref.data(),
+                                            nullptr, nullptr, 0);
+  conv2d_backward_weights_reference<double>(s, view<const double>(x.magnitude.data(), s.n, s.h, s.w, s.c_in),
+                                            view<const double>(dy.magnitude.data(), s.n, oh, ow, s.c_out), mag.data(),
+                                            nullptr, nullptr, 0);
+  return compare(name + " weight gradient", download<float>(dw, s.weight_count()), ref, mag,
+                 (long long)s.n * oh * ow, 0x1p-16);
+}
+
 // Forward (gathered) and backward data of `s` in T (and, for 16-bit T, the weight gradient)
 // against the FP64 reference of the same operands. "" when all agree.
 template <typename T>
@@ -181,22 +203,12 @@ std::string check_shape(Device d, const Conv2dShape& s, const std::string& name)
                                          w.magnitude.data(), view<double>(mag.data(), s.n, s.h, s.w, s.c_in), false,
                                          nullptr, 0);
   why = compare(name + " backward data", download<T>(dx, in_n), ref, mag, taps * s.c_out, u);
-  if (!why.empty() || std::is_same_v<T, float>) return why;  // TF32 has no wgmma weight gradient
-  // Weight gradient (FP32 out).
-  DeviceMemory dw(d, s.weight_count() * sizeof(float)), wws(d, conv2d_backward_weights_wgmma_workspace_bytes(s) + 16);
-  conv2d_backward_weights_wgmma<T>(s, view<const T>(x.data(), s.n, s.h, s.w, s.c_in),
-                                   view<const T>(dy.data(), s.n, oh, ow, s.c_out), static_cast<float*>(dw.data()),
-                                   wws.data(), wws.size(), nullptr);
-  wait_for_kernels(name + " weight gradient");
-  ref.assign(s.weight_count(), 0), mag.assign(s.weight_count(), 0);
-  conv2d_backward_weights_reference<double>(s, view<const double>(x.value.data(), s.n, s.h, s.w, s.c_in),
-                                            view<const double>(dy.value.data(), s.n, oh, ow, s.c_out), ref.data(),
-                                            nullptr, nullptr, 0);
-  conv2d_backward_weights_reference<double>(s, view<const double>(x.magnitude.data(), s.n, s.h, s.w, s.c_in),
-                                            view<const double>(dy.magnitude.data(), s.n, oh, ow, s.c_out), mag.data(),
-                                            nullptr, nullptr, 0);
-  return compare(name + " weight gradient", download<float>(dw, s.weight_count()), ref, mag,
-                 (long long)s.n * oh * ow, 0x1p-16);
+  if constexpr (std::is_same_v<T, float>) {
+    return why;  // TF32 has no wgmma weight gradient
+  } else {
+    if (!why.empty()) return why;
+    return check_weight_gradient(x, dy, d, s, name, WgmmaInput::Gather);
+  }
 }
 
 }  // namespace
@@ -221,8 +233,11 @@ std::string tma_im2col_self_check() {
   const Conv2dShape stride1{2, 7, 9, 128, 64, 3, 1}, stride2{2, 10, 7, 128, 64, 3, 2};
   for (const auto& [shape, name] : {std::pair{stride1, "3x3 s1"}, std::pair{stride2, "3x3 s2"}}) {
     const size_t in_n = size_t(shape.n) * shape.h * shape.w * shape.c_in;
-    const Operand<Bf16> x16(d, in_n, 4), w16(d, shape.weight_count(), 5);
+    const size_t out_n = size_t(shape.n) * shape.out_h() * shape.out_w() * shape.c_out;
+    const Operand<Bf16> x16(d, in_n, 4), w16(d, shape.weight_count(), 5), dy16(d, out_n, 8);
     std::string why = check_forward(x16, w16, d, shape, std::string("im2col bf16 ") + name, WgmmaInput::Im2col);
+    if (why.empty())
+      why = check_weight_gradient(x16, dy16, d, shape, std::string("im2col bf16 ") + name, WgmmaInput::Im2col);
     if (!why.empty()) return why;
     const Operand<float> x32(d, in_n, 6), w32(d, shape.weight_count(), 7);
     why = check_forward(x32, w32, d, shape, std::string("im2col tf32 ") + name, WgmmaInput::Im2col);

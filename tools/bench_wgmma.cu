@@ -12,7 +12,9 @@
 //               "wgmma bwd data bf16": m = the output's pixels, n = c_in, k = taps * c_out, the
 //               forward's product; at stride 2 the kernel runs it as 4 parity classes);
 //               conv2d_backward_weights_wgmma where c_in and c_out are multiples of 8 (op "wgmma
-//               bwd weights bf16": m = c_out, n = taps * c_in, k = pixels; FP32 out, as cuBLAS's).
+//               bwd weights bf16": m = c_out, n = taps * c_in, k = pixels; FP32 out, as cuBLAS's;
+//               the im2col rows gathered), and with them by TMA's im2col mode where c_in is a
+//               multiple of 64 (op "wgmma bwd weights bf16 im2col").
 // Each row's cuBLAS column times cublasGemmEx at the same GEMM (the im2col form for 3x3: a dense
 // A, so cuBLAS times the product alone), in one run; `--filter "fwd bf16"` puts them beside the
 // mma.sync convolutions' rows (conv_tc "conv fwd bf16") at the same layers. The % column is
@@ -41,6 +43,7 @@ constexpr const char* kConvOp = "wgmma fwd bf16";
 constexpr const char* kConvIm2colOp = "wgmma fwd bf16 im2col";
 constexpr const char* kConvBackOp = "wgmma bwd data bf16";
 constexpr const char* kConvWeightsOp = "wgmma bwd weights bf16";
+constexpr const char* kConvWeightsIm2colOp = "wgmma bwd weights bf16 im2col";
 
 bool matches(const Context& context, const char* family, const char* op, const YoloConv& layer) {
   return context.filter.empty() ||
@@ -60,6 +63,9 @@ bool conv_im2col_row(const Context& context, const YoloConv& layer) {
 }
 bool conv_weights_row(const Context& context, const YoloConv& layer) {
   return layer.c_in % 8 == 0 && layer.c_out % 8 == 0 && matches(context, kConvFamily, kConvWeightsOp, layer);
+}
+bool conv_weights_im2col_row(const Context& context, const YoloConv& layer) {
+  return layer.c_in % 64 == 0 && layer.c_out % 8 == 0 && matches(context, kConvFamily, kConvWeightsIm2colOp, layer);
 }
 bool conv_back_row(const Context& context, const YoloConv& layer) {
   return layer.c_in % 8 == 0 && layer.c_out % 64 == 0 && matches(context, kConvFamily, kConvBackOp, layer);
@@ -104,7 +110,8 @@ void run_gpu(const Context& context, std::vector<Result>& out) {
   bool any = false;
   for (const YoloConv& layer : kYoloConvs)
     any = any || gemm_row(context, layer) || gemm_back_row(context, layer) || conv_row(context, layer) ||
-          conv_im2col_row(context, layer) || conv_back_row(context, layer) || conv_weights_row(context, layer);
+          conv_im2col_row(context, layer) || conv_back_row(context, layer) || conv_weights_row(context, layer) ||
+          conv_weights_im2col_row(context, layer);
   if (!any) return;
   if (!current_device_runs_wgmma()) {
     std::printf("%s, %s: no rows: this device runs no sm_90a code (an H100 or H200, and ARCH with 90)\n", kGemmFamily,
@@ -158,16 +165,20 @@ void run_gpu(const Context& context, std::vector<Result>& out) {
                              RowMajorGemm{pixels, s.c_in, s.k * s.k * s.c_out, false, false}, handle,
                              [&] { conv2d_backward_data_wgmma(s, grad_out, wd, grad_in, false, stream); }));
     }
-    if (conv_weights_row(context, layer)) {  // x holds the input, y grad_out; FP32 gradient and partials
+    // x holds the input, y grad_out; FP32 gradient and partials. The gather's rows, then im2col's.
+    for (const auto& [op, input] : {std::pair{kConvWeightsOp, WgmmaInput::Gather},
+                                    std::pair{kConvWeightsIm2colOp, WgmmaInput::Im2col}}) {
+      if (input == WgmmaInput::Gather ? !conv_weights_row(context, layer) : !conv_weights_im2col_row(context, layer))
+        continue;
       const size_t workspace = conv2d_backward_weights_wgmma_workspace_bytes(s);
       const DeviceMemory dw(context.device, s.weight_count() * 4), ws(context.device, std::max<size_t>(workspace, 16));
       const NhwcView<const Bf16> in{xd, s.n, s.h, s.w, s.c_in, s.c_in};
       const NhwcView<const Bf16> grad_out{yd, s.n, s.out_h(), s.out_w(), s.c_out, s.c_out};
       out.push_back(time_row(
-          context, kConvWeightsOp, layer, bytes, RowMajorGemm{s.c_out, taps, pixels, true, false}, handle,
-          [&] {
+          context, op, layer, bytes, RowMajorGemm{s.c_out, taps, pixels, true, false}, handle,
+          [&, input = input] {
             auto* grad = static_cast<float*>(dw.data());
-            conv2d_backward_weights_wgmma(s, in, grad_out, grad, ws.data(), workspace, stream);
+            conv2d_backward_weights_wgmma(s, in, grad_out, grad, ws.data(), workspace, stream, {}, input);
           },
           true));
     }
