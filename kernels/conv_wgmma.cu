@@ -99,6 +99,51 @@ __device__ void produce_im2col(const Gather g, const tma::TensorMap* in_map, con
   }
 }
 
+// The same with BatchNorm applied in the loads (norm): A lands on the stage's "landed" mbarrier,
+// and each of the 128 producer threads then applies the table to its own row (its output
+// pixel's channels at this k-tile's tap, where that tap lies in the image: the padding's zeros
+// stay), fences it for the async proxy and arrives on "full" (where thread 0's expect_tx counts
+// the weights' box). One k-tile behind the loads, as the gather announces its stages.
+template <typename T>
+__device__ void produce_im2col_normalized(const Gather g, NormalizedInput norm, const tma::TensorMap* in_map,
+                                          const tma::TensorMap* w_map, int k_tiles, const Ring& ring) {
+  constexpr int V = 16 / int(sizeof(T));  // channels a 16-byte chunk
+  const int p = int(threadIdx.x), groups = g.c_in / kTileK<T>, pixel = int(blockIdx.y) * kBlockM + p;
+  const bool row_valid = pixel < g.pixels;
+  const int rest = row_valid ? pixel % (g.out_h * g.out_w) : 0;
+  const int ry = rest / g.out_w * g.stride - g.pad, rx = rest % g.out_w * g.stride - g.pad;
+  auto finish = [&](int u) {
+    const int st = stage_of(u), tap = u / groups, iy = ry + tap / g.k, ix = rx + tap % g.k;
+    mbarrier_wait(&ring.landed[st], full_parity(u));
+    const bool inside = row_valid && iy >= 0 && iy < g.h && ix >= 0 && ix < g.w;
+    const uint32_t a_tile = ring.address + uint32_t(st) * kStageBytes;
+    normalize_landed<T>(
+        norm, inside ? 0xffu : 0u,
+        [&](int q) {
+          return ring.chunk(k_major_address(a_tile, Swizzle::B128, 0, kRowGroupBytes, uint32_t(p), uint32_t(16 * q)));
+        },
+        [&](int q) { return (u % groups) * kTileK<T> + V * q; });
+    fence_proxy_async();
+    mbarrier_arrive(&ring.full[st]);
+  };
+  const int pixel0 = int(blockIdx.y) * kBlockM, b0 = pixel0 / (g.out_h * g.out_w);
+  const int rest0 = pixel0 % (g.out_h * g.out_w);
+  const int y0 = rest0 / g.out_w * g.stride - g.pad, x0 = rest0 % g.out_w * g.stride - g.pad;
+  for (int t = 0; t < k_tiles; ++t) {
+    if (p == 0) {
+      const int st = stage_of(t), tap = t / groups;
+      mbarrier_wait(&ring.empty[st], empty_parity(t));
+      mbarrier_arrive_expect_tx(&ring.landed[st], kTileBytes);
+      tma::load_im2col(ring.a_tile(st), in_map, (t % groups) * kTileK<T>, x0, y0, b0, uint16_t(tap % g.k),
+                       uint16_t(tap / g.k), &ring.landed[st]);
+      mbarrier_arrive_expect_tx(&ring.full[st], kTileBytes);
+      tma::load_2d(ring.b_tile(st), w_map, t * 64, int(blockIdx.x) * kBlockN, &ring.full[st]);
+    }
+    if (t > 0) finish(t - 1);
+  }
+  if (k_tiles > 0) finish(k_tiles - 1);
+}
+
 // No register handoff: the math warpgroups' 64 accumulators fit the 168 registers a thread
 // launches with, and the gathering producer needs more than the 40 a handoff would leave it.
 // With moments, the block then reads its stored tile back for BatchNorm's statistics (as
@@ -109,12 +154,13 @@ __global__ void __launch_bounds__(kThreads, 1)
                               const __grid_constant__ tma::TensorMap in_map,
                               const __grid_constant__ tma::TensorMap w_map, const float* bias, NhwcView<T> out,
                               ConvMoments moments) {
-  // Full: thread 0's expect_tx, and with the gather each of its 128 threads.
-  const Ring ring = make_ring(Im2colA ? 1 : 128 + 1);
+  // Full: thread 0's expect_tx, and where the producers gather or normalize each of its 128.
+  const Ring ring = make_ring(Im2colA && !norm ? 1 : 128 + 1);
   const int k_tiles = (g.k_total + kTileK<T> - 1) / kTileK<T>;
   if (threadIdx.x < 128) {
     if constexpr (Im2colA) {
-      if (threadIdx.x == 0) produce_im2col<T>(g, &in_map, &w_map, k_tiles, ring);
+      if (norm) produce_im2col_normalized<T>(g, norm, &in_map, &w_map, k_tiles, ring);
+      else if (threadIdx.x == 0) produce_im2col<T>(g, &in_map, &w_map, k_tiles, ring);
     } else {
       produce<T>(g, in, norm, &w_map, k_tiles, ring);
     }
@@ -246,8 +292,8 @@ bool conv2d_forward_wgmma_takes(const Conv2dShape& s) {
 }
 
 template <typename T>
-bool conv2d_forward_wgmma_im2col_takes(const Conv2dShape& s, NhwcView<const T> in, NormalizedInput norm) {
-  return conv2d_forward_wgmma_takes(s) && !norm && s.c_in % kTileK<T> == 0 && conv_im2col_geometry_fits(s) &&
+bool conv2d_forward_wgmma_im2col_takes(const Conv2dShape& s, NhwcView<const T> in) {
+  return conv2d_forward_wgmma_takes(s) && s.c_in % kTileK<T> == 0 && conv_im2col_geometry_fits(s) &&
          (size_t(in.stride) * sizeof(T)) % 16 == 0 && reinterpret_cast<uintptr_t>(in.data) % 16 == 0;
 }
 
@@ -358,8 +404,8 @@ void conv2d_forward_wgmma(const Conv2dShape& s, NhwcView<const T> in, const T* w
                                               uint64_t(g.k_total) * sizeof(T), 64, kBlockN, 1);
   const dim3 grid(ceil_div(size_t(s.c_out), kBlockN), ceil_div(size_t(g.pixels), kBlockM));
   const std::string needs = "c_in a multiple of " + std::to_string(kTileK<T>) + " (" + std::to_string(s.c_in) +
-                            "), a stride of at most 8, no BatchNorm applied in the loads and a 16-byte pixel stride";
-  if (uses_im2col(conv2d_forward_wgmma_im2col_takes(s, in, norm), input, "conv2d_forward_wgmma", needs)) {
+                            "), a stride of at most 8 and a 16-byte pixel stride";
+  if (uses_im2col(conv2d_forward_wgmma_im2col_takes(s, in), input, "conv2d_forward_wgmma", needs)) {
     const tma::TensorMap in_map =
         conv_im2col_map(s, in.data, uint64_t(in.stride) * sizeof(T), sizeof(T), kTileK<T>, kBlockM);
     tc::allow_shared(conv_forward_wgmma_kernel<T, true>, kSharedBytes);
@@ -378,9 +424,9 @@ template void conv2d_forward_wgmma<Bf16>(const Conv2dShape&, NhwcView<const Bf16
                                          NhwcView<Bf16>, cudaStream_t, ConvMoments, NormalizedInput, WgmmaInput);
 template void conv2d_forward_wgmma<Fp16>(const Conv2dShape&, NhwcView<const Fp16>, const Fp16*, const float*,
                                          NhwcView<Fp16>, cudaStream_t, ConvMoments, NormalizedInput, WgmmaInput);
-template bool conv2d_forward_wgmma_im2col_takes<float>(const Conv2dShape&, NhwcView<const float>, NormalizedInput);
-template bool conv2d_forward_wgmma_im2col_takes<Bf16>(const Conv2dShape&, NhwcView<const Bf16>, NormalizedInput);
-template bool conv2d_forward_wgmma_im2col_takes<Fp16>(const Conv2dShape&, NhwcView<const Fp16>, NormalizedInput);
+template bool conv2d_forward_wgmma_im2col_takes<float>(const Conv2dShape&, NhwcView<const float>);
+template bool conv2d_forward_wgmma_im2col_takes<Bf16>(const Conv2dShape&, NhwcView<const Bf16>);
+template bool conv2d_forward_wgmma_im2col_takes<Fp16>(const Conv2dShape&, NhwcView<const Fp16>);
 template void conv2d_backward_data_wgmma<float>(const Conv2dShape&, NhwcView<const float>, const float*,
                                                 NhwcView<float>, bool, cudaStream_t, void*, size_t);
 template void conv2d_backward_data_wgmma<Bf16>(const Conv2dShape&, NhwcView<const Bf16>, const Bf16*, NhwcView<Bf16>,

@@ -14,9 +14,9 @@
 //   output pixels; throws yolo::Error otherwise. out may be a channel slice (any stride). bias:
 //   FP32 per output channel, or null. moments: BatchNorm's statistics of the stored output, per
 //   block of 128 output pixels, as conv2d_forward_tc writes them (kernels/conv.h, ConvMoments).
-//   norm (kernels/conv.h, NormalizedInput): BatchNorm's apply on the input, done by each gathering
-//   thread on its own row in shared memory once its copies landed, before the stage is announced
-//   (the weight gradient's gather does the same).
+//   norm (kernels/conv.h, NormalizedInput): BatchNorm's apply on the input, done by each producer
+//   thread on its own row in shared memory once its copies (or TMA's box) landed, before the
+//   stage is announced (the weight gradient's producers do the same).
 //   input: how A reaches shared memory. Auto: TMA's im2col mode where
 //   conv2d_forward_wgmma_im2col_takes says it can and the device passed its self-check
 //   (kernels/wgmma_check.h), the gather otherwise; Gather and Im2col force one (Im2col throws
@@ -36,11 +36,11 @@ void conv2d_forward_wgmma(const Conv2dShape& shape, NhwcView<const T> in, const 
                           WgmmaInput input = WgmmaInput::Auto);
 // Whether TMA's im2col mode can bring the forward's A: c_in a whole number of k-tiles (64 in 16
 // bits, 32 in TF32: a k-tile then lies within one tap), a stride of at most 8 and a kernel of at
-// most 16 (the map's traversal stride and tap offsets), no BatchNorm applied in the loads (the
-// gathering threads apply it to what they read), `in`'s pixel stride a multiple of 16 bytes and
-// its data 16-byte aligned.
+// most 16 (the map's traversal stride and tap offsets), `in`'s pixel stride a multiple of 16
+// bytes and its data 16-byte aligned. With BatchNorm applied in the loads (`norm`) the producer
+// warpgroup applies it to the rows TMA landed (each thread its own), then announces the stage.
 template <typename T>
-bool conv2d_forward_wgmma_im2col_takes(const Conv2dShape& shape, NhwcView<const T> in, NormalizedInput norm = {});
+bool conv2d_forward_wgmma_im2col_takes(const Conv2dShape& shape, NhwcView<const T> in);
 
 // The backward data pass (grad_in = the gradient of conv2d_forward_wgmma's input, overwritten,
 // or added to what grad_in holds when accumulate: in FP32, rounded once): an implicit GEMM per
@@ -70,9 +70,10 @@ bool conv2d_backward_weights_wgmma_takes(const Conv2dShape& shape);
 // `in` (pixels x taps * c_in), both read MN-major: grad_out's pixel rows by TMA, the im2col rows
 // by TMA's im2col mode (two boxes a k-tile: 64 pixels by 64 channels of one tap) or gathered by
 // cp.async, as `input` says (the forward's rule, with
-// conv2d_backward_weights_wgmma_im2col_takes: c_in a multiple of 64). The pixels are split among blocks (partial sums in the workspace, then
-// summed in a fixed order: deterministic; the workspace's size depends on the current device's
-// SMs). Needs c_in and c_out multiples of 8, grad_out dense
+// conv2d_backward_weights_wgmma_im2col_takes: c_in a multiple of 64; BatchNorm applied by the
+// producers to the rows TMA landed, as in the forward). The pixels are split among blocks
+// (partial sums in the workspace, then summed in a fixed order: deterministic; the workspace's
+// size depends on the current device's SMs). Needs c_in and c_out multiples of 8, grad_out dense
 // (stride c_out) and `in`'s pixel stride a multiple of 8, 16-byte aligned data. No bias gradient.
 size_t conv2d_backward_weights_wgmma_workspace_bytes(const Conv2dShape& shape);
 template <typename T>
@@ -80,7 +81,6 @@ void conv2d_backward_weights_wgmma(const Conv2dShape& shape, NhwcView<const T> i
                                    float* grad_weights, void* workspace, size_t workspace_bytes, cudaStream_t stream,
                                    NormalizedInput norm = {}, WgmmaInput input = WgmmaInput::Auto);
 template <typename T>
-bool conv2d_backward_weights_wgmma_im2col_takes(const Conv2dShape& shape, NhwcView<const T> in,
-                                                NormalizedInput norm = {});
+bool conv2d_backward_weights_wgmma_im2col_takes(const Conv2dShape& shape, NhwcView<const T> in);
 
 }  // namespace yolo

@@ -117,6 +117,56 @@ __device__ void produce_im2col(const WeightsGather g, const tma::TensorMap* in_m
   }
 }
 
+// The same with BatchNorm applied in the loads (norm): B's boxes land on the stage's "landed"
+// mbarrier; producer thread p then applies the table to its own 128 bytes of them (k-row p % 64
+// of half p / 64: one pixel's 64 channels at one tap, where the pixel and the tap lie in the
+// image), fences them and arrives on "full" (thread 0's expect_tx counts grad_out's boxes). One
+// k-tile behind the loads.
+template <typename T>
+__device__ void produce_im2col_normalized(const WeightsGather g, NormalizedInput norm, const tma::TensorMap* in_map,
+                                          const tma::TensorMap* dy_map, int first_tile, int k_tiles,
+                                          const Ring& ring) {
+  const int p = int(threadIdx.x), row = p % 64, half = p / 64, column = int(blockIdx.x) * kBlockN + 64 * half;
+  const int tap = column / g.c_in, c0 = column % g.c_in;
+  auto finish = [&](int u) {
+    const int st = stage_of(u), pixel = (first_tile + u) * kBlockK + row;
+    mbarrier_wait(&ring.landed[st], full_parity(u));
+    const int rest = pixel % (g.out_h * g.out_w);
+    const int iy = rest / g.out_w * g.stride - g.pad + tap / g.k, ix = rest % g.out_w * g.stride - g.pad + tap % g.k;
+    const bool inside = pixel < g.pixels && column < g.n_total && iy >= 0 && iy < g.h && ix >= 0 && ix < g.w;
+    const uint32_t b_tile = ring.address + uint32_t(st) * kStageBytes + kTileBytes;
+    normalize_landed<T>(
+        norm, inside ? 0xffu : 0u,
+        [&](int q) {
+          return ring.chunk(mn_major_address(b_tile, Swizzle::B128, kMnHalfBytes, kRowGroupBytes,
+                                             uint32_t(64 * half + 8 * q), uint32_t(row)));
+        },
+        [&](int q) { return c0 + 8 * q; });
+    fence_proxy_async();
+    mbarrier_arrive(&ring.full[st]);
+  };
+  for (int t = 0; t < k_tiles; ++t) {
+    if (p == 0) {
+      const int st = stage_of(t), pixel = (first_tile + t) * kBlockK;
+      const int b = pixel / (g.out_h * g.out_w), rest = pixel % (g.out_h * g.out_w);
+      const int y0 = rest / g.out_w * g.stride - g.pad, x0 = rest % g.out_w * g.stride - g.pad;
+      mbarrier_wait(&ring.empty[st], empty_parity(t));
+      mbarrier_arrive_expect_tx(&ring.landed[st], kTileBytes);
+      mbarrier_arrive_expect_tx(&ring.full[st], kTileBytes);
+      for (int h = 0; h < 2; ++h) {
+        tma::load_2d(ring.a_tile(st) + h * kMnHalfBytes, dy_map, int(blockIdx.y) * kBlockM + 64 * h, pixel,
+                     &ring.full[st]);
+        const int col = int(blockIdx.x) * kBlockN + 64 * h, past = col >= g.n_total;
+        const int tp = past ? g.k * g.k - 1 : col / g.c_in, c = past ? g.c_in : col % g.c_in;
+        tma::load_im2col(ring.b_tile(st) + h * kMnHalfBytes, in_map, c, x0, y0, b, uint16_t(tp % g.k),
+                         uint16_t(tp / g.k), &ring.landed[st]);
+      }
+    }
+    if (t > 0) finish(t - 1);
+  }
+  if (k_tiles > 0) finish(k_tiles - 1);
+}
+
 // Block (x, y, z): columns x, rows (output channels) y, split z of the pixels; its partial sums
 // to partials[z].
 template <typename T, bool Im2colB>
@@ -125,11 +175,13 @@ __global__ void __launch_bounds__(kThreads, 1)
                                        const __grid_constant__ tma::TensorMap in_map,
                                        const __grid_constant__ tma::TensorMap dy_map, int c_out, int per_split,
                                        int k_tiles_total, float* partials) {
-  const Ring ring = make_ring(Im2colB ? 1 : 128 + 1);  // thread 0's expect_tx (and the gatherers)
+  // Full: thread 0's expect_tx, and where the producers gather or normalize each of its 128.
+  const Ring ring = make_ring(Im2colB && !norm ? 1 : 128 + 1);
   const int first = int(blockIdx.z) * per_split, k_tiles = min(per_split, k_tiles_total - first);
   if (threadIdx.x < 128) {
     if constexpr (Im2colB) {
-      if (threadIdx.x == 0) produce_im2col<T>(g, &in_map, &dy_map, first, k_tiles, ring);
+      if (norm) produce_im2col_normalized<T>(g, norm, &in_map, &dy_map, first, k_tiles, ring);
+      else if (threadIdx.x == 0) produce_im2col<T>(g, &in_map, &dy_map, first, k_tiles, ring);
     } else {
       produce<T>(g, in, norm, &dy_map, first, k_tiles, ring);
     }
@@ -153,8 +205,8 @@ __global__ void sum_partials_kernel(const float* partials, int splits, size_t co
 bool conv2d_backward_weights_wgmma_takes(const Conv2dShape& s) { return s.c_in % 8 == 0 && s.c_out % 8 == 0; }
 
 template <typename T>
-bool conv2d_backward_weights_wgmma_im2col_takes(const Conv2dShape& s, NhwcView<const T> in, NormalizedInput norm) {
-  return conv2d_backward_weights_wgmma_takes(s) && !norm && s.c_in % 64 == 0 && conv_im2col_geometry_fits(s) &&
+bool conv2d_backward_weights_wgmma_im2col_takes(const Conv2dShape& s, NhwcView<const T> in) {
+  return conv2d_backward_weights_wgmma_takes(s) && s.c_in % 64 == 0 && conv_im2col_geometry_fits(s) &&
          in.stride % 8 == 0 && reinterpret_cast<uintptr_t>(in.data) % 16 == 0;
 }
 
@@ -192,8 +244,8 @@ void conv2d_backward_weights_wgmma(const Conv2dShape& s, NhwcView<const T> in, N
         tma::encode_2d(grad_out.data, uint64_t(s.c_out), uint64_t(pixels), uint64_t(s.c_out) * 2, 64, kBlockK, 1);
     const dim3 grid(p.tiles_n, p.tiles_m, p.splits);
     const std::string needs = "c_in a multiple of 64 (" + std::to_string(s.c_in) +
-                              "), a stride of at most 8 and no BatchNorm applied in the loads";
-    if (uses_im2col(conv2d_backward_weights_wgmma_im2col_takes(s, in, norm), input, "conv2d_backward_weights_wgmma",
+                              ") and a stride of at most 8";
+    if (uses_im2col(conv2d_backward_weights_wgmma_im2col_takes(s, in), input, "conv2d_backward_weights_wgmma",
                     needs)) {
       const tma::TensorMap in_map = conv_im2col_map(s, in.data, uint64_t(in.stride) * 2, 2, 64, kBlockK);
       tc::allow_shared(conv_backward_weights_wgmma_kernel<T, true>, kSharedBytes);
@@ -213,9 +265,7 @@ template void conv2d_backward_weights_wgmma<Bf16>(const Conv2dShape&, NhwcView<c
                                                   float*, void*, size_t, cudaStream_t, NormalizedInput, WgmmaInput);
 template void conv2d_backward_weights_wgmma<Fp16>(const Conv2dShape&, NhwcView<const Fp16>, NhwcView<const Fp16>,
                                                   float*, void*, size_t, cudaStream_t, NormalizedInput, WgmmaInput);
-template bool conv2d_backward_weights_wgmma_im2col_takes<Bf16>(const Conv2dShape&, NhwcView<const Bf16>,
-                                                               NormalizedInput);
-template bool conv2d_backward_weights_wgmma_im2col_takes<Fp16>(const Conv2dShape&, NhwcView<const Fp16>,
-                                                               NormalizedInput);
+template bool conv2d_backward_weights_wgmma_im2col_takes<Bf16>(const Conv2dShape&, NhwcView<const Bf16>);
+template bool conv2d_backward_weights_wgmma_im2col_takes<Fp16>(const Conv2dShape&, NhwcView<const Fp16>);
 
 }  // namespace yolo

@@ -45,9 +45,11 @@ __device__ __forceinline__ uint4 normalized_chunk(const NormalizedInput& n, int 
   return make_uint4(w[0], w[1], w[2], w[3]);
 }
 
-// The wgmma producers' form: the 16-byte chunks a thread copied into shared memory, once they
-// landed; chunk q (those with bit q of `read` set: from the image, not zero-filled) lies at
-// chunk_at(q) and starts at channel channel_of(q).
+// The wgmma producers' form: the 16-byte chunks a thread copied into shared memory (or TMA
+// landed there), once they landed; chunk q (those with bit q of `read` set: from the image, not
+// zero-filled) lies at chunk_at(q) and starts at channel channel_of(q). These are generic-proxy
+// stores: wgmma may read them only after the thread's fence.proxy.async (the emulation is told
+// of each, so a missing fence is caught even where TMA, not cp.async, brought the bytes).
 template <typename T, class At, class Channel>
 __device__ __forceinline__ void normalize_landed(const NormalizedInput& n, uint32_t read, const At& chunk_at,
                                                  const Channel& channel_of) {
@@ -56,6 +58,9 @@ __device__ __forceinline__ void normalize_landed(const NormalizedInput& n, uint3
     if (!(read >> q & 1u)) continue;
     uint4* chunk = chunk_at(q);
     *chunk = normalized_chunk<T>(n, channel_of(q), *chunk);
+#if !defined(__CUDACC__)
+    yolo::emu::note_generic_shared_write(chunk, sizeof *chunk);
+#endif
   }
 }
 

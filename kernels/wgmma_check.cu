@@ -137,15 +137,22 @@ constexpr double unit_of() {
 }
 
 // The forward of `s` in T, A brought as `input` says, against the FP64 reference of the same
-// operands. "" when they agree.
+// operands. doubled: the input read through a BatchNorm table that doubles it (mean 0, scale 2,
+// shift 0, linear: exact), so the producers' transform of what landed is part of the check.
+// "" when they agree.
 template <typename T>
 std::string check_forward(const Operand<T>& x, const Operand<T>& w, Device d, const Conv2dShape& s,
-                          const std::string& name, WgmmaInput input) {
+                          const std::string& name, WgmmaInput input, bool doubled = false) {
   const int oh = s.out_h(), ow = s.out_w();
   const size_t out_n = size_t(s.n) * oh * ow * s.c_out;
-  DeviceMemory y(d, out_n * sizeof(T));
+  DeviceMemory y(d, out_n * sizeof(T)), table(d, 4 * size_t(s.c_in) * sizeof(float));
+  std::vector<float> doubling(4 * size_t(s.c_in), 0.0f);
+  for (size_t c = 0; c < size_t(s.c_in); ++c) doubling[4 * c + 1] = 2.0f;
+  copy_bytes(table.data(), doubling.data(), doubling.size() * sizeof(float));
+  const NormalizedInput norm = doubled ? NormalizedInput{static_cast<const float*>(table.data()), Activation::Linear}
+                                       : NormalizedInput{};
   conv2d_forward_wgmma<T>(s, view<const T>(x.data(), s.n, s.h, s.w, s.c_in), w.data(), nullptr,
-                          view<T>(static_cast<T*>(y.data()), s.n, oh, ow, s.c_out), nullptr, {}, {}, input);
+                          view<T>(static_cast<T*>(y.data()), s.n, oh, ow, s.c_out), nullptr, {}, norm, input);
   wait_for_kernels(name + " forward");
   std::vector<double> ref(out_n, 0), mag(out_n, 0);
   conv2d_forward_reference<double>(s, view<const double>(x.value.data(), s.n, s.h, s.w, s.c_in), w.value.data(),
@@ -153,6 +160,8 @@ std::string check_forward(const Operand<T>& x, const Operand<T>& w, Device d, co
   conv2d_forward_reference<double>(s, view<const double>(x.magnitude.data(), s.n, s.h, s.w, s.c_in),
                                    w.magnitude.data(), nullptr, view<double>(mag.data(), s.n, oh, ow, s.c_out),
                                    nullptr, 0);
+  if (doubled)
+    for (size_t i = 0; i < out_n; ++i) ref[i] *= 2, mag[i] *= 2;
   return compare(name + " forward", download<T>(y, out_n), ref, mag, (long long)s.k * s.k * s.c_in, unit_of<T>());
 }
 
@@ -236,6 +245,8 @@ std::string tma_im2col_self_check() {
     const size_t out_n = size_t(shape.n) * shape.out_h() * shape.out_w() * shape.c_out;
     const Operand<Bf16> x16(d, in_n, 4), w16(d, shape.weight_count(), 5), dy16(d, out_n, 8);
     std::string why = check_forward(x16, w16, d, shape, std::string("im2col bf16 ") + name, WgmmaInput::Im2col);
+    if (why.empty())
+      why = check_forward(x16, w16, d, shape, std::string("im2col bf16 doubled ") + name, WgmmaInput::Im2col, true);
     if (why.empty())
       why = check_weight_gradient(x16, dy16, d, shape, std::string("im2col bf16 ") + name, WgmmaInput::Im2col);
     if (!why.empty()) return why;

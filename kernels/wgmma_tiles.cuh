@@ -19,7 +19,7 @@ namespace yolo::wgmma {
 constexpr int kBlockM = 128, kBlockN = 128, kBlockK = 64, kStages = 4, kThreads = 384;
 constexpr uint32_t kTileBytes = 128 * kBlockK * 2;  // one operand's 128 rows of 64 k: 128 bytes each
 constexpr uint32_t kStageBytes = 2 * kTileBytes;    // A's tile, then B's
-constexpr size_t kSharedBytes = 1024 + size_t(kStages) * kStageBytes + 2 * kStages * sizeof(uint64_t);
+constexpr size_t kSharedBytes = 1024 + size_t(kStages) * kStageBytes + 3 * kStages * sizeof(uint64_t);
 constexpr uint32_t kRowGroupBytes = 8 * 128;  // 8 rows of the 128-byte swizzle: the descriptor's stride
 // A k-tile is one 128-byte swizzle row of each operand row: 64 k in 16 bits (kBlockK), 32 in
 // TF32; the math warpgroups multiply it as 4 slices of 32 bytes (k16, or k8 in TF32).
@@ -32,12 +32,14 @@ static_assert(kBlockM == tc::kWgmmaTile && kBlockN == tc::kWgmmaTile && kBlockK 
               "the planner's description of the wgmma block (kernels/tc_plan.h) must match the kernels'");
 
 // The ring in the block's dynamic shared memory: stages from the first 1024-byte boundary (where
-// the 128-byte swizzle's pattern starts), then the mbarriers.
+// the 128-byte swizzle's pattern starts), then the mbarriers. "landed" (count 1: an expect_tx)
+// serves producers that transform what TMA brought before they announce the stage on "full".
 struct Ring {
   unsigned char* smem;  // stage 0's first byte
   uint32_t address;     // its shared address
   uint64_t* full;
   uint64_t* empty;
+  uint64_t* landed;
   __device__ unsigned char* a_tile(int stage) const { return smem + stage * kStageBytes; }
   __device__ unsigned char* b_tile(int stage) const { return smem + stage * kStageBytes + kTileBytes; }
   // The 16-byte chunk at shared address `at` (inside the ring), for the generic proxy.
@@ -54,10 +56,12 @@ __device__ __forceinline__ Ring make_ring(uint32_t full_arrivals) {
   ring.smem = raw + (ring.address - raw_address);
   ring.full = reinterpret_cast<uint64_t*>(ring.smem + kStages * kStageBytes);
   ring.empty = ring.full + kStages;
+  ring.landed = ring.empty + kStages;
   if (threadIdx.x == 0)
     for (int st = 0; st < kStages; ++st) {
       mbarrier_init(&ring.full[st], full_arrivals);
       mbarrier_init(&ring.empty[st], 256);  // every thread of both math warpgroups
+      mbarrier_init(&ring.landed[st], 1);
     }
   __syncthreads();
   return ring;

@@ -6,7 +6,8 @@
 // fresh random inputs of odd sizes, statistics far from (0, 1) so that a normalized zero is not
 // zero (a transformed padding shows at every border), leaky and linear, every tensor-core
 // precision, both mma.sync loaders (16-byte chunks and gathered elements, the cp.async pipeline
-// asked for), wgmma forced, stride 2, 1x1, an input slice.
+// asked for), wgmma forced (its input gathered, and by TMA's im2col mode where c_in allows: the
+// producers then normalize what TMA landed), stride 2, 1x1, an input slice.
 #include <doctest/doctest.h>
 
 #include <string>
@@ -15,6 +16,7 @@
 #include "kernels/batchnorm.h"
 #include "kernels/conv.h"
 #include "kernels/ops.h"
+#include "kernels/tma.h"
 #include "runtime/check.h"
 #include "tests/kernel_harness.h"
 #include "tests/tc_check.h"
@@ -34,6 +36,19 @@ struct NormCase {
   int splits = 0;       // forced split-K (mma.sync)
   bool wgmma = false;   // with pipeline 3: the passes that must run on wgmma (forward; the weight
                         // gradient too in 16 bits)
+  bool im2col = false;  // and take their input by TMA's im2col mode (emulated: counted)
+};
+
+// Checks that a scope's kernels ran TMA im2col loads, or none (emulated builds; natively a no-op).
+struct Im2colRan {
+  unsigned long long before = tma::emulated_im2col_loads();
+  void check(bool expected) const {
+#if YOLO_EMULATED_KERNELS
+    CHECK((tma::emulated_im2col_loads() > before) == expected);
+#else
+    (void)expected;
+#endif
+  }
 };
 
 std::string describe(const NormCase& c) {
@@ -83,8 +98,9 @@ void check_normalized(Device device, const NormCase& c) {
     };
     const std::vector<T> unfused = run(d_y.data(), {});
     const WgmmaRan ran;
+    const Im2colRan im2col;
     const std::vector<T> fused = run(d_x.data(), norm);
-    if (c.pipeline == 3) ran.check(c.wgmma);
+    if (c.pipeline == 3) ran.check(c.wgmma), im2col.check(c.im2col);
     CHECK(same_bits(fused, unfused));
   }
   {
@@ -100,8 +116,9 @@ void check_normalized(Device device, const NormCase& c) {
     };
     const std::vector<float> unfused = run(d_y.data(), {});
     const WgmmaRan ran;
+    const Im2colRan im2col;
     const std::vector<float> fused = run(d_x.data(), norm);
-    if (c.pipeline == 3) ran.check(wgrad_wgmma);
+    if (c.pipeline == 3) ran.check(wgrad_wgmma), im2col.check(wgrad_wgmma && c.im2col);
     CHECK(same_bits(fused, unfused));
   }
 }
@@ -124,6 +141,15 @@ std::vector<NormCase> norm_cases() {
   add(Conv2dShape{1, 11, 9, 24, 40, 3, 2}, [](NormCase& c) { c.pipeline = 3, c.wgmma = true; });
   add(Conv2dShape{2, 7, 6, 8, 64, 1, 1}, [](NormCase& c) {
     c.pipeline = 3, c.wgmma = true, c.act = Activation::Linear;
+  });
+  // TMA's im2col mode (c_in a multiple of 64): the producers normalize the rows TMA landed, the
+  // padding's zeros left alone; stride 2 and a slice of a wider tensor.
+  add(Conv2dShape{2, 9, 7, 64, 40, 3, 1}, [](NormCase& c) { c.pipeline = 3, c.wgmma = true, c.im2col = true; });
+  add(Conv2dShape{1, 10, 9, 128, 24, 3, 2}, [](NormCase& c) {
+    c.pipeline = 3, c.wgmma = true, c.im2col = true, c.act = Activation::Linear;
+  });
+  add(Conv2dShape{2, 6, 7, 64, 16, 3, 1}, [](NormCase& c) {
+    c.pipeline = 3, c.wgmma = true, c.im2col = true, c.in_stride = 72, c.in_offset = 8;
   });
   return cases;
 }

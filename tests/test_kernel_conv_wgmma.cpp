@@ -221,15 +221,13 @@ TEST_CASE("kernel: conv2d_forward_wgmma with A by TMA's im2col mode matches the 
 #endif
 }
 
-TEST_CASE("kernel: conv2d_forward_wgmma chooses its A source: im2col where it can, the gather otherwise") {
+TEST_CASE("kernel: conv2d_forward_wgmma chooses its A source: im2col where c_in fits (BatchNorm applied or not), the gather otherwise") {
   KERNEL_TEST_DEVICE(device);
   if (!current_device_runs_wgmma()) SKIP_TEST("this device runs no sm_90a code (wgmma)");
   const Conv2dShape fits{1, 6, 5, 64, 64, 3, 1}, odd_channels{1, 6, 5, 24, 64, 3, 1};
   DeviceArray<Bf16> x(device, 6 * 5 * 64), w(device, fits.weight_count());
   const NhwcView<const Bf16> in{x.data(), 1, 6, 5, 64, 64};
-  const float table[4 * 64] = {};
   CHECK(conv2d_forward_wgmma_im2col_takes<Bf16>(fits, in));
-  CHECK_FALSE(conv2d_forward_wgmma_im2col_takes<Bf16>(fits, in, NormalizedInput{table, Activation::Linear}));
   CHECK_FALSE(conv2d_forward_wgmma_im2col_takes<Bf16>(odd_channels, NhwcView<const Bf16>{x.data(), 1, 6, 5, 24, 24}));
   CHECK_FALSE(conv2d_forward_wgmma_im2col_takes<Bf16>(fits, NhwcView<const Bf16>{x.data() + 4, 1, 6, 5, 64, 68}));
   CHECK_FALSE(conv2d_forward_wgmma_im2col_takes<Bf16>(Conv2dShape{1, 40, 40, 64, 64, 3, 9},
@@ -242,16 +240,20 @@ TEST_CASE("kernel: conv2d_forward_wgmma chooses its A source: im2col where it ca
                                                   nullptr, out, nullptr, {}, {}, WgmmaInput::Im2col),
                        doctest::Contains("TMA's im2col mode cannot bring this input"), Error);
 #if YOLO_EMULATED_KERNELS
-  // Auto: im2col for the plain input; the gather with BatchNorm applied in the loads, and when
-  // forced.
+  // Auto: im2col where it fits, with or without BatchNorm applied in the loads; the gather where
+  // forced or where c_in does not fit.
+  DeviceArray<float> d_table(device, std::vector<float>(4 * 64, 1.0f));
   unsigned long long before = tma::emulated_im2col_loads();
   conv2d_forward_wgmma<Bf16>(fits, in, w.data(), nullptr, out, nullptr);
   CHECK(tma::emulated_im2col_loads() > before);
   before = tma::emulated_im2col_loads();
-  conv2d_forward_wgmma<Bf16>(fits, in, w.data(), nullptr, out, nullptr, {}, {}, WgmmaInput::Gather);
-  DeviceArray<float> d_table(device, std::vector<float>(4 * 64, 1.0f));
   conv2d_forward_wgmma<Bf16>(fits, in, w.data(), nullptr, out, nullptr, {},
                              NormalizedInput{d_table.data(), Activation::Linear});
+  CHECK(tma::emulated_im2col_loads() > before);
+  before = tma::emulated_im2col_loads();
+  conv2d_forward_wgmma<Bf16>(fits, in, w.data(), nullptr, out, nullptr, {}, {}, WgmmaInput::Gather);
+  conv2d_forward_wgmma<Bf16>(odd_channels, NhwcView<const Bf16>{x.data(), 1, 6, 5, 24, 24}, w.data(), nullptr, out,
+                             nullptr);
   CHECK(tma::emulated_im2col_loads() == before);
 #endif
 }
