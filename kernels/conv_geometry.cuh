@@ -51,7 +51,7 @@ struct Cursor3 {
 struct ParityClass {
   int py, px, ry0, rx0, nr, ns, dy, dx, hc, wc;
 
-  __device__ __forceinline__ ParityClass(const ConvGeom& g, int index) {
+  __host__ __device__ __forceinline__ ParityClass(const ConvGeom& g, int index) {
     const int S = g.stride;
     py = index / S, px = index % S;
     ry0 = (py + g.pad) % S, rx0 = (px + g.pad) % S;
@@ -59,7 +59,7 @@ struct ParityClass {
     dy = (py + g.pad - ry0) / S, dx = (px + g.pad - rx0) / S;
     hc = g.h > py ? (g.h - py + S - 1) / S : 0, wc = g.w > px ? (g.w - px + S - 1) / S : 0;
   }
-  __device__ __forceinline__ int rows(const ConvGeom& g) const { return g.n * hc * wc; }
+  __host__ __device__ __forceinline__ int rows(const ConvGeom& g) const { return g.n * hc * wc; }
   __device__ __forceinline__ int k_size(const ConvGeom& g) const { return nr * ns * g.c_out; }
   // Input pixel index (b*h + qy)*w + qx of class row m.
   __device__ __forceinline__ int input_pixel(const ConvGeom& g, int m) const {

@@ -55,10 +55,15 @@ bool conv2d_forward_wgmma_im2col_takes(const Conv2dShape& shape, NhwcView<const 
 // of 16 bytes and its data 16-byte aligned, at most 65535 * 128 input pixels a class.
 template <typename T>
 size_t conv2d_backward_data_wgmma_workspace_bytes(const Conv2dShape& shape);
+// A by TMA's im2col mode, as `input` says (the forward's rule, with
+// conv2d_backward_data_wgmma_im2col_takes: a stride of at most 2), one map of grad_out per class:
+// a box is 128 class rows at one tap.
 template <typename T>
 void conv2d_backward_data_wgmma(const Conv2dShape& shape, NhwcView<const T> grad_out, const T* weights,
                                 NhwcView<T> grad_in, bool accumulate, cudaStream_t stream, void* workspace = nullptr,
-                                size_t workspace_bytes = 0);
+                                size_t workspace_bytes = 0, WgmmaInput input = WgmmaInput::Auto);
+template <typename T>
+bool conv2d_backward_data_wgmma_im2col_takes(const Conv2dShape& shape, NhwcView<const T> grad_out);
 // Whether the wgmma kernels take this shape, per pass (what the views do not decide); the planner
 // asks it through conv2d_tc_problem (kernels/conv.h).
 bool conv2d_forward_wgmma_takes(const Conv2dShape& shape);

@@ -187,31 +187,36 @@ std::string check_weight_gradient(const Operand<T>& x, const Operand<T>& dy, Dev
                  (long long)s.n * oh * ow, 0x1p-16);
 }
 
-// Forward (gathered) and backward data of `s` in T (and, for 16-bit T, the weight gradient)
-// against the FP64 reference of the same operands. "" when all agree.
+// Backward data of `s` in T, grad_out brought as `input` says, against the FP64 reference of the
+// same operands. "" when they agree.
 template <typename T>
-std::string check_shape(Device d, const Conv2dShape& s, const std::string& name) {
+std::string check_backward_data(const Operand<T>& dy, const Operand<T>& w, Device d, const Conv2dShape& s,
+                                const std::string& name, WgmmaInput input) {
   const int oh = s.out_h(), ow = s.out_w();
-  const size_t in_n = size_t(s.n) * s.h * s.w * s.c_in, out_n = size_t(s.n) * oh * ow * s.c_out;
-  const Operand<T> x(d, in_n, 1), w(d, s.weight_count(), 2), dy(d, out_n, 3);
-  const double u = unit_of<T>();
-  const long long taps = (long long)s.k * s.k;
-  std::vector<double> ref, mag;
-  std::string why = check_forward(x, w, d, s, name, WgmmaInput::Gather);
-  if (!why.empty()) return why;
-  // Backward data.
+  const size_t in_n = size_t(s.n) * s.h * s.w * s.c_in;
   DeviceMemory dx(d, in_n * sizeof(T)), ws(d, conv2d_backward_data_wgmma_workspace_bytes<T>(s) + 16);
   conv2d_backward_data_wgmma<T>(s, view<const T>(dy.data(), s.n, oh, ow, s.c_out), w.data(),
                                 view<T>(static_cast<T*>(dx.data()), s.n, s.h, s.w, s.c_in), false, nullptr, ws.data(),
-                                ws.size());
+                                ws.size(), input);
   wait_for_kernels(name + " backward data");
-  ref.assign(in_n, 0), mag.assign(in_n, 0);
+  std::vector<double> ref(in_n, 0), mag(in_n, 0);
   conv2d_backward_data_reference<double>(s, view<const double>(dy.value.data(), s.n, oh, ow, s.c_out), w.value.data(),
                                          view<double>(ref.data(), s.n, s.h, s.w, s.c_in), false, nullptr, 0);
   conv2d_backward_data_reference<double>(s, view<const double>(dy.magnitude.data(), s.n, oh, ow, s.c_out),
                                          w.magnitude.data(), view<double>(mag.data(), s.n, s.h, s.w, s.c_in), false,
                                          nullptr, 0);
-  why = compare(name + " backward data", download<T>(dx, in_n), ref, mag, taps * s.c_out, u);
+  return compare(name + " backward data", download<T>(dx, in_n), ref, mag, (long long)s.k * s.k * s.c_out,
+                 unit_of<T>());
+}
+
+// Forward, backward data (both gathered) and, for 16-bit T, the weight gradient of `s` in T
+// against the FP64 reference of the same operands. "" when all agree.
+template <typename T>
+std::string check_shape(Device d, const Conv2dShape& s, const std::string& name) {
+  const size_t in_n = size_t(s.n) * s.h * s.w * s.c_in, out_n = size_t(s.n) * s.out_h() * s.out_w() * s.c_out;
+  const Operand<T> x(d, in_n, 1), w(d, s.weight_count(), 2), dy(d, out_n, 3);
+  std::string why = check_forward(x, w, d, s, name, WgmmaInput::Gather);
+  if (why.empty()) why = check_backward_data(dy, w, d, s, name, WgmmaInput::Gather);
   if constexpr (std::is_same_v<T, float>) {
     return why;  // TF32 has no wgmma weight gradient
   } else {
@@ -244,14 +249,16 @@ std::string tma_im2col_self_check() {
     const size_t in_n = size_t(shape.n) * shape.h * shape.w * shape.c_in;
     const size_t out_n = size_t(shape.n) * shape.out_h() * shape.out_w() * shape.c_out;
     const Operand<Bf16> x16(d, in_n, 4), w16(d, shape.weight_count(), 5), dy16(d, out_n, 8);
-    std::string why = check_forward(x16, w16, d, shape, std::string("im2col bf16 ") + name, WgmmaInput::Im2col);
+    const std::string bf16 = std::string("im2col bf16 ") + name, tf32 = std::string("im2col tf32 ") + name;
+    std::string why = check_forward(x16, w16, d, shape, bf16, WgmmaInput::Im2col);
     if (why.empty())
       why = check_forward(x16, w16, d, shape, std::string("im2col bf16 doubled ") + name, WgmmaInput::Im2col, true);
-    if (why.empty())
-      why = check_weight_gradient(x16, dy16, d, shape, std::string("im2col bf16 ") + name, WgmmaInput::Im2col);
+    if (why.empty()) why = check_backward_data(dy16, w16, d, shape, bf16, WgmmaInput::Im2col);
+    if (why.empty()) why = check_weight_gradient(x16, dy16, d, shape, bf16, WgmmaInput::Im2col);
     if (!why.empty()) return why;
-    const Operand<float> x32(d, in_n, 6), w32(d, shape.weight_count(), 7);
-    why = check_forward(x32, w32, d, shape, std::string("im2col tf32 ") + name, WgmmaInput::Im2col);
+    const Operand<float> x32(d, in_n, 6), w32(d, shape.weight_count(), 7), dy32(d, out_n, 9);
+    why = check_forward(x32, w32, d, shape, tf32, WgmmaInput::Im2col);
+    if (why.empty()) why = check_backward_data(dy32, w32, d, shape, tf32, WgmmaInput::Im2col);
     if (!why.empty()) return why;
   }
   return "";

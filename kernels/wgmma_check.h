@@ -22,10 +22,11 @@ std::string wgmma_self_check();
 // so it runs there only where a test asks for it (with a planted fault).
 bool current_device_wgmma_verified();
 
-// TMA's im2col mode (kernels/conv_wgmma.h: the forward's A, the weight gradient's B), checked
-// after the passes above (and only where they passed): 3x3 at strides 1 and 2 over two images of
-// unequal height and width, the forward in bf16 (also through a BatchNorm table, which the
-// producers apply to what TMA landed) and tf32, the weight gradient in bf16. The same
+// TMA's im2col mode (kernels/conv_wgmma.h: the forward's and backward data's A, the weight
+// gradient's B), checked after the passes above (and only where they passed): 3x3 at strides 1
+// and 2 over two images of unequal height and width, the forward in bf16 (also through a
+// BatchNorm table, which the producers apply to what TMA landed) and tf32, backward data in bf16
+// and tf32 (stride 2: its parity classes' maps), the weight gradient in bf16. The same
 // cache and warning; a failure leaves both passes on their gathers.
 // Emulated devices: true.
 std::string tma_im2col_self_check();

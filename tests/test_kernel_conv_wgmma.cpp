@@ -110,8 +110,9 @@ void check_conv(Device device, Rng& rng, const Conv2dShape& s, bool with_bias, i
 // grad_in against the FP64 sum of grad_out at the mirrored taps: input pixel iy takes tap r from
 // output pixel (iy + pad - r) / stride where that divides.
 template <typename T>
-void check_backward(Device device, Rng& rng, const Conv2dShape& s) {
+void check_backward(Device device, Rng& rng, const Conv2dShape& s, WgmmaInput input = WgmmaInput::Auto) {
   CAPTURE(s.stride);
+  CAPTURE(int(input));
   CAPTURE(s.n);
   CAPTURE(s.h);
   CAPTURE(s.w);
@@ -128,7 +129,7 @@ void check_backward(Device device, Rng& rng, const Conv2dShape& s) {
   ws.poison();
   conv2d_backward_data_wgmma<T>(s, NhwcView<const T>{d_dy.data(), s.n, oh, ow, s.c_out, s.c_out}, d_w.data(),
                                 NhwcView<T>{d_dx.data(), s.n, s.h, s.w, s.c_in, s.c_in}, false, nullptr, ws.data(),
-                                ws_bytes);
+                                ws_bytes, input);
   const std::vector<T> got = d_dx.download();
   const double unit = output_unit<T>();
   int wrong = 0;
@@ -162,23 +163,53 @@ void check_backward(Device device, Rng& rng, const Conv2dShape& s) {
 
 }  // namespace
 
-TEST_CASE("kernel: conv2d_backward_data_wgmma matches the FP64 sum (3x3, 1x1; stride 1 and 2; bf16, fp16, tf32)") {
+TEST_CASE("kernel: conv2d_backward_data_wgmma with grad_out gathered matches the FP64 sum (3x3, 1x1; stride 1 and 2)") {
   KERNEL_TEST_DEVICE(device);
   if (!current_device_runs_wgmma()) SKIP_TEST("this device runs no sm_90a code (wgmma)");
   Rng rng;
   CAPTURE(rng.seed());
-  check_backward<Bf16>(device, rng, Conv2dShape{2, 9, 7, 24, 64, 3, 1});
-  check_backward<Fp16>(device, rng, Conv2dShape{1, 6, 5, 136, 128, 3, 1});
-  check_backward<Bf16>(device, rng, Conv2dShape{1, 13, 10, 40, 64, 1, 1});
+  check_backward<Bf16>(device, rng, Conv2dShape{2, 9, 7, 24, 64, 3, 1}, WgmmaInput::Gather);
+  check_backward<Fp16>(device, rng, Conv2dShape{1, 6, 5, 136, 128, 3, 1}, WgmmaInput::Gather);
+  check_backward<Bf16>(device, rng, Conv2dShape{1, 13, 10, 40, 64, 1, 1}, WgmmaInput::Gather);
   // Stride 2: four parity classes of 4, 2, 2 and 1 taps and unequal rows (odd sizes); a 1x1 kernel
   // leaves three classes without taps, whose pixels must get zeros (the output is poisoned).
-  check_backward<Bf16>(device, rng, Conv2dShape{2, 9, 7, 24, 64, 3, 2});
-  check_backward<Fp16>(device, rng, Conv2dShape{1, 7, 8, 16, 64, 1, 2});
+  check_backward<Bf16>(device, rng, Conv2dShape{2, 9, 7, 24, 64, 3, 2}, WgmmaInput::Gather);
+  check_backward<Fp16>(device, rng, Conv2dShape{1, 7, 8, 16, 64, 1, 2}, WgmmaInput::Gather);
   // TF32: the weights transposed in the workspace (poisoned first), read K-major; both operands
   // truncated. Stride 2 (parity classes); c_in 136 (a partial 32-wide transpose tile and a second
   // 128-wide output tile) with two 32-channel k-tiles a tap.
-  check_backward<float>(device, rng, Conv2dShape{2, 9, 7, 24, 64, 3, 2});
-  check_backward<float>(device, rng, Conv2dShape{1, 5, 6, 136, 64, 3, 1});
+  check_backward<float>(device, rng, Conv2dShape{2, 9, 7, 24, 64, 3, 2}, WgmmaInput::Gather);
+  check_backward<float>(device, rng, Conv2dShape{1, 5, 6, 136, 64, 3, 1}, WgmmaInput::Gather);
+}
+
+TEST_CASE("kernel: conv2d_backward_data_wgmma with A by TMA's im2col mode matches the FP64 sum (parity classes)") {
+  KERNEL_TEST_DEVICE(device);
+  if (!current_device_runs_wgmma()) SKIP_TEST("this device runs no sm_90a code (wgmma)");
+  Rng rng;
+  CAPTURE(rng.seed());
+  const unsigned long long loads_before = tma::emulated_im2col_loads();
+  // One map of grad_out per parity class: stride 1 (one class of 9 taps), stride 2 at odd and
+  // even sizes (classes of 4, 2, 2 and 1 taps and unequal grids), a 1x1 at stride 2 (three
+  // classes without taps: zeros), boxes crossing rows and images.
+  const WgmmaInput im2col = WgmmaInput::Im2col;
+  check_backward<Bf16>(device, rng, Conv2dShape{2, 9, 7, 24, 64, 3, 1}, im2col);
+  check_backward<Fp16>(device, rng, Conv2dShape{2, 9, 7, 40, 128, 3, 2}, im2col);
+  check_backward<Bf16>(device, rng, Conv2dShape{3, 8, 10, 16, 64, 3, 2}, im2col);
+  check_backward<Bf16>(device, rng, Conv2dShape{2, 7, 8, 16, 64, 1, 2}, im2col);
+  check_backward<Bf16>(device, rng, Conv2dShape{1, 13, 10, 40, 64, 1, 1}, im2col);
+  check_backward<float>(device, rng, Conv2dShape{2, 9, 7, 24, 64, 3, 2}, im2col);
+  check_backward<float>(device, rng, Conv2dShape{1, 5, 6, 136, 128, 3, 1}, im2col);
+#if YOLO_EMULATED_KERNELS
+  CHECK(tma::emulated_im2col_loads() > loads_before);
+#else
+  (void)loads_before;
+#endif
+  // Strides past 2 keep the gather (one map a class would not fit the kernel's parameters).
+  DeviceArray<Bf16> dy(device, 64);
+  CHECK_FALSE(conv2d_backward_data_wgmma_im2col_takes<Bf16>(Conv2dShape{1, 9, 9, 16, 64, 3, 3},
+                                                             NhwcView<const Bf16>{dy.data(), 1, 3, 3, 64, 64}));
+  CHECK(conv2d_backward_data_wgmma_im2col_takes<Bf16>(Conv2dShape{1, 9, 9, 16, 64, 3, 2},
+                                                       NhwcView<const Bf16>{dy.data(), 1, 5, 5, 64, 64}));
 }
 
 TEST_CASE("kernel: conv2d_forward_wgmma matches the FP64 sum (3x3 stride 1 and 2, 1x1; bf16, fp16, tf32; a slice)") {

@@ -10,7 +10,8 @@
 //               im2col": which A source the forward should take where both can);
 //               conv2d_backward_data_wgmma at the layers whose c_out is a multiple of 64 (op
 //               "wgmma bwd data bf16": m = the output's pixels, n = c_in, k = taps * c_out, the
-//               forward's product; at stride 2 the kernel runs it as 4 parity classes);
+//               forward's product; at stride 2 the kernel runs it as 4 parity classes; grad_out
+//               gathered, and by TMA's im2col mode: op "wgmma bwd data bf16 im2col");
 //               conv2d_backward_weights_wgmma where c_in and c_out are multiples of 8 (op "wgmma
 //               bwd weights bf16": m = c_out, n = taps * c_in, k = pixels; FP32 out, as cuBLAS's;
 //               the im2col rows gathered), and with them by TMA's im2col mode where c_in is a
@@ -42,6 +43,7 @@ constexpr const char* kConvFamily = "conv_wgmma";
 constexpr const char* kConvOp = "wgmma fwd bf16";
 constexpr const char* kConvIm2colOp = "wgmma fwd bf16 im2col";
 constexpr const char* kConvBackOp = "wgmma bwd data bf16";
+constexpr const char* kConvBackIm2colOp = "wgmma bwd data bf16 im2col";
 constexpr const char* kConvWeightsOp = "wgmma bwd weights bf16";
 constexpr const char* kConvWeightsIm2colOp = "wgmma bwd weights bf16 im2col";
 
@@ -67,8 +69,8 @@ bool conv_weights_row(const Context& context, const YoloConv& layer) {
 bool conv_weights_im2col_row(const Context& context, const YoloConv& layer) {
   return layer.c_in % 64 == 0 && layer.c_out % 8 == 0 && matches(context, kConvFamily, kConvWeightsIm2colOp, layer);
 }
-bool conv_back_row(const Context& context, const YoloConv& layer) {
-  return layer.c_in % 8 == 0 && layer.c_out % 64 == 0 && matches(context, kConvFamily, kConvBackOp, layer);
+bool conv_back_row(const Context& context, const YoloConv& layer, const char* op = kConvBackOp) {
+  return layer.c_in % 8 == 0 && layer.c_out % 64 == 0 && matches(context, kConvFamily, op, layer);
 }
 
 #if defined(__CUDACC__)
@@ -111,7 +113,7 @@ void run_gpu(const Context& context, std::vector<Result>& out) {
   for (const YoloConv& layer : kYoloConvs)
     any = any || gemm_row(context, layer) || gemm_back_row(context, layer) || conv_row(context, layer) ||
           conv_im2col_row(context, layer) || conv_back_row(context, layer) || conv_weights_row(context, layer) ||
-          conv_weights_im2col_row(context, layer);
+          conv_weights_im2col_row(context, layer) || conv_back_row(context, layer, kConvBackIm2colOp);
   if (!any) return;
   if (!current_device_runs_wgmma()) {
     std::printf("%s, %s: no rows: this device runs no sm_90a code (an H100 or H200, and ARCH with 90)\n", kGemmFamily,
@@ -158,12 +160,16 @@ void run_gpu(const Context& context, std::vector<Result>& out) {
                              handle,
                              [&] { conv2d_forward_wgmma(s, in, wd, nullptr, o, stream, {}, {}, WgmmaInput::Im2col); }));
     }
-    if (conv_back_row(context, layer)) {  // y holds grad_out, x receives grad_in
+    // y holds grad_out, x receives grad_in. The gather's rows, then im2col's.
+    for (const auto& [op, input] : {std::pair{kConvBackOp, WgmmaInput::Gather},
+                                    std::pair{kConvBackIm2colOp, WgmmaInput::Im2col}}) {
+      if (!conv_back_row(context, layer, op)) continue;
       const NhwcView<const Bf16> grad_out{yd, s.n, s.out_h(), s.out_w(), s.c_out, s.c_out};
       const NhwcView<Bf16> grad_in{const_cast<Bf16*>(xd), s.n, s.h, s.w, s.c_in, s.c_in};
-      out.push_back(time_row(context, kConvBackOp, layer, bytes,
-                             RowMajorGemm{pixels, s.c_in, s.k * s.k * s.c_out, false, false}, handle,
-                             [&] { conv2d_backward_data_wgmma(s, grad_out, wd, grad_in, false, stream); }));
+      out.push_back(time_row(context, op, layer, bytes, RowMajorGemm{pixels, s.c_in, s.k * s.k * s.c_out, false, false},
+                             handle, [&, input = input] {
+                               conv2d_backward_data_wgmma(s, grad_out, wd, grad_in, false, stream, nullptr, 0, input);
+                             }));
     }
     // x holds the input, y grad_out; FP32 gradient and partials. The gather's rows, then im2col's.
     for (const auto& [op, input] : {std::pair{kConvWeightsOp, WgmmaInput::Gather},
