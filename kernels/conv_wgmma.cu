@@ -1,17 +1,14 @@
-// conv2d_forward_wgmma and conv2d_backward_data_wgmma (kernels/conv_wgmma.h).
+// conv2d_forward_wgmma (kernels/conv_wgmma.h).
 #include "kernels/conv_wgmma.h"
 
 #include <string>
 
 #include "kernels/channel_moments.cuh"
 #include "kernels/common.cuh"
-#include "kernels/conv_geometry.cuh"
-#include "kernels/conv_wgmma_im2col.h"
-#include "kernels/hopper.h"
+#include "kernels/conv_wgmma_shared.h"
 #include "kernels/normalized_input.cuh"
 #include "kernels/tc_tiles.cuh"
 #include "kernels/tma.cuh"
-#include "kernels/wgmma_check.h"
 #include "kernels/wgmma_tiles.cuh"
 
 namespace yolo {
@@ -79,31 +76,32 @@ __device__ void produce(const Gather g, NhwcView<const T> in, NormalizedInput no
   gathered_last(k_tiles, ring, normalize);
 }
 
-// With TMA's im2col mode (Im2colA): thread 0 alone brings both operands, A as one im2col box a
+// With TMA's im2col mode (Im2colA): thread 0 brings both operands, A as one im2col box a
 // k-tile. c_in is a whole number of k-tiles, so k-tile t is tap t / groups, channels
 // kTileK * (t % groups).. of it; the box's first pixel is the block's first output pixel's
-// top-left tap (its coordinates in the traversal: conv_wgmma_im2col.h), the tap its offsets.
+// top-left tap (its coordinates in the traversal: conv_wgmma_shared.h), the tap its offsets.
+// k-tile t's boxes go into its stage once the math warpgroups released it: the weights' counted
+// on "full", A's there too, or on "landed" where the producers transform it first.
 template <typename T>
-__device__ void produce_im2col(const Gather g, const tma::TensorMap* in_map, const tma::TensorMap* w_map, int k_tiles,
-                               const Ring& ring) {
-  const int groups = g.c_in / kTileK<T>, pixel = int(blockIdx.y) * kBlockM;
+__device__ void load_im2col_stage(const Gather& g, const tma::TensorMap* in_map, const tma::TensorMap* w_map, int t,
+                                  const Ring& ring, bool to_landed) {
+  const int groups = g.c_in / kTileK<T>, pixel = int(blockIdx.y) * kBlockM, st = stage_of(t), tap = t / groups;
   const int b = pixel / (g.out_h * g.out_w), rest = pixel % (g.out_h * g.out_w);
   const int y0 = rest / g.out_w * g.stride - g.pad, x0 = rest % g.out_w * g.stride - g.pad;
-  for (int t = 0; t < k_tiles; ++t) {
-    const int st = stage_of(t), tap = t / groups;
-    mbarrier_wait(&ring.empty[st], empty_parity(t));
-    mbarrier_arrive_expect_tx(&ring.full[st], kStageBytes);
-    tma::load_im2col(ring.a_tile(st), in_map, (t % groups) * kTileK<T>, x0, y0, b, uint16_t(tap % g.k),
-                     uint16_t(tap / g.k), &ring.full[st]);
-    tma::load_2d(ring.b_tile(st), w_map, t * 64, int(blockIdx.x) * kBlockN, &ring.full[st]);
-  }
+  mbarrier_wait(&ring.empty[st], empty_parity(t));
+  uint64_t* a_bar = to_landed ? &ring.landed[st] : &ring.full[st];
+  if (to_landed) mbarrier_arrive_expect_tx(a_bar, kTileBytes);
+  mbarrier_arrive_expect_tx(&ring.full[st], to_landed ? kTileBytes : kStageBytes);
+  tma::load_im2col(ring.a_tile(st), in_map, (t % groups) * kTileK<T>, x0, y0, b, uint16_t(tap % g.k),
+                   uint16_t(tap / g.k), a_bar);
+  tma::load_2d(ring.b_tile(st), w_map, t * 64, int(blockIdx.x) * kBlockN, &ring.full[st]);
 }
 
-// The same with BatchNorm applied in the loads (norm): A lands on the stage's "landed" mbarrier,
-// and each of the 128 producer threads then applies the table to its own row (its output
-// pixel's channels at this k-tile's tap, where that tap lies in the image: the padding's zeros
-// stay), fences it for the async proxy and arrives on "full" (where thread 0's expect_tx counts
-// the weights' box). One k-tile behind the loads, as the gather announces its stages.
+// With BatchNorm applied in the loads (norm): each of the 128 producer threads applies the table
+// to its own row of A once it landed (its output pixel's channels at this k-tile's tap, where
+// that tap lies in the image: the padding's zeros stay), fences it for the async proxy and
+// arrives on "full". One k-tile behind the loads, which thread 0 issues, as the gather announces
+// its stages.
 template <typename T>
 __device__ void produce_im2col_normalized(const Gather g, NormalizedInput norm, const tma::TensorMap* in_map,
                                           const tma::TensorMap* w_map, int k_tiles, const Ring& ring) {
@@ -126,19 +124,8 @@ __device__ void produce_im2col_normalized(const Gather g, NormalizedInput norm, 
     fence_proxy_async();
     mbarrier_arrive(&ring.full[st]);
   };
-  const int pixel0 = int(blockIdx.y) * kBlockM, b0 = pixel0 / (g.out_h * g.out_w);
-  const int rest0 = pixel0 % (g.out_h * g.out_w);
-  const int y0 = rest0 / g.out_w * g.stride - g.pad, x0 = rest0 % g.out_w * g.stride - g.pad;
   for (int t = 0; t < k_tiles; ++t) {
-    if (p == 0) {
-      const int st = stage_of(t), tap = t / groups;
-      mbarrier_wait(&ring.empty[st], empty_parity(t));
-      mbarrier_arrive_expect_tx(&ring.landed[st], kTileBytes);
-      tma::load_im2col(ring.a_tile(st), in_map, (t % groups) * kTileK<T>, x0, y0, b0, uint16_t(tap % g.k),
-                       uint16_t(tap / g.k), &ring.landed[st]);
-      mbarrier_arrive_expect_tx(&ring.full[st], kTileBytes);
-      tma::load_2d(ring.b_tile(st), w_map, t * 64, int(blockIdx.x) * kBlockN, &ring.full[st]);
-    }
+    if (p == 0) load_im2col_stage<T>(g, in_map, w_map, t, ring, true);
     if (t > 0) finish(t - 1);
   }
   if (k_tiles > 0) finish(k_tiles - 1);
@@ -160,7 +147,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (threadIdx.x < 128) {
     if constexpr (Im2colA) {
       if (norm) produce_im2col_normalized<T>(g, norm, &in_map, &w_map, k_tiles, ring);
-      else if (threadIdx.x == 0) produce_im2col<T>(g, &in_map, &w_map, k_tiles, ring);
+      else if (threadIdx.x == 0)
+        for (int t = 0; t < k_tiles; ++t) load_im2col_stage<T>(g, &in_map, &w_map, t, ring, false);
     } else {
       produce<T>(g, in, norm, &w_map, k_tiles, ring);
     }
@@ -177,205 +165,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                            moments.counts, (int(threadIdx.x) + 256) % kThreads);  // the math threads: 0..255
 }
 
-// ---- backward data: one parity class of input pixels a grid z (kernels/conv_geometry.cuh) ------
-// At stride S the input pixels (py + S yq, px + S xq) of class (py, px) are reached by the taps
-// (ry0 + S jr, rx0 + S js) only: a class is a product of its own, over nr * ns taps. Stride 1 is
-// one class of every tap.
-
-constexpr int kMaxTaps = 9;  // 3x3; a 1x1 uses the first map
-struct TapMaps {
-  tma::TensorMap tap[kMaxTaps];  // tap (kh, kw)'s weights: [c_out][c_in] (16-bit), [c_in][c_out] (TF32)
-};
-
-// With TMA's im2col mode (stride at most 2): one map of grad_out per class. Class row m = (b, yq,
-// xq) at tap (jr, js) reads grad_out (b, yq + dy - jr, xq + dx - js): a traversal of the class's
-// hc x wc grid placed at (dy - (nr - 1), dx - (ns - 1)) in grad_out, the tap as the offsets
-// (nr - 1 - jr, ns - 1 - js), so every offset is at least 0.
-constexpr int kMaxIm2colClasses = 4;
-struct ClassMaps {
-  tma::TensorMap cls[kMaxIm2colClasses];
-};
-
-// Class row m's input pixel, for the epilogue (wgmma_tiles.cuh: OutRows).
-struct ClassPixels {
-  ConvGeom g;
-  ParityClass pc;
-  __device__ long long operator()(int m) const { return pc.input_pixel(g, m); }
-};
-
-// B of a k-tile: 16-bit weights are read MN-major from W itself, [c_out][c_in] a tap (two TMA
-// boxes of 64 c_in by 64 c_out); TF32 cannot transpose, so its weights are first transposed to
-// [tap][c_in][c_out] (transpose_taps_kernel) and read K-major, one box of 128 c_in rows by 32
-// c_out (64 16-bit units: see produce).
-template <typename T>
-constexpr bool kBackwardBKMajor = std::is_same_v<T, float>;
-
-// Producer thread p gathers row p of A (class row m0 + p): k-tile t covers the class's tap
-// t / groups, (jr, js), and output channels kTileK * (t % groups).. (groups = c_out / kTileK);
-// thread 0 brings that tap's weights.
-template <typename T>
-__device__ void produce_backward(const ConvGeom& g, const ParityClass& pc, NhwcView<const T> grad_out,
-                                 const TapMaps* maps, int k_tiles, const Ring& ring) {
-  constexpr int V = 16 / int(sizeof(T));  // channels a 16-byte copy
-  const int p = int(threadIdx.x), m = int(blockIdx.y) * kBlockM + p, groups = g.c_out / kTileK<T>;
-  const bool row_valid = m < pc.rows(g);
-  const int q = row_valid ? m : 0, xq = q % pc.wc, rest = q / pc.wc, yq = rest % pc.hc, b = rest / pc.hc;
-  const int oy0 = yq + pc.dy, ox0 = xq + pc.dx;  // the output pixel of tap (0, 0)
-  for (int t = 0; t < k_tiles; ++t) {
-    const int st = stage_of(t), tap = t / groups, c0 = (t % groups) * kTileK<T>, jr = tap / pc.ns, js = tap % pc.ns;
-    mbarrier_wait(&ring.empty[st], empty_parity(t));
-    if (p == 0) {
-      const tma::TensorMap* map = &maps->tap[(pc.ry0 + g.stride * jr) * g.k + pc.rx0 + g.stride * js];
-      mbarrier_arrive_expect_tx(&ring.full[st], kTileBytes);
-      if constexpr (kBackwardBKMajor<T>) {
-        tma::load_2d(ring.b_tile(st), map, 2 * c0, int(blockIdx.x) * kBlockN, &ring.full[st]);
-      } else {
-        for (int h = 0; h < 2; ++h)
-          tma::load_2d(ring.b_tile(st) + h * kMnHalfBytes, map, int(blockIdx.x) * kBlockN + 64 * h, c0,
-                       &ring.full[st]);
-      }
-    }
-    const int oy = oy0 - jr, ox = ox0 - js;
-    const bool inside = row_valid && oy >= 0 && oy < g.oh && ox >= 0 && ox < g.ow;
-    const uint32_t a_tile = ring.address + uint32_t(st) * kStageBytes;
-#pragma unroll
-    for (int c = 0; c < 8; ++c) {
-      const T* src = inside ? grad_out.data + grad_out.at(b, oy, ox, c0 + V * c) : grad_out.data;
-      const uint32_t address = k_major_address(a_tile, Swizzle::B128, 0, kRowGroupBytes, uint32_t(p), uint32_t(16 * c));
-      mma::cp_async_16(ring.smem + (address - ring.address), src, inside);
-    }
-    gathered(t, ring);
-  }
-  if (k_tiles > 0) gathered_last(k_tiles, ring);
-}
-
-// Thread 0 alone: A as one im2col box of the class's map a k-tile (the block's 128 class rows at
-// one tap, kTileK output channels), then the tap's weights as produce_backward brings them.
-template <typename T>
-__device__ void produce_backward_im2col(const ConvGeom& g, const ParityClass& pc, const tma::TensorMap* a_map,
-                                        const TapMaps* maps, int k_tiles, const Ring& ring) {
-  const int groups = g.c_out / kTileK<T>, m0 = int(blockIdx.y) * kBlockM;
-  const int xq = m0 % pc.wc, rest = m0 / pc.wc, yq = rest % pc.hc, b = rest / pc.hc;
-  const int y0 = yq + pc.dy - (pc.nr - 1), x0 = xq + pc.dx - (pc.ns - 1);  // the traversal's coordinates
-  for (int t = 0; t < k_tiles; ++t) {
-    const int st = stage_of(t), tap = t / groups, c0 = (t % groups) * kTileK<T>, jr = tap / pc.ns, js = tap % pc.ns;
-    const tma::TensorMap* map = &maps->tap[(pc.ry0 + g.stride * jr) * g.k + pc.rx0 + g.stride * js];
-    mbarrier_wait(&ring.empty[st], empty_parity(t));
-    mbarrier_arrive_expect_tx(&ring.full[st], kStageBytes);
-    tma::load_im2col(ring.a_tile(st), a_map, c0, x0, y0, b, uint16_t(pc.ns - 1 - js), uint16_t(pc.nr - 1 - jr),
-                     &ring.full[st]);
-    if constexpr (kBackwardBKMajor<T>) {
-      tma::load_2d(ring.b_tile(st), map, 2 * c0, int(blockIdx.x) * kBlockN, &ring.full[st]);
-    } else {
-      for (int h = 0; h < 2; ++h)
-        tma::load_2d(ring.b_tile(st) + h * kMnHalfBytes, map, int(blockIdx.x) * kBlockN + 64 * h, c0, &ring.full[st]);
-    }
-  }
-}
-
-// Grid (c_in tiles, row tiles of the largest class, classes). A class without taps (a kernel
-// smaller than the stride) stores zeros, or leaves grad_in as it was when accumulating.
-template <typename T, bool Im2colA>
-__global__ void __launch_bounds__(kThreads, 1)
-    conv_backward_data_wgmma_kernel(ConvGeom g, NhwcView<const T> grad_out, const __grid_constant__ TapMaps maps,
-                                    const __grid_constant__ ClassMaps class_maps, NhwcView<T> grad_in,
-                                    bool accumulate) {
-  const ParityClass pc(g, int(blockIdx.z));
-  const int rows = pc.rows(g);
-  if (int(blockIdx.y) * kBlockM >= rows) return;  // a smaller class: the whole block leaves
-  const Ring ring = make_ring(Im2colA ? 1 : 128 + 1);  // thread 0's expect_tx (and the gatherers)
-  const int k_tiles = pc.nr * pc.ns * (g.c_out / kTileK<T>);
-  if (threadIdx.x < 128) {
-    if constexpr (Im2colA) {
-      if (threadIdx.x == 0 && k_tiles > 0)
-        produce_backward_im2col<T>(g, pc, &class_maps.cls[blockIdx.z], &maps, k_tiles, ring);
-    } else {
-      produce_backward<T>(g, pc, grad_out, &maps, k_tiles, ring);
-    }
-    return;
-  }
-  const OutRows<T, ClassPixels> out{grad_in.data, grad_in.stride, rows, grad_in.c, nullptr, accumulate, {g, pc}};
-  multiply_and_store<T, false, false, !kBackwardBKMajor<T>>(k_tiles, ring, out);
-}
-
-// wt[tap][ci][co] = w[co][tap][ci]: each tap's [c_out][c_in] slice transposed, 32x32 tiles through
-// shared memory (block (32, 8), grid (c_in / 32, c_out / 32, taps)).
-__global__ void transpose_taps_kernel(const float* w, int c_out, int taps, int c_in, float* wt) {
-  __shared__ float tile[32][33];
-  const int tap = int(blockIdx.z), ci0 = int(blockIdx.x) * 32, co0 = int(blockIdx.y) * 32, x = int(threadIdx.x);
-  for (int r = int(threadIdx.y); r < 32; r += 8)
-    if (co0 + r < c_out && ci0 + x < c_in) tile[r][x] = w[(size_t(co0 + r) * taps + tap) * c_in + ci0 + x];
-  __syncthreads();
-  for (int r = int(threadIdx.y); r < 32; r += 8)
-    if (ci0 + r < c_in && co0 + x < c_out) wt[(size_t(tap) * c_in + ci0 + r) * c_out + co0 + x] = tile[x][r];
-}
-
-constexpr size_t kMaxRowTiles = 65535;  // the grid's y: a tile of 128 pixels each
-constexpr int kMaxStride = 255;         // the backward data's grid z: stride^2 parity classes
-
-// The backward data's largest parity class, (0, 0): its rows.
-size_t largest_class_rows(const Conv2dShape& s) {
-  return size_t(s.n) * ceil_div(size_t(s.h), size_t(s.stride)) * ceil_div(size_t(s.w), size_t(s.stride));
-}
-
-void require_wgmma(const char* op) {
-  if (!current_device_runs_wgmma())
-    throw Error(std::string(op) + ": wgmma needs sm_90a code on an sm_90 device (H100, H200) and a build whose ARCH "
-                "has 90");
-}
-
-// The corners of class `pc`'s map of grad_out (ClassMaps): its hc x wc grid at (dy - (nr - 1),
-// dx - (ns - 1)).
-struct ClassBox {
-  int lower_h, lower_w, upper_h, upper_w;
-};
-ClassBox class_box(const ConvGeom& g, const ParityClass& pc) {
-  const int lower_h = pc.dy - (pc.nr - 1), lower_w = pc.dx - (pc.ns - 1);
-  return ClassBox{lower_h, lower_w, lower_h + pc.hc - g.oh, lower_w + pc.wc - g.ow};
-}
-// Whether the class reads anything (rows and taps): the others' maps are never loaded.
-bool class_reads(const ConvGeom& g, const ParityClass& pc) { return pc.rows(g) > 0 && pc.nr * pc.ns > 0; }
-
-template <typename T>
-ClassMaps grad_out_class_maps(const Conv2dShape& s, NhwcView<const T> grad_out) {
-  const ConvGeom g = geometry(s);
-  ClassMaps maps{};
-  for (int z = s.stride * s.stride - 1; z >= 0; --z) {  // class 0 last: it always reads, and stands in
-    const ParityClass pc(g, z);
-    if (!class_reads(g, pc)) continue;
-    const ClassBox box = class_box(g, pc);
-    tma::Im2colNhwc t{};
-    t.base = grad_out.data;
-    t.element_bytes = sizeof(T);
-    t.n = uint64_t(s.n), t.h = uint64_t(g.oh), t.w = uint64_t(g.ow), t.c = uint64_t(s.c_out);
-    t.pixel_stride_bytes = uint64_t(grad_out.stride) * sizeof(T);
-    t.lower_h = box.lower_h, t.lower_w = box.lower_w, t.upper_h = box.upper_h, t.upper_w = box.upper_w;
-    t.stride = 1;
-    t.channels_per_pixel = uint32_t(kTileK<T>);
-    t.pixels_per_column = kBlockM;
-    t.swizzle = 1;
-    maps.cls[z] = tma::encode_im2col(t);
-  }
-  for (int z = 1; z < s.stride * s.stride; ++z)
-    if (!class_reads(g, ParityClass(g, z))) maps.cls[z] = maps.cls[0];
-  return maps;
-}
-
 }  // namespace
-
-template <typename T>
-bool conv2d_backward_data_wgmma_im2col_takes(const Conv2dShape& s, NhwcView<const T> grad_out) {
-  if (!conv2d_backward_data_wgmma_takes(s) || s.stride > 2 || s.k > 16 || s.c_out % kTileK<T> != 0 ||
-      (size_t(grad_out.stride) * sizeof(T)) % 16 != 0 || reinterpret_cast<uintptr_t>(grad_out.data) % 16 != 0)
-    return false;
-  const ConvGeom g = geometry(s);
-  for (int z = 0; z < s.stride * s.stride; ++z) {
-    const ClassBox b = class_box(g, ParityClass(g, z));
-    for (int corner : {b.lower_h, b.lower_w, b.upper_h, b.upper_w})
-      if (corner < -128 || corner > 127) return false;
-  }
-  return true;
-}
 
 bool conv2d_forward_wgmma_takes(const Conv2dShape& s) {
   return s.c_in % 8 == 0 && ceil_div(size_t(s.n) * s.out_h() * s.out_w(), size_t(kBlockM)) <= kMaxRowTiles;
@@ -385,99 +175,6 @@ template <typename T>
 bool conv2d_forward_wgmma_im2col_takes(const Conv2dShape& s, NhwcView<const T> in) {
   return conv2d_forward_wgmma_takes(s) && s.c_in % kTileK<T> == 0 && conv_im2col_geometry_fits(s) &&
          (size_t(in.stride) * sizeof(T)) % 16 == 0 && reinterpret_cast<uintptr_t>(in.data) % 16 == 0;
-}
-
-bool wgmma::conv_im2col_geometry_fits(const Conv2dShape& s) {
-  const int upper_h = (s.out_h() - 1) * s.stride + 1 - s.h - s.pad();
-  const int upper_w = (s.out_w() - 1) * s.stride + 1 - s.w - s.pad();
-  return s.stride <= 8 && s.k <= 16 && s.pad() <= 128 && upper_h >= -128 && upper_h <= 127 && upper_w >= -128 &&
-         upper_w <= 127;
-}
-
-tma::TensorMap wgmma::conv_im2col_map(const Conv2dShape& s, const void* data, uint64_t pixel_stride_bytes,
-                                      uint32_t element_bytes, uint32_t channels_per_pixel,
-                                      uint32_t pixels_per_column) {
-  tma::Im2colNhwc t{};
-  t.base = data;
-  t.element_bytes = element_bytes;
-  t.n = uint64_t(s.n), t.h = uint64_t(s.h), t.w = uint64_t(s.w), t.c = uint64_t(s.c_in);
-  t.pixel_stride_bytes = pixel_stride_bytes;
-  t.lower_h = t.lower_w = -s.pad();
-  t.upper_h = (s.out_h() - 1) * s.stride + 1 - s.h - s.pad();
-  t.upper_w = (s.out_w() - 1) * s.stride + 1 - s.w - s.pad();
-  t.stride = uint32_t(s.stride);
-  t.channels_per_pixel = channels_per_pixel;
-  t.pixels_per_column = pixels_per_column;
-  t.swizzle = 1;  // 128-byte
-  return tma::encode_im2col(t);
-}
-
-bool wgmma::uses_im2col(bool fits, WgmmaInput input, const char* op, const std::string& needs) {
-  if (input == WgmmaInput::Im2col && !fits)
-    throw Error(std::string(op) + ": TMA's im2col mode cannot bring this input: it needs " + needs);
-  return input == WgmmaInput::Im2col || (input == WgmmaInput::Auto && fits && current_device_tma_im2col_verified());
-}
-
-bool conv2d_backward_data_wgmma_takes(const Conv2dShape& s) {
-  return s.k * s.k <= kMaxTaps && s.c_out % kBlockK == 0 && s.c_in % 8 == 0 && s.stride <= kMaxStride &&
-         ceil_div(largest_class_rows(s), size_t(kBlockM)) <= kMaxRowTiles;
-}
-
-template <typename T>
-size_t conv2d_backward_data_wgmma_workspace_bytes(const Conv2dShape& s) {
-  if constexpr (kBackwardBKMajor<T>) return (s.weight_count() * sizeof(float) + 255) / 256 * 256;
-  else return 0;
-}
-
-template <typename T>
-void conv2d_backward_data_wgmma(const Conv2dShape& s, NhwcView<const T> grad_out, const T* weights,
-                                NhwcView<T> grad_in, bool accumulate, cudaStream_t stream, void* workspace,
-                                size_t workspace_bytes, WgmmaInput input) {
-  s.validate();
-  require_wgmma("conv2d_backward_data_wgmma");
-  constexpr int V = 16 / int(sizeof(T));  // elements a 16-byte copy
-  if (!conv2d_backward_data_wgmma_takes(s) || grad_out.stride % V != 0 ||
-      reinterpret_cast<uintptr_t>(grad_out.data) % 16 != 0)
-    throw Error("conv2d_backward_data_wgmma: needs a 1x1 or 3x3 kernel, c_out a multiple of 64 (" +
-                std::to_string(s.c_out) + "), c_in a multiple of 8 (" + std::to_string(s.c_in) +
-                "), at most 65535 * 128 pixels a parity class and grad_out's pixel stride a multiple of 16 bytes "
-                "with 16-byte aligned data");
-  if (grad_out.n != s.n || grad_out.h != s.out_h() || grad_out.w != s.out_w() || grad_out.c != s.c_out ||
-      grad_in.n != s.n || grad_in.h != s.h || grad_in.w != s.w || grad_in.c != s.c_in)
-    throw Error("conv2d_backward_data_wgmma: the views do not match the shape");
-  const size_t needed = conv2d_backward_data_wgmma_workspace_bytes<T>(s);
-  if (workspace_bytes < needed || (needed > 0 && reinterpret_cast<uintptr_t>(workspace) % 16 != 0))
-    throw Error("conv2d_backward_data_wgmma: needs " + std::to_string(needed) +
-                " bytes of 16-byte aligned workspace (the TF32 weights transposed), got " +
-                std::to_string(workspace_bytes));
-  if (s.n == 0) return;
-  const int taps = s.k * s.k, S = s.stride;
-  const ConvGeom g = geometry(s);
-  TapMaps maps{};
-  if constexpr (kBackwardBKMajor<T>) {
-    float* wt = static_cast<float*>(workspace);
-    LAUNCH(transpose_taps_kernel, dim3(ceil_div(size_t(s.c_in), 32), ceil_div(size_t(s.c_out), 32), unsigned(taps)),
-           dim3(32, 8), 0, stream, weights, s.c_out, taps, s.c_in, wt);
-    for (int tap = 0; tap < taps; ++tap)  // Wt[tap]: rows ci of c_out floats, as 16-bit units
-      maps.tap[tap] = tma::encode_2d(wt + size_t(tap) * s.c_in * s.c_out, uint64_t(s.c_out) * 2, uint64_t(s.c_in),
-                                     uint64_t(s.c_out) * 4, 64, kBlockN, 1);
-  } else {
-    for (int tap = 0; tap < taps; ++tap)  // W[co][tap][ci]: rows co, taps * c_in elements apart
-      maps.tap[tap] = tma::encode_2d(weights + size_t(tap) * s.c_in, uint64_t(s.c_in), uint64_t(s.c_out),
-                                     uint64_t(taps) * s.c_in * 2, 64, kBlockK, 1);
-  }
-  const dim3 grid(ceil_div(size_t(s.c_in), kBlockN), ceil_div(largest_class_rows(s), size_t(kBlockM)), unsigned(S * S));
-  const std::string needs = "a stride of at most 2 (" + std::to_string(S) + ") and a 16-byte pixel stride";
-  if (uses_im2col(conv2d_backward_data_wgmma_im2col_takes(s, grad_out), input, "conv2d_backward_data_wgmma", needs)) {
-    const ClassMaps class_maps = grad_out_class_maps(s, grad_out);
-    tc::allow_shared(conv_backward_data_wgmma_kernel<T, true>, kSharedBytes);
-    LAUNCH((conv_backward_data_wgmma_kernel<T, true>), grid, dim3(kThreads), kSharedBytes, stream, g, grad_out, maps,
-           class_maps, grad_in, accumulate);
-  } else {
-    tc::allow_shared(conv_backward_data_wgmma_kernel<T, false>, kSharedBytes);
-    LAUNCH((conv_backward_data_wgmma_kernel<T, false>), grid, dim3(kThreads), kSharedBytes, stream, g, grad_out, maps,
-           ClassMaps{}, grad_in, accumulate);
-  }
 }
 
 template <typename T>
@@ -525,17 +222,5 @@ template void conv2d_forward_wgmma<Fp16>(const Conv2dShape&, NhwcView<const Fp16
 template bool conv2d_forward_wgmma_im2col_takes<float>(const Conv2dShape&, NhwcView<const float>);
 template bool conv2d_forward_wgmma_im2col_takes<Bf16>(const Conv2dShape&, NhwcView<const Bf16>);
 template bool conv2d_forward_wgmma_im2col_takes<Fp16>(const Conv2dShape&, NhwcView<const Fp16>);
-template void conv2d_backward_data_wgmma<float>(const Conv2dShape&, NhwcView<const float>, const float*,
-                                                NhwcView<float>, bool, cudaStream_t, void*, size_t, WgmmaInput);
-template void conv2d_backward_data_wgmma<Bf16>(const Conv2dShape&, NhwcView<const Bf16>, const Bf16*, NhwcView<Bf16>,
-                                               bool, cudaStream_t, void*, size_t, WgmmaInput);
-template void conv2d_backward_data_wgmma<Fp16>(const Conv2dShape&, NhwcView<const Fp16>, const Fp16*, NhwcView<Fp16>,
-                                               bool, cudaStream_t, void*, size_t, WgmmaInput);
-template bool conv2d_backward_data_wgmma_im2col_takes<float>(const Conv2dShape&, NhwcView<const float>);
-template bool conv2d_backward_data_wgmma_im2col_takes<Bf16>(const Conv2dShape&, NhwcView<const Bf16>);
-template bool conv2d_backward_data_wgmma_im2col_takes<Fp16>(const Conv2dShape&, NhwcView<const Fp16>);
-template size_t conv2d_backward_data_wgmma_workspace_bytes<float>(const Conv2dShape&);
-template size_t conv2d_backward_data_wgmma_workspace_bytes<Bf16>(const Conv2dShape&);
-template size_t conv2d_backward_data_wgmma_workspace_bytes<Fp16>(const Conv2dShape&);
 
 }  // namespace yolo

@@ -6,7 +6,7 @@
 
 #include "kernels/common.cuh"
 #include "kernels/conv_wgmma.h"
-#include "kernels/conv_wgmma_im2col.h"
+#include "kernels/conv_wgmma_shared.h"
 #include "kernels/hopper.h"
 #include "kernels/normalized_input.cuh"
 #include "kernels/tc_plan.h"
@@ -93,35 +93,36 @@ __device__ void produce(const WeightsGather g, NhwcView<const T> in, NormalizedI
   gathered_last(k_tiles, ring, normalize);
 }
 
-// With TMA's im2col mode (Im2colB): thread 0 alone brings both operands. c_in is a whole number
-// of 64-channel halves, so each half of B's tile (64 columns: one tap's channels c..c + 63) is one
+// With TMA's im2col mode (Im2colB): thread 0 brings both operands. c_in is a whole number of
+// 64-channel halves, so each half of B's tile (64 columns: one tap's channels c..c + 63) is one
 // im2col box of the k-tile's 64 pixels, which lands as the MN-major half it is (64 k-rows of 128
 // bytes). A half past the taps (the last column tile) reads channels past c_in: zeros.
+// k-tile t's boxes go into its stage once the math warpgroups released it: grad_out's counted
+// on "full", B's there too, or on "landed" where the producers transform them first.
 template <typename T>
-__device__ void produce_im2col(const WeightsGather g, const tma::TensorMap* in_map, const tma::TensorMap* dy_map,
-                               int first_tile, int k_tiles, const Ring& ring) {
-  for (int t = 0; t < k_tiles; ++t) {
-    const int st = stage_of(t), pixel = (first_tile + t) * kBlockK;
-    const int b = pixel / (g.out_h * g.out_w), rest = pixel % (g.out_h * g.out_w);
-    const int y0 = rest / g.out_w * g.stride - g.pad, x0 = rest % g.out_w * g.stride - g.pad;
-    mbarrier_wait(&ring.empty[st], empty_parity(t));
-    mbarrier_arrive_expect_tx(&ring.full[st], kStageBytes);
-    for (int h = 0; h < 2; ++h) {
-      tma::load_2d(ring.a_tile(st) + h * kMnHalfBytes, dy_map, int(blockIdx.y) * kBlockM + 64 * h, pixel,
-                   &ring.full[st]);
-      const int column = int(blockIdx.x) * kBlockN + 64 * h, past = column >= g.n_total;
-      const int tap = past ? g.k * g.k - 1 : column / g.c_in, c = past ? g.c_in : column % g.c_in;
-      tma::load_im2col(ring.b_tile(st) + h * kMnHalfBytes, in_map, c, x0, y0, b, uint16_t(tap % g.k),
-                       uint16_t(tap / g.k), &ring.full[st]);
-    }
+__device__ void load_im2col_stage(const WeightsGather& g, const tma::TensorMap* in_map, const tma::TensorMap* dy_map,
+                                  int first_tile, int t, const Ring& ring, bool to_landed) {
+  const int st = stage_of(t), pixel = (first_tile + t) * kBlockK;
+  const int b = pixel / (g.out_h * g.out_w), rest = pixel % (g.out_h * g.out_w);
+  const int y0 = rest / g.out_w * g.stride - g.pad, x0 = rest % g.out_w * g.stride - g.pad;
+  mbarrier_wait(&ring.empty[st], empty_parity(t));
+  uint64_t* b_bar = to_landed ? &ring.landed[st] : &ring.full[st];
+  if (to_landed) mbarrier_arrive_expect_tx(b_bar, kTileBytes);
+  mbarrier_arrive_expect_tx(&ring.full[st], to_landed ? kTileBytes : kStageBytes);
+  for (int h = 0; h < 2; ++h) {
+    tma::load_2d(ring.a_tile(st) + h * kMnHalfBytes, dy_map, int(blockIdx.y) * kBlockM + 64 * h, pixel,
+                 &ring.full[st]);
+    const int column = int(blockIdx.x) * kBlockN + 64 * h, past = column >= g.n_total;
+    const int tap = past ? g.k * g.k - 1 : column / g.c_in, c = past ? g.c_in : column % g.c_in;
+    tma::load_im2col(ring.b_tile(st) + h * kMnHalfBytes, in_map, c, x0, y0, b, uint16_t(tap % g.k),
+                     uint16_t(tap / g.k), b_bar);
   }
 }
 
-// The same with BatchNorm applied in the loads (norm): B's boxes land on the stage's "landed"
-// mbarrier; producer thread p then applies the table to its own 128 bytes of them (k-row p % 64
-// of half p / 64: one pixel's 64 channels at one tap, where the pixel and the tap lie in the
-// image), fences them and arrives on "full" (thread 0's expect_tx counts grad_out's boxes). One
-// k-tile behind the loads.
+// With BatchNorm applied in the loads (norm): producer thread p applies the table to its own 128
+// bytes of B once they landed (k-row p % 64 of half p / 64: one pixel's 64 channels at one tap,
+// where the pixel and the tap lie in the image), fences them and arrives on "full". One k-tile
+// behind the loads, which thread 0 issues.
 template <typename T>
 __device__ void produce_im2col_normalized(const WeightsGather g, NormalizedInput norm, const tma::TensorMap* in_map,
                                           const tma::TensorMap* dy_map, int first_tile, int k_tiles,
@@ -146,22 +147,7 @@ __device__ void produce_im2col_normalized(const WeightsGather g, NormalizedInput
     mbarrier_arrive(&ring.full[st]);
   };
   for (int t = 0; t < k_tiles; ++t) {
-    if (p == 0) {
-      const int st = stage_of(t), pixel = (first_tile + t) * kBlockK;
-      const int b = pixel / (g.out_h * g.out_w), rest = pixel % (g.out_h * g.out_w);
-      const int y0 = rest / g.out_w * g.stride - g.pad, x0 = rest % g.out_w * g.stride - g.pad;
-      mbarrier_wait(&ring.empty[st], empty_parity(t));
-      mbarrier_arrive_expect_tx(&ring.landed[st], kTileBytes);
-      mbarrier_arrive_expect_tx(&ring.full[st], kTileBytes);
-      for (int h = 0; h < 2; ++h) {
-        tma::load_2d(ring.a_tile(st) + h * kMnHalfBytes, dy_map, int(blockIdx.y) * kBlockM + 64 * h, pixel,
-                     &ring.full[st]);
-        const int col = int(blockIdx.x) * kBlockN + 64 * h, past = col >= g.n_total;
-        const int tp = past ? g.k * g.k - 1 : col / g.c_in, c = past ? g.c_in : col % g.c_in;
-        tma::load_im2col(ring.b_tile(st) + h * kMnHalfBytes, in_map, c, x0, y0, b, uint16_t(tp % g.k),
-                         uint16_t(tp / g.k), &ring.landed[st]);
-      }
-    }
+    if (p == 0) load_im2col_stage<T>(g, in_map, dy_map, first_tile, t, ring, true);
     if (t > 0) finish(t - 1);
   }
   if (k_tiles > 0) finish(k_tiles - 1);
@@ -181,7 +167,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (threadIdx.x < 128) {
     if constexpr (Im2colB) {
       if (norm) produce_im2col_normalized<T>(g, norm, &in_map, &dy_map, first, k_tiles, ring);
-      else if (threadIdx.x == 0) produce_im2col<T>(g, &in_map, &dy_map, first, k_tiles, ring);
+      else if (threadIdx.x == 0)
+        for (int t = 0; t < k_tiles; ++t) load_im2col_stage<T>(g, &in_map, &dy_map, first, t, ring, false);
     } else {
       produce<T>(g, in, norm, &dy_map, first, k_tiles, ring);
     }

@@ -1,9 +1,10 @@
-// conv2d_forward_wgmma and conv2d_backward_data_wgmma (kernels/conv_wgmma.cu): against an FP64
-// reference of the same 16-bit inputs (TF32: the FP32 inputs truncated as wgmma reads them) at
-// odd sizes, 3x3 (stride 1 and 2: taps outside the
+// conv2d_forward_wgmma and conv2d_backward_data_wgmma (kernels/conv_wgmma.cu,
+// conv_wgmma_data.cu): against an FP64 reference of the same 16-bit inputs (TF32: the FP32
+// inputs truncated as wgmma reads them) at odd sizes, 3x3 (stride 1 and 2: taps outside the
 // image, a K not a multiple of the 64-wide k-tile) and 1x1, BF16 and FP16, with and without
 // bias, into a channel slice of a wider output whose other channels must stay untouched,
-// outputs poisoned first; their refusals. Emulated in tests_emu (the happens-before,
+// outputs poisoned first; the input gathered and by TMA's im2col mode (strides up to 3, input
+// slices); which source Auto picks; their refusals. Emulated in tests_emu (the happens-before,
 // proxy-fence and mbarrier checks of runtime/emu/warpgroup.cpp run on every case); natively
 // where sm_90a code runs. The weight gradient: test_kernel_conv_wgmma_weights.cpp.
 #include <doctest/doctest.h>

@@ -144,7 +144,8 @@ section_wgmma() {
   fi
   run_step "SASS check, sm_90a" sass_wgmma.log 60 tools/sass_check.sh --arch 90a \
     build/native/tests/wgmma_test_kernels.cu.o build/native/kernels/gemm_wgmma.cu.o \
-    build/native/kernels/conv_wgmma.cu.o build/native/kernels/conv_wgmma_weights.cu.o build/native/kernels/conv_tc.cu.o
+    build/native/kernels/conv_wgmma.cu.o build/native/kernels/conv_wgmma_data.cu.o build/native/kernels/conv_wgmma_weights.cu.o \
+    build/native/kernels/conv_tc.cu.o
   summary[-1]+=" | $(tail -n 1 "$OUT/sass_wgmma.log")"
   run_step "wgmma fwd vs cuBLAS" bench_wgmma.log 150 build/bench_kernels --filter "fwd bf16"
   run_step "wgmma bwd data vs cuBLAS" bench_wgmma_bwd.log 120 build/bench_kernels --filter "bwd data bf16"

@@ -18,7 +18,7 @@ archs=$(grep -oE 'code=sm_[0-9]+a?' "$build/flags" | sort -u | sed 's/code=sm_//
 passed=0 failed=0
 if tools/sass_check.sh --arch "$archs" "$build/native/kernels/conv_tc.cu.o" "$build/native/kernels/gemm_tc.cu.o" \
   "$build/native/kernels/conv_small_c.cu.o" "$build/native/kernels/gemm_wgmma.cu.o" "$build/native/kernels/conv_wgmma.cu.o" \
-  "$build/native/kernels/conv_wgmma_weights.cu.o" \
+  "$build/native/kernels/conv_wgmma_data.cu.o" "$build/native/kernels/conv_wgmma_weights.cu.o" \
   "$build/native/tests/wgmma_test_kernels.cu.o"; then
   passed=$((passed + 1))
 else

@@ -1,7 +1,9 @@
-// The im2col tensor maps the wgmma convolutions read their input through (kernels/tma.h), shared
-// by conv_wgmma.cu (the forward's A) and conv_wgmma_weights.cu (the weight gradient's B); defined
-// in conv_wgmma.cu. Internal to those files.
+// What the wgmma convolutions (kernels/conv_wgmma.cu: forward, conv_wgmma_data.cu: backward
+// data, conv_wgmma_weights.cu: weight gradient) share, defined in conv_wgmma_shared.cu: the im2col
+// tensor maps they read their input through (kernels/tma.h), the choice of that source, the
+// launch checks. Internal to those files.
 #pragma once
+#include <cstddef>
 #include <cstdint>
 #include <string>
 
@@ -10,6 +12,11 @@
 #include "kernels/tma.h"
 
 namespace yolo::wgmma {
+
+constexpr size_t kMaxRowTiles = 65535;  // a grid's y: a tile of 128 pixels each
+
+// Throws yolo::Error naming `op` where the current device runs no sm_90a code.
+void require_wgmma(const char* op);
 
 // Whether an im2col map can describe the convolution's taps: a stride of at most 8 (the
 // traversal's), a kernel of at most 16 (the taps' offsets), corners within -128..127.
