@@ -89,9 +89,7 @@ __device__ void load_im2col_stage(const Gather& g, const tma::TensorMap* in_map,
   const int b = pixel / (g.out_h * g.out_w), rest = pixel % (g.out_h * g.out_w);
   const int y0 = rest / g.out_w * g.stride - g.pad, x0 = rest % g.out_w * g.stride - g.pad;
   mbarrier_wait(&ring.empty[st], empty_parity(t));
-  uint64_t* a_bar = to_landed ? &ring.landed[st] : &ring.full[st];
-  if (to_landed) mbarrier_arrive_expect_tx(a_bar, kTileBytes);
-  mbarrier_arrive_expect_tx(&ring.full[st], to_landed ? kTileBytes : kStageBytes);
+  uint64_t* a_bar = expect_stage(ring, st, to_landed);
   tma::load_im2col(ring.a_tile(st), in_map, (t % groups) * kTileK<T>, x0, y0, b, uint16_t(tap % g.k),
                    uint16_t(tap / g.k), a_bar);
   tma::load_2d(ring.b_tile(st), w_map, t * 64, int(blockIdx.x) * kBlockN, &ring.full[st]);

@@ -106,9 +106,7 @@ __device__ void load_im2col_stage(const WeightsGather& g, const tma::TensorMap* 
   const int b = pixel / (g.out_h * g.out_w), rest = pixel % (g.out_h * g.out_w);
   const int y0 = rest / g.out_w * g.stride - g.pad, x0 = rest % g.out_w * g.stride - g.pad;
   mbarrier_wait(&ring.empty[st], empty_parity(t));
-  uint64_t* b_bar = to_landed ? &ring.landed[st] : &ring.full[st];
-  if (to_landed) mbarrier_arrive_expect_tx(b_bar, kTileBytes);
-  mbarrier_arrive_expect_tx(&ring.full[st], to_landed ? kTileBytes : kStageBytes);
+  uint64_t* b_bar = expect_stage(ring, st, to_landed);
   for (int h = 0; h < 2; ++h) {
     tma::load_2d(ring.a_tile(st) + h * kMnHalfBytes, dy_map, int(blockIdx.y) * kBlockM + 64 * h, pixel,
                  &ring.full[st]);

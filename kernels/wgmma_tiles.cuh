@@ -74,6 +74,17 @@ __device__ __forceinline__ uint32_t full_parity(int t) { return uint32_t(t / kSt
 // the first round: a fresh mbarrier counts its phase "-1" of parity 1 as complete).
 __device__ __forceinline__ uint32_t empty_parity(int t) { return full_parity(t) ^ 1; }
 
+// A TMA producer's expect_tx for stage st, before it issues the stage's boxes: both operands'
+// bytes on "full"; or, where the producers transform one operand before announcing the stage
+// (to_landed), that operand's on "landed" and the other's on "full". Returns the mbarrier the
+// transformed operand's boxes complete ("full" when there is none).
+__device__ __forceinline__ uint64_t* expect_stage(const Ring& ring, int st, bool to_landed) {
+  uint64_t* bar = to_landed ? &ring.landed[st] : &ring.full[st];
+  if (to_landed) mbarrier_arrive_expect_tx(bar, kTileBytes);
+  mbarrier_arrive_expect_tx(&ring.full[st], to_landed ? kTileBytes : kStageBytes);
+  return bar;
+}
+
 // A gathering producer thread (cp.async into the ring) after issuing k-tile t's copies: commits
 // them, and announces k-tile t - 1 on its stage's "full" mbarrier once those copies landed and
 // were fenced for the async proxy (one k-tile late, so two stay in flight). gathered_last

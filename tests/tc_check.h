@@ -1,7 +1,8 @@
 // Shared pieces of the tensor-core kernel tests (tests/test_kernel_conv_tc.cpp, _gemm_tc.cpp,
 // _conv_normalized.cpp): NHWC buffers of 16-bit or FP32 elements holding one (possibly strided)
 // view, inputs rounded to their storage type, the per-element and norm checks against an FP64
-// reference, and which family (wgmma or mma.sync) an emulated pass ran on.
+// reference, and which family (wgmma or mma.sync) an emulated pass ran on, and whether through
+// TMA's im2col loads.
 #pragma once
 #include <doctest/doctest.h>
 
@@ -12,6 +13,7 @@
 
 #include "kernels/half_types.h"
 #include "kernels/precision.h"
+#include "kernels/tma.h"
 #include "kernels/tensor.h"
 #include "runtime/device.h"
 #include "tests/storage_check.h"
@@ -29,6 +31,16 @@ struct WgmmaRan {
 #if YOLO_EMULATED_KERNELS
   unsigned long long before = emu::wgmma_ops_run();
   void check(bool expected) const { CHECK((emu::wgmma_ops_run() > before) == expected); }
+#else
+  void check(bool) const {}
+#endif
+};
+
+// The same for TMA's im2col loads (kernels/tma.h): whether the scope's kernels ran any.
+struct Im2colRan {
+#if YOLO_EMULATED_KERNELS
+  unsigned long long before = tma::emulated_im2col_loads();
+  void check(bool expected) const { CHECK((tma::emulated_im2col_loads() > before) == expected); }
 #else
   void check(bool) const {}
 #endif

@@ -16,7 +16,6 @@
 #include "kernels/batchnorm.h"
 #include "kernels/conv.h"
 #include "kernels/ops.h"
-#include "kernels/tma.h"
 #include "runtime/check.h"
 #include "tests/kernel_harness.h"
 #include "tests/tc_check.h"
@@ -37,18 +36,6 @@ struct NormCase {
   bool wgmma = false;   // with pipeline 3: the passes that must run on wgmma (forward; the weight
                         // gradient too in 16 bits)
   bool im2col = false;  // and take their input by TMA's im2col mode (emulated: counted)
-};
-
-// Checks that a scope's kernels ran TMA im2col loads, or none (emulated builds; natively a no-op).
-struct Im2colRan {
-  unsigned long long before = tma::emulated_im2col_loads();
-  void check(bool expected) const {
-#if YOLO_EMULATED_KERNELS
-    CHECK((tma::emulated_im2col_loads() > before) == expected);
-#else
-    (void)expected;
-#endif
-  }
 };
 
 std::string describe(const NormCase& c) {

@@ -20,6 +20,7 @@
 #include "kernels/tma.h"
 #include "runtime/check.h"
 #include "tests/kernel_harness.h"
+#include "tests/tc_check.h"
 #include "tests/storage_check.h"
 #include "tests/test_support.h"
 
@@ -188,7 +189,7 @@ TEST_CASE("kernel: conv2d_backward_data_wgmma with A by TMA's im2col mode matche
   if (!current_device_runs_wgmma()) SKIP_TEST("this device runs no sm_90a code (wgmma)");
   Rng rng;
   CAPTURE(rng.seed());
-  const unsigned long long loads_before = tma::emulated_im2col_loads();
+  const Im2colRan im2col_ran;
   // One map of grad_out per parity class: stride 1 (one class of 9 taps), stride 2 at odd and
   // even sizes (classes of 4, 2, 2 and 1 taps and unequal grids), a 1x1 at stride 2 (three
   // classes without taps: zeros), boxes crossing rows and images.
@@ -200,11 +201,7 @@ TEST_CASE("kernel: conv2d_backward_data_wgmma with A by TMA's im2col mode matche
   check_backward<Bf16>(device, rng, Conv2dShape{1, 13, 10, 40, 64, 1, 1}, im2col);
   check_backward<float>(device, rng, Conv2dShape{2, 9, 7, 24, 64, 3, 2}, im2col);
   check_backward<float>(device, rng, Conv2dShape{1, 5, 6, 136, 128, 3, 1}, im2col);
-#if YOLO_EMULATED_KERNELS
-  CHECK(tma::emulated_im2col_loads() > loads_before);
-#else
-  (void)loads_before;
-#endif
+  im2col_ran.check(true);
   // Strides past 2 keep the gather (one map a class would not fit the kernel's parameters).
   DeviceArray<Bf16> dy(device, 64);
   CHECK_FALSE(conv2d_backward_data_wgmma_im2col_takes<Bf16>(Conv2dShape{1, 9, 9, 16, 64, 3, 3},
@@ -235,9 +232,7 @@ TEST_CASE("kernel: conv2d_forward_wgmma with A by TMA's im2col mode matches the 
   if (!current_device_runs_wgmma()) SKIP_TEST("this device runs no sm_90a code (wgmma)");
   Rng rng;
   CAPTURE(rng.seed());
-#if YOLO_EMULATED_KERNELS
-  const unsigned long long loads_before = tma::emulated_im2col_loads();
-#endif
+  const Im2colRan im2col_ran;
   // Boxes crossing rows and images, unequal height and width (the map's corners per dimension),
   // a part-filled last box; c_in of several k-tiles; the input a channel slice of a wider tensor.
   const WgmmaInput im2col = WgmmaInput::Im2col;
@@ -248,9 +243,7 @@ TEST_CASE("kernel: conv2d_forward_wgmma with A by TMA's im2col mode matches the 
   // TF32: boxes of 32 FP32 channels, the same truncation as the gathered operands.
   check_conv<float>(device, rng, Conv2dShape{2, 9, 7, 32, 40, 3, 1}, true, 0, 40, im2col);
   check_conv<float>(device, rng, Conv2dShape{1, 10, 9, 96, 24, 3, 2}, false, 0, 24, im2col, 4, 104);
-#if YOLO_EMULATED_KERNELS
-  CHECK(tma::emulated_im2col_loads() > loads_before);  // the boxes came by im2col, not by the gather
-#endif
+  im2col_ran.check(true);  // the boxes came by im2col, not by the gather
 }
 
 TEST_CASE("kernel: conv2d_forward_wgmma chooses its A source: im2col where c_in fits (BatchNorm applied or not), the gather otherwise") {

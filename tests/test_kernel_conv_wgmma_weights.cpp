@@ -14,6 +14,7 @@
 #include "kernels/hopper.h"
 #include "kernels/tma.h"
 #include "tests/kernel_harness.h"
+#include "tests/tc_check.h"
 #include "tests/storage_check.h"
 #include "tests/test_support.h"
 
@@ -92,7 +93,7 @@ TEST_CASE("kernel: conv2d_backward_weights_wgmma with B by TMA's im2col mode mat
   if (!current_device_runs_wgmma()) SKIP_TEST("this device runs no sm_90a code (wgmma)");
   Rng rng;
   CAPTURE(rng.seed());
-  const unsigned long long loads_before = tma::emulated_im2col_loads();
+  const Im2colRan im2col_ran;
   // 9 taps of 64 channels: the last column tile's second half lies past the taps (zeros); pixels
   // not a whole number of 64-pixel k-tiles; boxes crossing rows and images; a channel slice.
   const WgmmaInput im2col = WgmmaInput::Im2col;
@@ -100,11 +101,7 @@ TEST_CASE("kernel: conv2d_backward_weights_wgmma with B by TMA's im2col mode mat
   check_weights<Fp16>(device, rng, Conv2dShape{2, 11, 10, 128, 40, 3, 2}, im2col, 8, 144);
   check_weights<Bf16>(device, rng, Conv2dShape{1, 14, 9, 64, 16, 3, 3}, im2col);
   check_weights<Bf16>(device, rng, Conv2dShape{3, 7, 6, 192, 8, 1, 1}, im2col, 16, 216);
-#if YOLO_EMULATED_KERNELS
-  CHECK(tma::emulated_im2col_loads() > loads_before);
-#else
-  (void)loads_before;
-#endif
+  im2col_ran.check(true);
 }
 
 TEST_CASE("kernel: conv2d_backward_weights_wgmma chooses its B source: im2col where it can, the gather otherwise") {
