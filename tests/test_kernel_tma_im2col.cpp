@@ -177,7 +177,9 @@ TEST_CASE("tma im2col: the encoder refuses what cuTensorMapEncodeIm2col refuses,
     }
     return std::string("accepted");
   };
-  CHECK(refused(good) == "accepted");
+#if YOLO_EMULATED_KERNELS
+  CHECK(refused(good) == "accepted");  // natively a good map goes on to the driver's encoder
+#endif
   auto with = [&](auto change) {
     tma::Im2colNhwc t = good;
     change(t);
