@@ -35,13 +35,15 @@
 #   wgmma      Hopper's building blocks (kernels/wgmma.cuh, tma.cuh) on the hardware: the
 #              warpgroup tests and gemm_nt_wgmma's (every swizzle, BF16 and FP16, cp.async and
 #              TMA rings; skipped where no sm_90a code runs), TMA's im2col boxes against the
-#              documented hardware results and a convolution's im2col rows, the same under
-#              compute-sanitizer racecheck and synccheck, the SASS check of sm_90a code (GMMA
-#              present, no local memory), then bench_kernels --filter "fwd bf16":
-#              gemm_nt_wgmma (1x1 layers) and conv2d_forward_wgmma (every layer but the first;
-#              A gathered, and by im2col where c_in is a multiple of 64) beside cuBLAS and the
-#              mma.sync convolutions; --filter "bwd data bf16" and "bwd weights bf16" likewise; the
-#              tf32 forward and backward data rows (wgmma where planned)                 ~7 min
+#              documented hardware results and a convolution's im2col rows, the wgmma and
+#              im2col self-checks, the same under compute-sanitizer racecheck and synccheck,
+#              the SASS check of sm_90a code (GMMA present, no local memory), then
+#              bench_kernels --filter "fwd bf16": gemm_nt_wgmma (1x1 layers) and
+#              conv2d_forward_wgmma (every layer but the first; A gathered, and by im2col where
+#              c_in is a multiple of 64) beside cuBLAS and the mma.sync convolutions       ~6 min
+#   wgmma_bwd  bench_kernels --filter "bwd data bf16" and "bwd weights bf16" (wgmma gathered
+#              and by im2col beside cuBLAS and mma.sync), then the tf32 forward and backward
+#              data rows (wgmma where planned)                                           ~6 min
 #   wgmma_step YOLOv3-416 batch 16 in bf16 and tf32 with the planner's wgmma choices and with
 #              YOLO_WGMMA=off, 36 steps each, medians                                    ~3 min
 #   lookahead  YOLOv3-416 as the stock cfg trains it (batch 64, 16 micro-batches a step) in bf16,
@@ -51,14 +53,14 @@
 # reported as unavailable, not as a failure. Needs the binaries built beforehand (here or
 # elsewhere: `make ARCH=90 all build/tests`, which builds sm_90a code).
 set -u
-usage="usage: tools/gpu_check.sh OUTDIR [tests|sanitizer|bench|loader|train|yolov3|nccl|nccl2|tc|tune|peer|fold|fold_convs|lookahead|wgmma|wgmma_step ...]"
+usage="usage: tools/gpu_check.sh OUTDIR [tests|sanitizer|bench|loader|train|yolov3|nccl|nccl2|tc|tune|peer|fold|fold_convs|lookahead|wgmma|wgmma_bwd|wgmma_step ...]"
 OUT=${1:?$usage}
 shift
 sections=("$@")
 (( ${#sections[@]} )) || sections=(tests sanitizer bench loader train yolov3 nccl nccl2 tc tune peer fold fold_convs
-  lookahead wgmma wgmma_step)
+  lookahead wgmma wgmma_bwd wgmma_step)
 for s in "${sections[@]}"; do
-  case $s in tests|sanitizer|bench|loader|train|yolov3|nccl|nccl2|tc|tune|peer|fold|fold_convs|lookahead|wgmma|wgmma_step) ;;
+  case $s in tests|sanitizer|bench|loader|train|yolov3|nccl|nccl2|tc|tune|peer|fold|fold_convs|lookahead|wgmma|wgmma_bwd|wgmma_step) ;;
     *) echo "unknown section '$s'; $usage" >&2; exit 2 ;;
   esac
 done
@@ -144,12 +146,18 @@ section_wgmma() {
   fi
   run_step "SASS check, sm_90a" sass_wgmma.log 60 tools/sass_check.sh --arch 90a \
     build/native/tests/wgmma_test_kernels.cu.o build/native/kernels/gemm_wgmma.cu.o \
-    build/native/kernels/conv_wgmma.cu.o build/native/kernels/conv_wgmma_data.cu.o build/native/kernels/conv_wgmma_weights.cu.o \
-    build/native/kernels/conv_tc.cu.o
+    build/native/kernels/conv_wgmma.cu.o build/native/kernels/conv_wgmma_data.cu.o \
+    build/native/kernels/conv_wgmma_weights.cu.o build/native/kernels/conv_tc.cu.o
   summary[-1]+=" | $(tail -n 1 "$OUT/sass_wgmma.log")"
-  run_step "wgmma fwd vs cuBLAS" bench_wgmma.log 150 build/bench_kernels --filter "fwd bf16"
-  run_step "wgmma bwd data vs cuBLAS" bench_wgmma_bwd.log 120 build/bench_kernels --filter "bwd data bf16"
-  run_step "wgmma bwd weights vs cuBLAS" bench_wgmma_wgrad.log 120 build/bench_kernels --filter "bwd weights bf16"
+  run_step "wgmma fwd vs cuBLAS" bench_wgmma.log 200 build/bench_kernels --filter "fwd bf16"
+}
+
+# Backward data and the weight gradient (wgmma gathered and by im2col, beside cuBLAS and
+# mma.sync), and tf32's rows: apart from section_wgmma so that each fits one call.
+section_wgmma_bwd() {
+  [[ -x build/bench_kernels ]] || { record "wgmma_bwd" "unavailable" "build/bench_kernels not built"; return; }
+  run_step "wgmma bwd data vs cuBLAS" bench_wgmma_bwd.log 150 build/bench_kernels --filter "bwd data bf16"
+  run_step "wgmma bwd weights vs cuBLAS" bench_wgmma_wgrad.log 150 build/bench_kernels --filter "bwd weights bf16"
   # TF32's forward and backward data go to wgmma where the planner predicts it (operands read
   # truncated; backward data from the weights transposed).
   run_step "tf32 fwd (planner) vs cuBLAS" bench_tf32_fwd.log 120 build/bench_kernels --filter "conv fwd tf32"
