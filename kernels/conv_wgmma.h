@@ -42,11 +42,12 @@ void conv2d_forward_wgmma(const Conv2dShape& shape, NhwcView<const T> in, const 
 template <typename T>
 bool conv2d_forward_wgmma_im2col_takes(const Conv2dShape& shape, NhwcView<const T> in);
 
-// The backward data pass (grad_in = the gradient of conv2d_forward_wgmma's input, overwritten,
-// or added to what grad_in holds when accumulate: in FP32, rounded once): an implicit GEMM per
-// parity class of the input's pixels (one class at stride 1; stride^2 classes, each reached by
-// its own taps, otherwise), n = c_in, k = (the class's taps, c_out). A is grad_out gathered at the
-// mirrored taps (cp.async, zeros outside the image), B the weights of one tap and a k-tile of
+// The backward data pass (kernels/conv_wgmma_data.cu; grad_in = the gradient of
+// conv2d_forward_wgmma's input, overwritten, or added to what grad_in holds when accumulate: in
+// FP32, rounded once): an implicit GEMM per parity class of the input's pixels (one class at
+// stride 1; stride^2 classes, each reached by its own taps, otherwise), n = c_in, k = (the class's
+// taps, c_out). A is grad_out at the mirrored taps (zeros outside the image; by im2col or
+// gathered by cp.async, below), B the weights of one tap and a k-tile of
 // output channels by TMA, one tensor map a tap: 16-bit weights read MN-major (their c_in rows as
 // they lie, two boxes); TF32 (T = float; wgmma cannot transpose it) from a copy transposed to
 // [tap][c_in][c_out] in the workspace (conv2d_backward_data_wgmma_workspace_bytes: 0 in 16 bits),
