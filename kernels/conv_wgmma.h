@@ -29,6 +29,10 @@
 namespace yolo {
 
 enum class WgmmaInput { Auto, Gather, Im2col };
+// The environment variable YOLO_TMA_IM2COL=off (or 0) makes Auto gather in every pass (an A/B
+// switch, or a workaround); on, 1, auto or unset leave Auto's choice; anything else throws
+// yolo::Error naming it.
+bool tma_im2col_allowed_by_environment();
 
 template <typename T>
 void conv2d_forward_wgmma(const Conv2dShape& shape, NhwcView<const T> in, const T* weights, const float* bias,

@@ -1,6 +1,7 @@
 // The wgmma convolutions' shared pieces (kernels/conv_wgmma_shared.h).
 #include "kernels/conv_wgmma_shared.h"
 
+#include <cstdlib>
 #include <string>
 
 #include "kernels/common.cuh"
@@ -43,7 +44,22 @@ tma::TensorMap conv_im2col_map(const Conv2dShape& s, const void* data, uint64_t 
 bool uses_im2col(bool fits, WgmmaInput input, const char* op, const std::string& needs) {
   if (input == WgmmaInput::Im2col && !fits)
     throw Error(std::string(op) + ": TMA's im2col mode cannot bring this input: it needs " + needs);
-  return input == WgmmaInput::Im2col || (input == WgmmaInput::Auto && fits && current_device_tma_im2col_verified());
+  return input == WgmmaInput::Im2col || (input == WgmmaInput::Auto && fits && tma_im2col_allowed_by_environment() &&
+                                         current_device_tma_im2col_verified());
 }
 
 }  // namespace yolo::wgmma
+
+namespace yolo {
+
+bool tma_im2col_allowed_by_environment() {
+  const char* env = std::getenv("YOLO_TMA_IM2COL");
+  if (env == nullptr || *env == 0) return true;
+  const std::string value = env;
+  if (value == "1" || value == "on" || value == "auto") return true;
+  if (value == "0" || value == "off") return false;
+  throw Error("YOLO_TMA_IM2COL=" + value +
+              ": expected off (or 0) to keep the wgmma convolutions on their gathers, or on (1, auto)");
+}
+
+}  // namespace yolo

@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -282,6 +283,40 @@ TEST_CASE("kernel: conv2d_forward_wgmma chooses its A source: im2col where c_in 
   CHECK(tma::emulated_im2col_loads() == before);
 #endif
 }
+
+#if YOLO_EMULATED_KERNELS
+TEST_CASE("kernel: YOLO_TMA_IM2COL=off makes Auto gather; a value it does not know is refused") {
+  KERNEL_TEST_DEVICE(device);
+  struct RestoreEnvironment {
+    ~RestoreEnvironment() { ::unsetenv("YOLO_TMA_IM2COL"); }
+  } restore;
+  const Conv2dShape s{1, 6, 5, 64, 64, 3, 1};
+  DeviceArray<Bf16> x(device, 6 * 5 * 64), w(device, s.weight_count()), y(device, 6 * 5 * 64);
+  const NhwcView<const Bf16> in{x.data(), 1, 6, 5, 64, 64};
+  const NhwcView<Bf16> out{y.data(), 1, 6, 5, 64, 64};
+  auto ran_im2col = [&] {
+    const Im2colRan ran;
+    conv2d_forward_wgmma<Bf16>(s, in, w.data(), nullptr, out, nullptr);
+    return tma::emulated_im2col_loads() > ran.before;
+  };
+  for (const char* off : {"off", "0"}) {
+    ::setenv("YOLO_TMA_IM2COL", off, 1);
+    CHECK_FALSE(tma_im2col_allowed_by_environment());
+    CHECK_FALSE(ran_im2col());
+  }
+  for (const char* on : {"on", "1", "auto", ""}) {
+    ::setenv("YOLO_TMA_IM2COL", on, 1);
+    CHECK(ran_im2col());
+  }
+  ::setenv("YOLO_TMA_IM2COL", "maybe", 1);
+  CHECK_THROWS_WITH_AS(conv2d_forward_wgmma<Bf16>(s, in, w.data(), nullptr, out, nullptr),
+                       doctest::Contains("YOLO_TMA_IM2COL=maybe"), Error);
+  ::setenv("YOLO_TMA_IM2COL", "off", 1);  // forced im2col is not Auto: the switch leaves it alone
+  const Im2colRan forced;
+  conv2d_forward_wgmma<Bf16>(s, in, w.data(), nullptr, out, nullptr, {}, {}, WgmmaInput::Im2col);
+  forced.check(true);
+}
+#endif
 
 TEST_CASE("kernel: conv2d_forward_wgmma refuses inputs its 16-byte gathers cannot read") {
   KERNEL_TEST_DEVICE(device);

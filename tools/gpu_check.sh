@@ -44,8 +44,9 @@
 #   wgmma_bwd  bench_kernels --filter "bwd data bf16" and "bwd weights bf16" (wgmma gathered
 #              and by im2col beside cuBLAS and mma.sync), then the tf32 forward and backward
 #              data rows (wgmma where planned)                                           ~6 min
-#   wgmma_step YOLOv3-416 batch 16 in bf16 and tf32 with the planner's wgmma choices and with
-#              YOLO_WGMMA=off, 36 steps each, medians                                    ~3 min
+#   wgmma_step YOLOv3-416 batch 16 in bf16 and tf32 with the planner's wgmma choices (im2col
+#              where it fits), with YOLO_TMA_IM2COL=off (wgmma gathering) and with
+#              YOLO_WGMMA=off, 36 steps each, medians                                    ~5 min
 #   lookahead  YOLOv3-416 as the stock cfg trains it (batch 64, 16 micro-batches a step) in bf16,
 #              and batch 16 in fp16 (the T4's precision, loss scale on the GPU), each with
 #              look-ahead (default) and with --no-look-ahead, medians                   ~5 min
@@ -171,11 +172,15 @@ section_wgmma_step() {
   [[ -x ./train_yolo ]] || { record "wgmma step" "unavailable" "./train_yolo not built"; return; }
   sed 's/^classes=80/classes=3/; s/^filters=255/filters=24/; s/^random=1/random=0/' models/yolov3.cfg \
     >"$OUT/yolov3-wgmma.cfg"
-  local mode log precision
+  local mode log precision wgmma im2col
+  # mode: wgmma with im2col where it fits (on), wgmma gathering every operand (gather), mma.sync (off).
   for precision in bf16 tf32; do
-    for mode in on off; do
+    for mode in on gather off; do
+      wgmma=on im2col=on
+      [[ $mode == gather ]] && im2col=off
+      [[ $mode == off ]] && wgmma=off
       log="wgmma_yolov3_${precision}_$mode.log"
-      run_step "yolov3 $precision wgmma $mode" "$log" 90 env YOLO_WGMMA=$mode ./train_yolo \
+      run_step "yolov3 $precision wgmma $mode" "$log" 90 env YOLO_WGMMA=$wgmma YOLO_TMA_IM2COL=$im2col ./train_yolo \
         --cfg "$OUT/yolov3-wgmma.cfg" --size 416 --batch 16 --subdivisions 1 --max-batches 36 \
         --precision "$precision" --out "$OUT/wgmma_runs/${precision}_$mode"
       [[ -f "$OUT/$log" ]] && summary[-1]+=" | $(ours_rate "$OUT/$log" 16 |
