@@ -1,11 +1,11 @@
 // The wgmma convolutions' shared pieces (kernels/conv_wgmma_shared.h).
 #include "kernels/conv_wgmma_shared.h"
 
-#include <cstdlib>
 #include <string>
 
 #include "kernels/common.cuh"
 #include "kernels/hopper.h"
+#include "kernels/tc_plan.h"
 #include "kernels/wgmma_check.h"
 
 namespace yolo::wgmma {
@@ -53,13 +53,7 @@ bool uses_im2col(bool fits, WgmmaInput input, const char* op, const std::string&
 namespace yolo {
 
 bool tma_im2col_allowed_by_environment() {
-  const char* env = std::getenv("YOLO_TMA_IM2COL");
-  if (env == nullptr || *env == 0) return true;
-  const std::string value = env;
-  if (value == "1" || value == "on" || value == "auto") return true;
-  if (value == "0" || value == "off") return false;
-  throw Error("YOLO_TMA_IM2COL=" + value +
-              ": expected off (or 0) to keep the wgmma convolutions on their gathers, or on (1, auto)");
+  return tc::switch_from_environment("YOLO_TMA_IM2COL", "to keep the wgmma convolutions on their gathers");
 }
 
 }  // namespace yolo

@@ -139,13 +139,17 @@ GpuDesc described_current_gpu() {
 
 }  // namespace
 
-bool wgmma_allowed_by_environment() {
-  const char* env = std::getenv("YOLO_WGMMA");
+bool switch_from_environment(const char* variable, const char* off_effect) {
+  const char* env = std::getenv(variable);
   if (env == nullptr || *env == 0) return true;
   const std::string value = env;
   if (value == "1" || value == "on" || value == "auto") return true;
   if (value == "0" || value == "off") return false;
-  throw Error("YOLO_WGMMA=" + value + ": expected off (or 0) to keep the convolutions on mma.sync, or on (1, auto)");
+  throw Error(std::string(variable) + "=" + value + ": expected off (or 0) " + off_effect + ", or on (1, auto)");
+}
+
+bool wgmma_allowed_by_environment() {
+  return switch_from_environment("YOLO_WGMMA", "to keep the convolutions on mma.sync");
 }
 
 GpuDesc current_gpu() {

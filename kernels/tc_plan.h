@@ -49,6 +49,10 @@ GpuDesc gpu_preset(int compute_capability);
 // the planner; anything else throws yolo::Error naming it.
 GpuDesc current_gpu();
 bool wgmma_allowed_by_environment();
+// An on/off environment variable as YOLO_WGMMA is read: unset, empty, on, 1 or auto: true; off
+// or 0: false; anything else throws yolo::Error naming the variable, the value and `off_effect`
+// (what off does, e.g. "to keep the convolutions on mma.sync").
+bool switch_from_environment(const char* variable, const char* off_effect);
 
 // The kernel families; each has its own loaders, so its own registers and launch bounds.
 enum class TcPass { Forward, BackwardData, BackwardWeights, Gemm };

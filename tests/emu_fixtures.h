@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <optional>
 
+#include "runtime/device.h"
 #include "runtime/stream_queue.h"
 #if YOLO_EMULATED_KERNELS
 #include "runtime/emu/device.h"

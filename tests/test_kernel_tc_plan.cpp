@@ -13,6 +13,7 @@
 #include "kernels/gemm.h"
 #include "kernels/tc_plan.h"
 #include "runtime/check.h"
+#include "runtime/device.h"
 #include "tests/tc_tiling.h"
 #include "tools/yolov3_convs.h"
 
