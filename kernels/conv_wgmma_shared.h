@@ -1,7 +1,8 @@
 // What the wgmma convolutions (kernels/conv_wgmma.cu: forward, conv_wgmma_data.cu: backward
 // data, conv_wgmma_weights.cu: weight gradient) share, defined in conv_wgmma_shared.cu: the im2col
 // tensor maps they read their input through (kernels/tma.h), the choice of that source, the
-// launch checks. Internal to those files.
+// launch checks. Internal to those files (and tests/test_kernel_tma_im2col.cpp, which checks
+// the maps' boxes against a convolution's im2col rows).
 #pragma once
 #include <cstddef>
 #include <cstdint>

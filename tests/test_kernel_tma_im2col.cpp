@@ -4,14 +4,17 @@
 // next image; our reading of the PTX ISA must reproduce them), and on a convolution's geometry
 // (a box is then exactly the im2col rows of 128 output pixels at one tap: what
 // conv2d_forward_wgmma relies on) at odd sizes, strides 1 to 3, unequal height and width and a
-// channel slice; the encoder's refusals. Emulated in tests_emu; natively on an H100/H200, where
-// the same expectations check the hardware itself.
+// channel slice, through the map the wgmma convolutions build (kernels/conv_wgmma_shared.h);
+// which geometries that map takes; the encoder's refusals. Emulated in tests_emu; natively on
+// an H100/H200, where the same expectations check the hardware itself.
 #include <doctest/doctest.h>
 
 #include <cstring>
 #include <string>
 #include <vector>
 
+#include "kernels/conv.h"
+#include "kernels/conv_wgmma_shared.h"
 #include "kernels/half_types.h"
 #include "kernels/hopper.h"
 #include "kernels/tma.h"
@@ -94,7 +97,8 @@ struct Geometry {
   int c_in, c_offset, c_total;  // the convolution reads channels c_offset.. of c_total a pixel
 };
 
-// Boxes of 128 output pixels x 64 BF16 channels (128-byte swizzle) of a convolution's input: row
+// Boxes of 128 output pixels x 64 BF16 channels (128-byte swizzle) of a convolution's input, by
+// the map the wgmma convolutions build (kernels/conv_wgmma_shared.h, conv_im2col_map): row
 // p of the box at output pixel m0 + p, tap (kh, kw), channel c0 must be the im2col element, the
 // input at (oy * stride - pad + kh, ox * stride - pad + kw), or zero outside the image and past
 // c_in (the memory there holds other channels, which must not leak in).
@@ -110,19 +114,9 @@ void check_conv_boxes(Device device, Rng& rng, const Geometry& g) {
   std::vector<Bf16> x(size_t(g.n) * g.h * g.w * g.c_total);
   for (Bf16& v : x) v = from_float<Bf16>(rng.uniform(-1.0f, 1.0f));
   DeviceArray<Bf16> d_x(device, x);
-  tma::Im2colNhwc t{};
-  t.base = d_x.data() + g.c_offset;
-  t.element_bytes = 2;
-  t.n = uint64_t(g.n), t.h = uint64_t(g.h), t.w = uint64_t(g.w), t.c = uint64_t(g.c_in);
-  t.pixel_stride_bytes = uint64_t(g.c_total) * 2;
-  t.lower_h = t.lower_w = -pad;
-  t.upper_h = (oh - 1) * g.stride + 1 - g.h - pad;
-  t.upper_w = (ow - 1) * g.stride + 1 - g.w - pad;
-  t.stride = uint32_t(g.stride);
-  t.channels_per_pixel = 64;
-  t.pixels_per_column = 128;
-  t.swizzle = 1;
-  const tma::TensorMap map = tma::encode_im2col(t);
+  const Conv2dShape s{g.n, g.h, g.w, g.c_in, 64, g.k, g.stride};
+  REQUIRE(wgmma::conv_im2col_geometry_fits(s));
+  const tma::TensorMap map = wgmma::conv_im2col_map(s, d_x.data() + g.c_offset, uint64_t(g.c_total) * 2, 2, 64, 128);
   DeviceArray<unsigned char> out(device, 128 * 128);
   int wrong = 0;
   std::string first;
@@ -164,6 +158,13 @@ TEST_CASE("tma im2col: a convolution's boxes are its im2col rows (3x3 strides 1-
   check_conv_boxes(device, rng, Geometry{2, 11, 8, 3, 2, 64, 0, 64});
   check_conv_boxes(device, rng, Geometry{1, 14, 9, 3, 3, 64, 16, 88});
   check_conv_boxes(device, rng, Geometry{2, 6, 11, 1, 1, 64, 0, 72});
+}
+
+TEST_CASE("tma im2col: conv_im2col_geometry_fits takes strides up to 8 and kernels up to 16") {
+  CHECK(wgmma::conv_im2col_geometry_fits(Conv2dShape{1, 40, 40, 64, 64, 3, 8}));
+  CHECK_FALSE(wgmma::conv_im2col_geometry_fits(Conv2dShape{1, 40, 40, 64, 64, 3, 9}));
+  CHECK(wgmma::conv_im2col_geometry_fits(Conv2dShape{1, 40, 40, 64, 64, 15, 1}));
+  CHECK_FALSE(wgmma::conv_im2col_geometry_fits(Conv2dShape{1, 40, 40, 64, 64, 17, 1}));
 }
 
 TEST_CASE("tma im2col: the encoder refuses what cuTensorMapEncodeIm2col refuses, naming the rule") {
