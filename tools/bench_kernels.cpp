@@ -3,7 +3,9 @@
 // tensor-core precision: %peak is against the ceiling named in the next column), and for the
 // rows that have one, a cuBLAS yardstick (cuBLAS loaded at run time, tools/cublas_loader.h):
 // its median ms at the equivalent GEMM and our time / its time. CUDA kernels on gpu:0 when
-// there is a GPU, the fast CPU versions otherwise (with a smaller batch, printed).
+// there is a GPU, the fast CPU versions otherwise (with a smaller batch, printed). After the
+// table, where conv_tc's bf16 rows ran, one line judges them against issue 36's cuBLAS targets
+// (tools/cublas_verdict.h).
 //   bench_kernels [--filter TEXT] [--batch N] [--repeats N] [--cpu] [--ceilings-only] [--normalized]
 //                 (--normalized: conv_tc also times each forward and weight gradient reading its
 //                 input through BatchNorm's apply, rows "+bn")
@@ -11,6 +13,7 @@
 //                 choices and predicted times per YOLOv3 conv pass (no GPU needed for the presets)
 //   bench_kernels --tune [--filter TEXT]   every candidate tensor-core plan timed beside its
 //                 prediction (tools/bench_tc_tune.cu; bf16, or the precision the filter names)
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -19,6 +22,7 @@
 #include "runtime/device.h"
 #include "tools/bench.h"
 #include "tools/cublas_loader.h"
+#include "tools/cublas_verdict.h"
 
 using namespace yolo;
 
@@ -88,6 +92,8 @@ int main(int argc, char** argv) {
       run_family("conv_tc_tune");
       return 0;
     }
+    std::vector<bench::TimedRow> judged;  // conv_tc's bf16 rows, for issue 36's verdict (cublas_verdict.h)
+    const std::vector<std::string> verdict_ops = bench::verdict_ops("bf16");
     std::printf("%-22s %-34s %10s %9s %6s %9s %6s %-4s %10s %7s  %-7s %8s %6s\n", "op", "shape", "ms", "GB/s", "%copy",
                 "TFLOP/s", "%peak", "peak", "cuBLAS ms", "/cuBLAS", "plan", "pred ms", "/pred");
     for (const auto& [family, entry] : bench::entries()) {
@@ -108,9 +114,14 @@ int main(int argc, char** argv) {
         if (r.predicted_ms > 0) std::printf("  %-7s %8.3f %6.2f", r.plan.c_str(), r.predicted_ms, r.ms / r.predicted_ms);
         else if (!r.plan.empty()) std::printf("  %-7s %8s %6s", r.plan.c_str(), "-", "-");
         std::printf("\n");
+        if (family == "conv_tc" && std::find(verdict_ops.begin(), verdict_ops.end(), r.op) != verdict_ops.end())
+          judged.push_back({r.op, r.shape, r.ms, r.cublas_ms});
       }
       std::fflush(stdout);
     }
+    if (!judged.empty())
+      std::printf("%s%s\n", bench::judge_against_cublas(judged, "bf16").line.c_str(),
+                  context.batch == 16 ? "" : (" (batch " + std::to_string(context.batch) + "; the targets are at 16)").c_str());
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_kernels: error: %s\n", e.what());

@@ -47,6 +47,9 @@
 #   wgmma_step YOLOv3-416 batch 16 in bf16 and tf32 with the planner's wgmma choices (im2col
 #              where it fits), with YOLO_TMA_IM2COL=off (wgmma gathering) and with
 #              YOLO_WGMMA=off, 36 steps each, medians                                    ~5 min
+#   targets    issue 36's targets: bench_kernels --filter conv_tc with its verdict on the bf16 rows
+#              against cuBLAS (tools/cublas_verdict.h), then the bf16 YOLOv3-416 step at batch 16
+#              (36 steps, the median) against 650 img/s                                  ~3 min
 #   lookahead  YOLOv3-416 as the stock cfg trains it (batch 64, 16 micro-batches a step) in bf16,
 #              and batch 16 in fp16 (the T4's precision, loss scale on the GPU), each with
 #              look-ahead (default) and with --no-look-ahead, medians                   ~5 min
@@ -54,14 +57,14 @@
 # reported as unavailable, not as a failure. Needs the binaries built beforehand (here or
 # elsewhere: `make ARCH=90 all build/tests`, which builds sm_90a code).
 set -u
-usage="usage: tools/gpu_check.sh OUTDIR [tests|sanitizer|bench|loader|train|yolov3|nccl|nccl2|tc|tune|peer|fold|fold_convs|lookahead|wgmma|wgmma_bwd|wgmma_step ...]"
+usage="usage: tools/gpu_check.sh OUTDIR [tests|sanitizer|bench|loader|train|yolov3|nccl|nccl2|tc|tune|peer|fold|fold_convs|lookahead|wgmma|wgmma_bwd|wgmma_step|targets ...]"
 OUT=${1:?$usage}
 shift
 sections=("$@")
 (( ${#sections[@]} )) || sections=(tests sanitizer bench loader train yolov3 nccl nccl2 tc tune peer fold fold_convs
-  lookahead wgmma wgmma_bwd wgmma_step)
+  lookahead wgmma wgmma_bwd wgmma_step targets)
 for s in "${sections[@]}"; do
-  case $s in tests|sanitizer|bench|loader|train|yolov3|nccl|nccl2|tc|tune|peer|fold|fold_convs|lookahead|wgmma|wgmma_bwd|wgmma_step) ;;
+  case $s in tests|sanitizer|bench|loader|train|yolov3|nccl|nccl2|tc|tune|peer|fold|fold_convs|lookahead|wgmma|wgmma_bwd|wgmma_step|targets) ;;
     *) echo "unknown section '$s'; $usage" >&2; exit 2 ;;
   esac
 done
@@ -107,6 +110,12 @@ if [[ -z "${YOLO_CUPTI_LIB:-}" ]] &&
   dir=$(python_lib_dir nvidia.cuda_cupti 'libcupti.so.13')
   [[ -n "$dir" && -d "$dir" ]] && export YOLO_CUPTI_LIB="$dir"
 fi
+
+# YOLOv3's cfg as the trainer runs it on runs/shapes: heads at 3 classes (24 filters), and one
+# input size (random=0), in $OUT/NAME.
+trainer_yolov3_cfg() {  # name
+  sed 's/^classes=80/classes=3/; s/^filters=255/filters=24/; s/^random=1/random=0/' models/yolov3.cfg >"$OUT/$1"
+}
 
 run_step() {  # name, log file, timeout seconds, command...
   local name=$1 log=$2 limit=$3
@@ -170,8 +179,7 @@ section_wgmma_bwd() {
 # each fits one call of a few minutes.
 section_wgmma_step() {
   [[ -x ./train_yolo ]] || { record "wgmma step" "unavailable" "./train_yolo not built"; return; }
-  sed 's/^classes=80/classes=3/; s/^filters=255/filters=24/; s/^random=1/random=0/' models/yolov3.cfg \
-    >"$OUT/yolov3-wgmma.cfg"
+  trainer_yolov3_cfg yolov3-wgmma.cfg
   local mode log precision wgmma im2col
   # mode: wgmma with im2col where it fits (on), wgmma gathering every operand (gather), mma.sync (off).
   for precision in bf16 tf32; do
@@ -188,6 +196,32 @@ section_wgmma_step() {
       rm -f "$OUT/wgmma_runs/${precision}_$mode/"*.weights "$OUT/wgmma_runs/${precision}_$mode/"*.ckpt
     done
   done
+}
+
+# Issue 36's targets in one call: every conv_tc row (each pass and precision, the planner's
+# kernels, cuBLAS beside) with bench_kernels' verdict on the bf16 rows (tools/cublas_verdict.h:
+# each within 1.25x of cuBLAS, the median within 1.1x, the sum within 1.15x), then the trainer's
+# bf16 YOLOv3-416 step at batch 16 (the planner's choices, as `peer` runs ours) against 650 img/s.
+section_targets() {
+  if [[ -x build/bench_kernels ]]; then
+    run_step "conv_tc vs cuBLAS (targets)" bench_targets.log 150 build/bench_kernels --filter conv_tc
+    summary[-1]+=" | $(grep -m1 '^conv_tc bf16 against cuBLAS' "$OUT/bench_targets.log" || echo 'no verdict line')"
+  else
+    record "conv_tc vs cuBLAS (targets)" "unavailable" "build/bench_kernels not built"
+  fi
+  [[ -x ./train_yolo ]] || { record "yolov3 bf16 (targets)" "unavailable" "./train_yolo not built"; return; }
+  trainer_yolov3_cfg yolov3-targets.cfg
+  run_step "yolov3 bf16 (targets)" targets_yolov3_bf16.log 120 ./train_yolo --cfg "$OUT/yolov3-targets.cfg" \
+    --size 416 --batch 16 --subdivisions 1 --max-batches 36 --precision bf16 --out "$OUT/targets_run"
+  local rate
+  rate=$(ours_rate "$OUT/targets_yolov3_bf16.log" 16)
+  if [[ -n $rate ]]; then
+    summary[-1]+=" | $(awk '{ printf "%s img/s, %s ms/step (data wait %s, other %s); target >= 650 img/s: %s",
+      $1, $2, $3, $4, ($1 >= 650 ? "met" : "not met") }' <<<"$rate")"
+  else
+    summary[-1]+=" | no rate in the log"
+  fi
+  rm -rf "$OUT/targets_run"
 }
 
 # Every kernel test file (tests/test_kernel_*.cpp).
@@ -347,6 +381,7 @@ section_tc() {
   if [[ -x build/bench_kernels ]]; then
     run_step "bench conv_tc" bench_tc.log 60 build/bench_kernels --filter conv_tc
     summary[-1]+=" | $(grep -m1 '^mma.sync ceilings' "$OUT/bench_tc.log") | $(grep -m1 '^cuBLAS yardstick' "$OUT/bench_tc.log")"
+    summary[-1]+=" | $(grep -m1 '^conv_tc bf16 against cuBLAS' "$OUT/bench_tc.log" || echo 'no verdict line')"
   else
     record "bench conv_tc" "unavailable" "not built"
   fi
@@ -474,8 +509,7 @@ peer_net() {  # name, our cfg, size, our steps, peer steps, seconds to leave for
 section_peer() {
   [[ -x ./train_yolo ]] || { record "peer" "unavailable" "./train_yolo not built"; return; }
   peer_deadline=$((SECONDS + ${PEER_BUDGET:-360}))
-  sed 's/^classes=80/classes=3/; s/^filters=255/filters=24/; s/^random=1/random=0/' models/yolov3.cfg \
-    >"$OUT/yolov3-peer.cfg"
+  trainer_yolov3_cfg yolov3-peer.cfg
   peer_net yolov3 "$OUT/yolov3-peer.cfg" 416 36 30 50 1 --cfg models/yolov3.cfg --classes 3
   peer_net demo models/demo.cfg 160 120 50 0 0 --cfg models/demo.cfg
   {
@@ -521,8 +555,7 @@ section_fold() {
     record "bench bn+leaky bwd" "unavailable" "not built"
   fi
   [[ -x ./train_yolo ]] || { record "fold" "unavailable" "./train_yolo not built"; return; }
-  sed 's/^classes=80/classes=3/; s/^filters=255/filters=24/; s/^random=1/random=0/' models/yolov3.cfg \
-    >"$OUT/yolov3-fold.cfg"
+  trainer_yolov3_cfg yolov3-fold.cfg
   local mode log flags
   for mode in fold no-load-fold no-fold; do
     log="fold_yolov3_$mode.log"
@@ -550,8 +583,7 @@ section_fold_convs() {
 # stock cfg's 16 a step: one host round trip each without it) and fp16's loss scale on the GPU.
 section_lookahead() {
   [[ -x ./train_yolo ]] || { record "lookahead" "unavailable" "./train_yolo not built"; return; }
-  sed 's/^classes=80/classes=3/; s/^filters=255/filters=24/; s/^random=1/random=0/' models/yolov3.cfg \
-    >"$OUT/yolov3-lookahead.cfg"
+  trainer_yolov3_cfg yolov3-lookahead.cfg
   local run mode log flags batch args precision
   for run in "bf16 64/16" "fp16 16/1"; do
     read -r precision batch <<<"$run"
@@ -583,6 +615,7 @@ echo
 [[ -f "$OUT/bench_loader.log" ]] && cat "$OUT/bench_loader.log" && echo
 [[ -f "$OUT/bench_tc.log" ]] && cat "$OUT/bench_tc.log" && echo
 [[ -f "$OUT/bench_fold.log" ]] && cat "$OUT/bench_fold.log" && echo
+[[ -f "$OUT/bench_targets.log" ]] && cat "$OUT/bench_targets.log" && echo
 [[ -f "$OUT/bench_wgmma.log" ]] && grep -E "fwd bf16|^op " "$OUT/bench_wgmma.log" && echo
 [[ -f "$OUT/bench_wgmma_bwd.log" ]] && grep -E "bwd data bf16|^op " "$OUT/bench_wgmma_bwd.log" && echo
 [[ -f "$OUT/bench_wgmma_wgrad.log" ]] && grep -E "bwd weights bf16|^op " "$OUT/bench_wgmma_wgrad.log" && echo
