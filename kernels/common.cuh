@@ -49,6 +49,18 @@ __device__ __forceinline__ unsigned block_thread_index() {
   return threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
 }
 
+// bar.sync id, count: `count` threads of the block (whole warps) meet at barrier `id` (1..15; 0
+// is __syncthreads's), a group of warps synchronising apart from the rest of the block (the wgmma
+// kernels' math warpgroups while their producer runs ahead). Their writes before it are visible
+// to the others after it, as with __syncthreads.
+__device__ __forceinline__ void named_barrier_sync(unsigned id, unsigned count) {
+#if defined(__CUDACC__)
+  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(count) : "memory");
+#else
+  ::yolo::emu::named_barrier(id, count);
+#endif
+}
+
 // Sum over a full warp by butterfly exchange: every lane ends with the same bits (each step
 // adds the same two values, in either order).
 __device__ __forceinline__ float warp_sum(float v) {

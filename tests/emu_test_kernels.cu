@@ -103,6 +103,22 @@ __global__ void divergent_barrier(float* out) {
   out[threadIdx.x] = 1.0f;
 }
 
+// Two groups of 64 threads (warps 0-1 and 2-3), each rotating its values by one place a round
+// through shared memory, meeting at its own named barrier (1, 2); group 2 takes one round more.
+__global__ void named_barrier_groups(const float* in, float* out, int rounds) {
+  __shared__ float buffer[128];
+  const int t = int(threadIdx.x), group = t / 64, base = 64 * group;
+  const unsigned id = 1 + unsigned(group);
+  float v = in[t];
+  for (int r = 0; r < rounds + group; ++r) {
+    buffer[t] = v;
+    named_barrier_sync(id, 64);
+    v = buffer[base + (t - base + 1) % 64];
+    named_barrier_sync(id, 64);  // every read done before the next round's writes
+  }
+  out[t] = v;
+}
+
 __global__ void mixed_masks(const int* in, int* out) {
   int lane = threadIdx.x, v = in[lane];
   if (lane < 16)
@@ -139,6 +155,16 @@ __global__ void deadlock_with_locals(float* out) {
   out[threadIdx.x] = 1.0f;
 }
 
+// Named barriers used wrongly (a block of 64 threads): 0: id 0; 1: a count of 48 (not whole warps);
+// 2: warp 0 with a count of 32, warp 1 with 64 at the same id; 3: only warp 0 at a count of 64.
+__global__ void named_barrier_misuse(int mode) {
+  const bool warp0 = threadIdx.x < 32;
+  if (mode == 0) named_barrier_sync(0, 32);
+  if (mode == 1) named_barrier_sync(1, 48);
+  if (mode == 2) named_barrier_sync(1, warp0 ? 32 : 64);
+  if (mode == 3 && warp0) named_barrier_sync(1, 64);
+}
+
 __global__ void throwing_kernel() {
   if (threadIdx.x == 5) throw std::runtime_error("boom from thread 5");
   __syncthreads();
@@ -157,6 +183,7 @@ void launch_votes_after_exit(const int* in, int* out, int threads, int active) {
 void launch_divide_pairs(const float*, float*, int) { throw Error("launch_divide_pairs: emulation only"); }
 int launch_deadlock_counting_destructors() { throw Error("launch_deadlock_counting_destructors: emulation only"); }
 void launch_throwing_kernel() { throw Error("launch_throwing_kernel: emulation only"); }
+void launch_named_barrier_misuse(int) { throw Error("launch_named_barrier_misuse: emulation only"); }
 #else
 void launch_divide_pairs(const float* in, float* out, int n) {
   LAUNCH(divide_pairs, dim3(ceil_div(n, 64)), dim3(64), 0, 0, in, out, n);
@@ -174,7 +201,12 @@ int launch_deadlock_counting_destructors() {
 }
 
 void launch_throwing_kernel() { LAUNCH(throwing_kernel, dim3(1), dim3(32), 0, 0); }
+void launch_named_barrier_misuse(int mode) { LAUNCH(named_barrier_misuse, dim3(1), dim3(64), 0, 0, mode); }
 #endif
+
+void launch_named_barrier_groups(const float* in, float* out, int rounds) {
+  LAUNCH(named_barrier_groups, dim3(1), dim3(128), 0, 0, in, out, rounds);
+}
 
 void launch_transpose_tiled(const float* in, float* out, int rows, int cols) {
   LAUNCH(transpose_tiled, dim3(ceil_div(cols, kTile), ceil_div(rows, kTile)), dim3(kTile, 8), 0, 0, in, out, rows, cols);

@@ -29,6 +29,11 @@ void launch_write_range(float* out, int n, int overrun);
 // Half a warp at __syncthreads, the other half at __syncwarp: a hang the emulation must report.
 void launch_divergent_barrier(float* out);
 
+// Two groups of 64 threads, each with its own named barrier (bar.sync 1 and 2, 64 threads),
+// rotate their values through shared memory: out[t] = in[base + (t - base + r) % 64] with base
+// 0 and r = rounds for threads 0..63, base 64 and r = rounds + 1 for threads 64..127.
+void launch_named_barrier_groups(const float* in, float* out, int rounds);
+
 // Lanes 0-15 reduce with a half-warp mask, then the whole warp reduces with a full mask:
 // out[lane] = 16 * sum(in[0..15]) + sum(in[16..31]) for all 32 lanes.
 void launch_mixed_masks(const int* in, int* out);
@@ -44,5 +49,7 @@ void launch_divide_pairs(const float* in, float* out, int n);
 int launch_deadlock_counting_destructors();
 // Thread 5 of a 32-thread block throws std::runtime_error("boom from thread 5").
 void launch_throwing_kernel();
+// A named barrier used wrongly (see the kernel; mode 0-3): the emulation must say so.
+void launch_named_barrier_misuse(int mode);
 
 }  // namespace yolo::testing

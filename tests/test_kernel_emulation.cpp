@@ -206,6 +206,32 @@ TEST_CASE("emulation: a barrier that can never complete is reported, not hung") 
   CHECK(d_t.download()[1] == in[8]);
 }
 
+TEST_CASE("kernel: named barriers synchronise their own groups of warps") {
+  KERNEL_TEST_DEVICE(device);
+  Rng rng;
+  CAPTURE(rng.seed());
+  const int rounds = 5;
+  const std::vector<float> in = rng.floats(128);
+  DeviceArray<float> d_in(device, in), d_out(device, 128);
+  d_out.poison();
+  launch_named_barrier_groups(d_in.data(), d_out.data(), rounds);
+  const std::vector<float> out = d_out.download();
+  int wrong = 0;
+  for (int t = 0; t < 128; ++t) {
+    const int base = t / 64 * 64, r = rounds + t / 64;
+    wrong += !(out[size_t(t)] == in[size_t(base + (t - base + r) % 64)]);
+  }
+  CHECK(wrong == 0);
+}
+
+TEST_CASE("emulation: named barriers used wrongly are reported") {
+  if (!kernels_emulated()) SKIP_TEST("undefined behaviour on a GPU; only the emulation can report it");
+  CHECK_THROWS_WITH_AS(launch_named_barrier_misuse(0), doctest::Contains("named barriers are 1..15"), Error);
+  CHECK_THROWS_WITH_AS(launch_named_barrier_misuse(1), doctest::Contains("whole warps"), Error);
+  CHECK_THROWS_WITH_AS(launch_named_barrier_misuse(2), doctest::Contains("with a count of 32"), Error);
+  CHECK_THROWS_WITH_AS(launch_named_barrier_misuse(3), doctest::Contains("wait at named barrier 1"), Error);
+}
+
 TEST_CASE("emulation: an out-of-bounds write in a kernel is caught by AddressSanitizer") {
   if (!kernels_emulated() || !asan_enabled())
     SKIP_TEST("needs the emulated build under AddressSanitizer (build/tests_emu)");

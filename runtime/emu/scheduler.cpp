@@ -26,12 +26,23 @@ namespace yolo::emu {
 
 namespace {
 
-enum class State : uint8_t { NotStarted, Ready, Running, AtBlockBarrier, AtWarpBarrier, AtCondition, Done };
+enum class State : uint8_t {
+  NotStarted,
+  Ready,
+  Running,
+  AtBlockBarrier,
+  AtWarpBarrier,
+  AtNamedBarrier,
+  AtCondition,
+  Done
+};
 
 struct ThreadSlot {
   uint3 index;
   State state = State::NotStarted;
-  uint32_t warp_mask = 0;  // the mask it waits with, at a warp barrier
+  uint32_t warp_mask = 0;  // the mask it waits with, at a warp barrier; the id at a named barrier
+  unsigned barrier_count = 0;  // at a named barrier: the threads it completes with ...
+  uint64_t arrival = 0;        // ... and when this one arrived (the first `count` arrivals complete it)
   Fiber* fiber = nullptr;
   AsyncCopies copies;      // cp.async copies issued and not yet waited for
   std::function<bool()> ready;  // at a condition (wait_until): what releases it
@@ -58,6 +69,7 @@ struct BlockRun {
   std::fenv_t fp_environment;                 // the launching thread's rounding mode etc.
   std::exception_ptr error;
   bool cancelling = false;                    // unwinding suspended threads after an error
+  uint64_t arrivals = 0;                      // named-barrier arrivals so far
 };
 
 // Thrown at a barrier into threads left suspended by an error, so their stacks unwind (local
@@ -128,6 +140,26 @@ uint32_t lanes_existing(const BlockRun& b, unsigned warp) {
   return count >= 32 ? 0xffffffffu : ((1u << count) - 1);
 }
 
+// Named barriers (bar.sync id, count) where `count` threads wait: the first `count` to arrive
+// are released together (a later arrival waits for the barrier's next completion, as on a GPU),
+// their work before it happening before what each does after it. Returns whether any was.
+bool release_named_barriers(BlockRun& b) {
+  bool released = false;
+  for (unsigned id = 1; id < kNamedBarriers; ++id) {
+    std::vector<unsigned> waiting;
+    for (unsigned i = 0; i < b.threads.size(); ++i)
+      if (b.threads[i].state == State::AtNamedBarrier && b.threads[i].warp_mask == id) waiting.push_back(i);
+    if (waiting.empty() || waiting.size() < b.threads[waiting[0]].barrier_count) continue;
+    std::sort(waiting.begin(), waiting.end(),
+              [&](unsigned x, unsigned y) { return b.threads[x].arrival < b.threads[y].arrival; });
+    waiting.resize(b.threads[waiting[0]].barrier_count);
+    if (b.warpgroup) join_clocks(*b.warpgroup, waiting);
+    for (unsigned i : waiting) b.threads[i].state = State::Ready;
+    released = true;
+  }
+  return released;
+}
+
 // Releases threads whose barrier is complete; returns false when none could be released.
 // A warp barrier completes for the lanes waiting with mask M when every lane of M that exists
 // and has not exited waits with exactly M (PTX: the same membermask); exited lanes drop out,
@@ -158,6 +190,7 @@ bool release_barriers(BlockRun& b) {
       t.state = State::Ready;
       released = true;
     }
+  released = release_named_barriers(b) || released;
   if (released) return true;
   bool all_at_block = true, any_at_block = false;
   for (const ThreadSlot& t : b.threads) {
@@ -181,7 +214,8 @@ std::string describe_stuck(const BlockRun& b) {
       conditions[t.waits_for] += 1;
       continue;
     }
-    auto key = std::make_pair(int(t.state), t.state == State::AtWarpBarrier ? t.warp_mask : 0u);
+    const bool keyed = t.state == State::AtWarpBarrier || t.state == State::AtNamedBarrier;
+    auto key = std::make_pair(int(t.state), keyed ? t.warp_mask : 0u);
     auto [it, inserted] = groups.try_emplace(key, t.index, 0);
     ++it->second.second;
   }
@@ -189,8 +223,9 @@ std::string describe_stuck(const BlockRun& b) {
   for (const auto& [what, count] : conditions) detail += " " + std::to_string(count) + " thread(s) wait for " + what + ";";
   for (const auto& [key, example] : groups)
     detail += " " + std::to_string(example.second) + " thread(s) such as " + dims(example.first) +
-              (key.first == int(State::AtBlockBarrier) ? " wait at __syncthreads;"
-                                                       : " wait at a warp operation with mask 0x" + hex(key.second) + ";");
+              (key.first == int(State::AtBlockBarrier)   ? " wait at __syncthreads;"
+               : key.first == int(State::AtNamedBarrier) ? " wait at named barrier " + std::to_string(key.second) + ";"
+                                                         : " wait at a warp operation with mask 0x" + hex(key.second) + ";");
   return detail;
 }
 
@@ -332,6 +367,23 @@ void run_on_stream(CUstream_st* stream, const char* what, std::function<void()> 
 }
 
 void block_barrier() { suspend_at(State::AtBlockBarrier, 0); }
+
+void named_barrier(unsigned id, unsigned count) {
+  BlockRun& b = *g_block;
+  const std::string where = "thread " + dims(threadIdx) + " of block " + dims(blockIdx) + ": bar.sync " +
+                            std::to_string(id) + ", " + std::to_string(count) + ": ";
+  if (id == 0 || id >= kNamedBarriers)
+    launch_error(*b.site, where + "named barriers are 1..15 (0 is __syncthreads's)");
+  if (count == 0 || count % 32 != 0 || count > b.threads.size())
+    launch_error(*b.site, where + "the count must be whole warps, at most the block's " +
+                              std::to_string(b.threads.size()) + " threads");
+  for (const ThreadSlot& t : b.threads)
+    if (t.state == State::AtNamedBarrier && t.warp_mask == id && t.barrier_count != count)
+      launch_error(*b.site, where + "other threads wait there with a count of " + std::to_string(t.barrier_count));
+  b.threads[b.current].barrier_count = count;
+  b.threads[b.current].arrival = b.arrivals++;
+  suspend_at(State::AtNamedBarrier, id);
+}
 
 void warp_barrier(uint32_t mask) {
   unsigned lane = g_block->current % 32;

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 struct CUstream_st;
 
@@ -57,6 +58,12 @@ void run_on_stream(CUstream_st* stream, const char* what, std::function<void()> 
 
 // Used by the device-side API (emu.h); valid only inside an emulated kernel.
 void block_barrier();                             // __syncthreads
+// bar.sync id, count: the calling thread waits until `count` threads wait at barrier `id` (1..15;
+// 0 is __syncthreads's); the first `count` arrivals complete it. count: whole warps, at most the
+// block. Throws yolo::Error for a bad id or count, or threads meeting at one id with different
+// counts (undefined on a GPU).
+constexpr unsigned kNamedBarriers = 16;
+void named_barrier(unsigned id, unsigned count);
 void warp_barrier(uint32_t mask);                 // __syncwarp and each warp operation's steps
 unsigned lane_id();                               // this thread's lane in its warp
 uint32_t live_lanes();                            // lanes of this warp that exist and have not exited
@@ -102,6 +109,9 @@ size_t block_thread_count();
 // Called as each thread of a block returns (throws for a thread that leaves work unwaited).
 void check_thread_exit(WarpgroupState& state);
 void join_all_clocks(WarpgroupState& state);  // at each __syncthreads: every thread's work happens before
+// at a named barrier: the work of the threads `ranks` (the block's linear indices) happens before
+// what each of them does next.
+void join_clocks(WarpgroupState& state, const std::vector<unsigned>& ranks);
 
 }  // namespace yolo::emu
 

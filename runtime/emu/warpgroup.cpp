@@ -86,6 +86,12 @@ void join_all_clocks(WarpgroupState& state) {
   for (ThreadWork& t : state.threads) t.clock = all;
 }
 
+void join_clocks(WarpgroupState& state, const std::vector<unsigned>& ranks) {
+  Clock all;
+  for (unsigned r : ranks) join(all, state.threads[r].clock);
+  for (unsigned r : ranks) state.threads[r].clock = all;
+}
+
 void check_thread_exit(WarpgroupState& state) {
   if (!state.threads[thread_rank()].queued.empty())
     throw Error("the thread returned with wgmma operations no wgmma.wait_group covered (their accumulators were "
