@@ -19,23 +19,29 @@ constexpr int kSplitRows = 64;
 
 // The (mean, M2) of channels [col0, col0 + cols) over rows [row0, row0 + rows) of `out` (row
 // pitch `pitch`), written as block `block` of a [blocks][c_total][2] partials array; counts[block]
-// = rows (by the block holding channel 0). Every thread of the block calls it, after the tile's
-// values are written and visible (a __syncthreads, or each thread reading what it wrote); threads
-// 0..255 by `thread` (threadIdx.x unless given) do the work. With ExtraThreads (a block of more
-// than 256 threads), the others only join its barriers; without, every thread is one of the 256
-// (the compile-time flag keeps those callers' code as it was: a runtime check cost sm_90a a spill).
-// scratch: kScratchFloats floats of shared memory.
-template <typename T, bool ExtraThreads = false>
+// = rows (by the block holding channel 0). 256 threads call it, 0..255 by `thread` (threadIdx.x
+// unless given), after the tile's values are written and visible to them (a barrier, or each
+// thread reading what it wrote). scratch: kScratchFloats floats of shared memory. `sync` is the
+// barrier between its steps: __syncthreads in a block of 256 threads, or a named barrier where
+// 256 threads of a larger block do this alone (NamedSync: the wgmma forward's math warpgroups).
+struct BlockSync {
+  __device__ void operator()() const { __syncthreads(); }
+};
+template <unsigned Id>
+struct NamedSync {
+  __device__ void operator()() const { named_barrier_sync(Id, kBlockThreads); }
+};
+template <typename T, class Sync = BlockSync>
 __device__ void tile_moments(const T* out, int pitch, int row0, int rows, int col0, int cols, int c_total, int block,
-                             float* scratch, float* partials, float* counts, int thread = int(threadIdx.x)) {
+                             float* scratch, float* partials, float* counts, int thread = int(threadIdx.x),
+                             Sync sync = {}) {
   const int t = thread, lane = t % kLanes, group = t / kLanes;
-  const bool member = !ExtraThreads || t < kBlockThreads;
   float* s_mean = scratch;
   float* s_m2 = scratch + kGroups * kLanes;
   float* s_n = scratch + 2 * kGroups * kLanes;
   for (int c0 = col0; c0 < col0 + cols; c0 += kLanes) {
     const int ch = c0 + lane;
-    const bool active = member && ch < col0 + cols;
+    const bool active = ch < col0 + cols;
     float n = 0.0f, mean = 0.0f, m2 = 0.0f;
     if (active)
       for (int r = group; r < rows; r += kGroups) {  // Welford, rows in order
@@ -45,12 +51,10 @@ __device__ void tile_moments(const T* out, int pitch, int row0, int rows, int co
         mean += d * (1.0f / n);
         m2 += d * (v - mean);
       }
-    if (member) {
-      s_mean[group * kLanes + lane] = mean;
-      s_m2[group * kLanes + lane] = m2;
-      if (lane == 0) s_n[group] = group < rows ? float((rows - group + kGroups - 1) / kGroups) : 0.0f;
-    }
-    __syncthreads();
+    s_mean[group * kLanes + lane] = mean;
+    s_m2[group * kLanes + lane] = m2;
+    if (lane == 0) s_n[group] = group < rows ? float((rows - group + kGroups - 1) / kGroups) : 0.0f;
+    sync();
     // Fixed tree over the groups: group g absorbs group g + s for s = 4, 2, 1.
     for (int s = kGroups / 2; s > 0; s /= 2) {
       if (group < s) {
@@ -60,9 +64,9 @@ __device__ void tile_moments(const T* out, int pitch, int row0, int rows, int co
         s_mean[group * kLanes + lane] = mean;
         s_m2[group * kLanes + lane] = m2;
       }
-      __syncthreads();
+      sync();
       if (group < s && lane == 0) s_n[group] += s_n[group + s];
-      __syncthreads();
+      sync();
     }
     if (group == 0 && active) {
       float* dst = partials + (size_t(block) * size_t(c_total) + size_t(ch)) * 2;

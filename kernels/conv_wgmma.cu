@@ -34,13 +34,13 @@ struct Gather {
 // `read`) once they landed, before the stage is announced.
 template <typename T>
 __device__ void produce(const Gather g, NhwcView<const T> in, NormalizedInput norm, const tma::TensorMap* w_map,
-                        int k_tiles, const Ring& ring) {
+                        int k_tiles, const Ring& ring, Tile tile, int t0) {
   constexpr int V = 16 / int(sizeof(T));  // channels a 16-byte copy
-  const int p = int(threadIdx.x), pixel = int(blockIdx.y) * kBlockM + p;
+  const int p = int(threadIdx.x), pixel = tile.row * kBlockM + p;
   uint32_t read = 0;  // the chunks of the k-tile before this one that came from the image
   auto normalize = [&](int t) {
     if (!norm) return;
-    const uint32_t a_tile = ring.address + uint32_t(stage_of(t)) * kStageBytes;
+    const uint32_t a_tile = ring.address + uint32_t(stage_of(t0 + t)) * kStageBytes;
     normalize_landed<T>(
         norm, read,
         [&](int q) {
@@ -52,11 +52,11 @@ __device__ void produce(const Gather g, NhwcView<const T> in, NormalizedInput no
   const int b = row_valid ? pixel / (g.out_h * g.out_w) : 0, rest = row_valid ? pixel % (g.out_h * g.out_w) : 0;
   const int y0 = rest / g.out_w * g.stride - g.pad, x0 = rest % g.out_w * g.stride - g.pad;
   for (int t = 0; t < k_tiles; ++t) {
-    const int st = stage_of(t);
-    mbarrier_wait(&ring.empty[st], empty_parity(t));
+    const int st = stage_of(t0 + t);
+    mbarrier_wait(&ring.empty[st], empty_parity(t0 + t));
     if (p == 0) {
       mbarrier_arrive_expect_tx(&ring.full[st], kTileBytes);
-      tma::load_2d(ring.b_tile(st), w_map, t * 64, int(blockIdx.x) * kBlockN, &ring.full[st]);
+      tma::load_2d(ring.b_tile(st), w_map, t * 64, tile.col * kBlockN, &ring.full[st]);
     }
     const uint32_t a_tile = ring.address + uint32_t(st) * kStageBytes;
     uint32_t reading = 0;
@@ -70,10 +70,10 @@ __device__ void produce(const Gather g, NhwcView<const T> in, NormalizedInput no
       mma::cp_async_16(ring.smem + (address - ring.address), src, inside);
       reading |= uint32_t(inside) << q;
     }
-    gathered(t, ring, normalize);  // normalizes k-tile t - 1 (`read`)
+    gathered(t, ring, normalize, t0);  // normalizes k-tile t - 1 (`read`)
     read = reading;
   }
-  gathered_last(k_tiles, ring, normalize);
+  gathered_last(k_tiles, ring, normalize, t0);
 }
 
 // With TMA's im2col mode (Im2colA): thread 0 brings both operands, A as one im2col box a
@@ -84,15 +84,15 @@ __device__ void produce(const Gather g, NhwcView<const T> in, NormalizedInput no
 // on "full", A's there too, or on "landed" where the producers transform it first.
 template <typename T>
 __device__ void load_im2col_stage(const Gather& g, const tma::TensorMap* in_map, const tma::TensorMap* w_map, int t,
-                                  const Ring& ring, bool to_landed) {
-  const int groups = g.c_in / kTileK<T>, pixel = int(blockIdx.y) * kBlockM, st = stage_of(t), tap = t / groups;
+                                  const Ring& ring, bool to_landed, Tile tile, int t0) {
+  const int groups = g.c_in / kTileK<T>, pixel = tile.row * kBlockM, st = stage_of(t0 + t), tap = t / groups;
   const int b = pixel / (g.out_h * g.out_w), rest = pixel % (g.out_h * g.out_w);
   const int y0 = rest / g.out_w * g.stride - g.pad, x0 = rest % g.out_w * g.stride - g.pad;
-  mbarrier_wait(&ring.empty[st], empty_parity(t));
+  mbarrier_wait(&ring.empty[st], empty_parity(t0 + t));
   uint64_t* a_bar = expect_stage(ring, st, to_landed);
   tma::load_im2col(ring.a_tile(st), in_map, (t % groups) * kTileK<T>, x0, y0, b, uint16_t(tap % g.k),
                    uint16_t(tap / g.k), a_bar);
-  tma::load_2d(ring.b_tile(st), w_map, t * 64, int(blockIdx.x) * kBlockN, &ring.full[st]);
+  tma::load_2d(ring.b_tile(st), w_map, t * 64, tile.col * kBlockN, &ring.full[st]);
 }
 
 // With BatchNorm applied in the loads (norm): each of the 128 producer threads applies the table
@@ -102,15 +102,16 @@ __device__ void load_im2col_stage(const Gather& g, const tma::TensorMap* in_map,
 // its stages.
 template <typename T>
 __device__ void produce_im2col_normalized(const Gather g, NormalizedInput norm, const tma::TensorMap* in_map,
-                                          const tma::TensorMap* w_map, int k_tiles, const Ring& ring) {
+                                          const tma::TensorMap* w_map, int k_tiles, const Ring& ring, Tile tile,
+                                          int t0) {
   constexpr int V = 16 / int(sizeof(T));  // channels a 16-byte chunk
-  const int p = int(threadIdx.x), groups = g.c_in / kTileK<T>, pixel = int(blockIdx.y) * kBlockM + p;
+  const int p = int(threadIdx.x), groups = g.c_in / kTileK<T>, pixel = tile.row * kBlockM + p;
   const bool row_valid = pixel < g.pixels;
   const int rest = row_valid ? pixel % (g.out_h * g.out_w) : 0;
   const int ry = rest / g.out_w * g.stride - g.pad, rx = rest % g.out_w * g.stride - g.pad;
   auto finish = [&](int u) {
-    const int st = stage_of(u), tap = u / groups, iy = ry + tap / g.k, ix = rx + tap % g.k;
-    mbarrier_wait(&ring.landed[st], full_parity(u));
+    const int st = stage_of(t0 + u), tap = u / groups, iy = ry + tap / g.k, ix = rx + tap % g.k;
+    mbarrier_wait(&ring.landed[st], full_parity(t0 + u));
     const bool inside = row_valid && iy >= 0 && iy < g.h && ix >= 0 && ix < g.w;
     const uint32_t a_tile = ring.address + uint32_t(st) * kStageBytes;
     normalize_landed<T>(
@@ -123,7 +124,7 @@ __device__ void produce_im2col_normalized(const Gather g, NormalizedInput norm, 
     mbarrier_arrive(&ring.full[st]);
   };
   for (int t = 0; t < k_tiles; ++t) {
-    if (p == 0) load_im2col_stage<T>(g, in_map, w_map, t, ring, true);
+    if (p == 0) load_im2col_stage<T>(g, in_map, w_map, t, ring, true, tile, t0);
     if (t > 0) finish(t - 1);
   }
   if (k_tiles > 0) finish(k_tiles - 1);
@@ -131,36 +132,41 @@ __device__ void produce_im2col_normalized(const Gather g, NormalizedInput norm, 
 
 // No register handoff: the math warpgroups' 64 accumulators fit the 168 registers a thread
 // launches with, and the gathering producer needs more than the 40 a handoff would leave it.
-// With moments, the block then reads its stored tile back for BatchNorm's statistics (as
-// conv2d_forward_tc does), in the ring's shared memory once every thread is past the main loop.
+// Persistent blocks over the tiles (TileOrder: c_out tiles, pixel tiles), each walking its share.
+// With moments, the math warpgroups read each tile back once stored, for BatchNorm's statistics
+// (as conv2d_forward_tc does), meeting at named barrier 1 (the producers are not there: they
+// fill the next tile's stages meanwhile) with the ring's scratch for the reduction.
+constexpr unsigned kMathBarrier = 1;
 template <typename T, bool Im2colA>
 __global__ void __launch_bounds__(kThreads, 1)
     conv_forward_wgmma_kernel(Gather g, NhwcView<const T> in, NormalizedInput norm,
                               const __grid_constant__ tma::TensorMap in_map,
                               const __grid_constant__ tma::TensorMap w_map, const float* bias, NhwcView<T> out,
-                              ConvMoments moments) {
+                              ConvMoments moments, TileOrder order) {
+  static_assert(moments::kScratchFloats * sizeof(float) <= kScratchBytes, "the moments' scratch");
   // Full: thread 0's expect_tx, and where the producers gather or normalize each of its 128.
   const Ring ring = make_ring(Im2colA && !norm ? 1 : 128 + 1);
   const int k_tiles = (g.k_total + kTileK<T> - 1) / kTileK<T>;
-  if (threadIdx.x < 128) {
-    if constexpr (Im2colA) {
-      if (norm) produce_im2col_normalized<T>(g, norm, &in_map, &w_map, k_tiles, ring);
+  int t0 = 0;  // the ring's k-tiles before this tile's
+  for (long long i = blockIdx.x; i < order.count(); i += gridDim.x, t0 += k_tiles) {
+    const Tile tile = order(i);
+    if (threadIdx.x >= 128) {
+      multiply_and_store<T, false, false, false>(k_tiles, ring, OutRows<T>{out.data, out.stride, g.pixels, out.c, bias},
+                                                 tile, t0);
+      if (moments.partials == nullptr) continue;
+      named_barrier_sync(kMathBarrier, 256);  // the tile is stored
+      const int row0 = tile.row * kBlockM, col0 = tile.col * kBlockN;
+      moments::tile_moments<T>(out.data, out.stride, row0, min(kBlockM, g.pixels - row0), col0,
+                               min(kBlockN, out.c - col0), out.c, tile.row, ring.scratch, moments.partials,
+                               moments.counts, int(threadIdx.x) - 128, moments::NamedSync<kMathBarrier>{});
+    } else if constexpr (Im2colA) {
+      if (norm) produce_im2col_normalized<T>(g, norm, &in_map, &w_map, k_tiles, ring, tile, t0);
       else if (threadIdx.x == 0)
-        for (int t = 0; t < k_tiles; ++t) load_im2col_stage<T>(g, &in_map, &w_map, t, ring, false);
+        for (int t = 0; t < k_tiles; ++t) load_im2col_stage<T>(g, &in_map, &w_map, t, ring, false, tile, t0);
     } else {
-      produce<T>(g, in, norm, &w_map, k_tiles, ring);
+      produce<T>(g, in, norm, &w_map, k_tiles, ring, tile, t0);
     }
-    if (moments.partials == nullptr) return;
-  } else {
-    multiply_and_store<T, false, false, false>(k_tiles, ring,
-                                               OutRows<T>{out.data, out.stride, g.pixels, out.c, bias});
-    if (moments.partials == nullptr) return;
   }
-  __syncthreads();  // the tile is stored, and the ring's stages are free
-  const int row0 = int(blockIdx.y) * kBlockM, col0 = int(blockIdx.x) * kBlockN;
-  moments::tile_moments<T, true>(out.data, out.stride, row0, min(kBlockM, g.pixels - row0), col0, min(kBlockN, out.c - col0),
-                           out.c, int(blockIdx.y), reinterpret_cast<float*>(ring.smem), moments.partials,
-                           moments.counts, (int(threadIdx.x) + 256) % kThreads);  // the math threads: 0..255
 }
 
 }  // namespace
@@ -195,7 +201,8 @@ void conv2d_forward_wgmma(const Conv2dShape& s, NhwcView<const T> in, const T* w
   const uint64_t units = sizeof(T) / 2;  // 16-bit units an element (see produce)
   const tma::TensorMap w_map = tma::encode_2d(weights, uint64_t(g.k_total) * units, uint64_t(s.c_out),
                                               uint64_t(g.k_total) * sizeof(T), 64, kBlockN, 1);
-  const dim3 grid(ceil_div(size_t(s.c_out), kBlockN), ceil_div(size_t(g.pixels), kBlockM));
+  const TileOrder order{int(ceil_div(size_t(s.c_out), kBlockN)), int(ceil_div(size_t(g.pixels), kBlockM)), 1};
+  const dim3 grid(persistent_blocks(order.count(), tc::current_gpu().sms));
   const std::string needs = "c_in a multiple of " + std::to_string(kTileK<T>) + " (" + std::to_string(s.c_in) +
                             "), a stride of at most 8 and a 16-byte pixel stride";
   if (uses_im2col(conv2d_forward_wgmma_im2col_takes(s, in), input, "conv2d_forward_wgmma", needs)) {
@@ -203,11 +210,11 @@ void conv2d_forward_wgmma(const Conv2dShape& s, NhwcView<const T> in, const T* w
         conv_im2col_map(s, in.data, uint64_t(in.stride) * sizeof(T), sizeof(T), kTileK<T>, kBlockM);
     tc::allow_shared(conv_forward_wgmma_kernel<T, true>, kSharedBytes);
     LAUNCH((conv_forward_wgmma_kernel<T, true>), grid, dim3(kThreads), kSharedBytes, stream, g, in, norm, in_map,
-           w_map, bias, out, moments);
+           w_map, bias, out, moments, order);
   } else {
     tc::allow_shared(conv_forward_wgmma_kernel<T, false>, kSharedBytes);
     LAUNCH((conv_forward_wgmma_kernel<T, false>), grid, dim3(kThreads), kSharedBytes, stream, g, in, norm,
-           tma::TensorMap{}, w_map, bias, out, moments);
+           tma::TensorMap{}, w_map, bias, out, moments, order);
   }
 }
 

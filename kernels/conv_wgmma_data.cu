@@ -48,30 +48,37 @@ struct ClassPixels {
 template <typename T>
 constexpr bool kBackwardBKMajor = std::is_same_v<T, float>;
 
-// Producer thread p gathers row p of A (class row m0 + p): k-tile t covers the class's tap
-// t / groups, (jr, js), and output channels kTileK * (t % groups).. (groups = c_out / kTileK);
-// thread 0 brings that tap's weights.
+// The weights' part of a k-tile (output channels c0.., the tile's 128 input channels) from one
+// tap's map, into stage st (its bytes counted on "full" by the caller).
+template <typename T>
+__device__ void load_weights_tile(const Ring& ring, int st, const tma::TensorMap* map, int col_tile, int c0) {
+  if constexpr (kBackwardBKMajor<T>) {
+    tma::load_2d(ring.b_tile(st), map, 2 * c0, col_tile * kBlockN, &ring.full[st]);
+  } else {
+    for (int h = 0; h < 2; ++h)
+      tma::load_2d(ring.b_tile(st) + h * kMnHalfBytes, map, col_tile * kBlockN + 64 * h, c0, &ring.full[st]);
+  }
+}
+
+// Producer thread p gathers row p of A (class row m0 + p) of `tile`, whose first k-tile is the
+// ring's t0: k-tile t covers the class's tap t / groups, (jr, js), and output channels
+// kTileK * (t % groups).. (groups = c_out / kTileK); thread 0 brings that tap's weights.
 template <typename T>
 __device__ void produce_backward(const ConvGeom& g, const ParityClass& pc, NhwcView<const T> grad_out,
-                                 const TapMaps* maps, int k_tiles, const Ring& ring) {
+                                 const TapMaps* maps, int k_tiles, const Ring& ring, Tile tile, int t0) {
   constexpr int V = 16 / int(sizeof(T));  // channels a 16-byte copy
-  const int p = int(threadIdx.x), m = int(blockIdx.y) * kBlockM + p, groups = g.c_out / kTileK<T>;
+  const int p = int(threadIdx.x), m = tile.row * kBlockM + p, groups = g.c_out / kTileK<T>;
   const bool row_valid = m < pc.rows(g);
   const int q = row_valid ? m : 0, xq = q % pc.wc, rest = q / pc.wc, yq = rest % pc.hc, b = rest / pc.hc;
   const int oy0 = yq + pc.dy, ox0 = xq + pc.dx;  // the output pixel of tap (0, 0)
   for (int t = 0; t < k_tiles; ++t) {
-    const int st = stage_of(t), tap = t / groups, c0 = (t % groups) * kTileK<T>, jr = tap / pc.ns, js = tap % pc.ns;
-    mbarrier_wait(&ring.empty[st], empty_parity(t));
+    const int st = stage_of(t0 + t), tap = t / groups, c0 = (t % groups) * kTileK<T>, jr = tap / pc.ns,
+              js = tap % pc.ns;
+    mbarrier_wait(&ring.empty[st], empty_parity(t0 + t));
     if (p == 0) {
       const tma::TensorMap* map = &maps->tap[(pc.ry0 + g.stride * jr) * g.k + pc.rx0 + g.stride * js];
       mbarrier_arrive_expect_tx(&ring.full[st], kTileBytes);
-      if constexpr (kBackwardBKMajor<T>) {
-        tma::load_2d(ring.b_tile(st), map, 2 * c0, int(blockIdx.x) * kBlockN, &ring.full[st]);
-      } else {
-        for (int h = 0; h < 2; ++h)
-          tma::load_2d(ring.b_tile(st) + h * kMnHalfBytes, map, int(blockIdx.x) * kBlockN + 64 * h, c0,
-                       &ring.full[st]);
-      }
+      load_weights_tile<T>(ring, st, map, tile.col, c0);
     }
     const int oy = oy0 - jr, ox = ox0 - js;
     const bool inside = row_valid && oy >= 0 && oy < g.oh && ox >= 0 && ox < g.ow;
@@ -82,58 +89,60 @@ __device__ void produce_backward(const ConvGeom& g, const ParityClass& pc, NhwcV
       const uint32_t address = k_major_address(a_tile, Swizzle::B128, 0, kRowGroupBytes, uint32_t(p), uint32_t(16 * c));
       mma::cp_async_16(ring.smem + (address - ring.address), src, inside);
     }
-    gathered(t, ring);
+    gathered(t, ring, NothingToDo{}, t0);
   }
-  if (k_tiles > 0) gathered_last(k_tiles, ring);
+  if (k_tiles > 0) gathered_last(k_tiles, ring, NothingToDo{}, t0);
 }
 
 // Thread 0 alone: A as one im2col box of the class's map a k-tile (the block's 128 class rows at
 // one tap, kTileK output channels), then the tap's weights as produce_backward brings them.
 template <typename T>
 __device__ void produce_backward_im2col(const ConvGeom& g, const ParityClass& pc, const tma::TensorMap* a_map,
-                                        const TapMaps* maps, int k_tiles, const Ring& ring) {
-  const int groups = g.c_out / kTileK<T>, m0 = int(blockIdx.y) * kBlockM;
+                                        const TapMaps* maps, int k_tiles, const Ring& ring, Tile tile, int t0) {
+  const int groups = g.c_out / kTileK<T>, m0 = tile.row * kBlockM;
   const int xq = m0 % pc.wc, rest = m0 / pc.wc, yq = rest % pc.hc, b = rest / pc.hc;
   const int y0 = yq + pc.dy - (pc.nr - 1), x0 = xq + pc.dx - (pc.ns - 1);  // the traversal's coordinates
   for (int t = 0; t < k_tiles; ++t) {
-    const int st = stage_of(t), tap = t / groups, c0 = (t % groups) * kTileK<T>, jr = tap / pc.ns, js = tap % pc.ns;
+    const int st = stage_of(t0 + t), tap = t / groups, c0 = (t % groups) * kTileK<T>, jr = tap / pc.ns,
+              js = tap % pc.ns;
     const tma::TensorMap* map = &maps->tap[(pc.ry0 + g.stride * jr) * g.k + pc.rx0 + g.stride * js];
-    mbarrier_wait(&ring.empty[st], empty_parity(t));
+    mbarrier_wait(&ring.empty[st], empty_parity(t0 + t));
     mbarrier_arrive_expect_tx(&ring.full[st], kStageBytes);
     tma::load_im2col(ring.a_tile(st), a_map, c0, x0, y0, b, uint16_t(pc.ns - 1 - js), uint16_t(pc.nr - 1 - jr),
                      &ring.full[st]);
-    if constexpr (kBackwardBKMajor<T>) {
-      tma::load_2d(ring.b_tile(st), map, 2 * c0, int(blockIdx.x) * kBlockN, &ring.full[st]);
-    } else {
-      for (int h = 0; h < 2; ++h)
-        tma::load_2d(ring.b_tile(st) + h * kMnHalfBytes, map, int(blockIdx.x) * kBlockN + 64 * h, c0, &ring.full[st]);
-    }
+    load_weights_tile<T>(ring, st, map, tile.col, c0);
   }
 }
 
-// Grid (c_in tiles, row tiles of the largest class, classes). A class without taps (a kernel
-// smaller than the stride) stores zeros, or leaves grad_in as it was when accumulating.
+// Persistent blocks over the tiles (c_in tiles, row tiles of the largest class, classes): each
+// block walks its share (TileOrder), skipping the row tiles a smaller class does not have. A class
+// without taps (a kernel smaller than the stride) stores zeros, or leaves grad_in as it was when
+// accumulating.
 template <typename T, bool Im2colA>
 __global__ void __launch_bounds__(kThreads, 1)
     conv_backward_data_wgmma_kernel(ConvGeom g, NhwcView<const T> grad_out, const __grid_constant__ TapMaps maps,
                                     const __grid_constant__ ClassMaps class_maps, NhwcView<T> grad_in,
-                                    bool accumulate) {
-  const ParityClass pc(g, int(blockIdx.z));
-  const int rows = pc.rows(g);
-  if (int(blockIdx.y) * kBlockM >= rows) return;  // a smaller class: the whole block leaves
+                                    bool accumulate, TileOrder order) {
   const Ring ring = make_ring(Im2colA ? 1 : 128 + 1);  // thread 0's expect_tx (and the gatherers)
-  const int k_tiles = pc.nr * pc.ns * (g.c_out / kTileK<T>);
-  if (threadIdx.x < 128) {
-    if constexpr (Im2colA) {
-      if (threadIdx.x == 0 && k_tiles > 0)
-        produce_backward_im2col<T>(g, pc, &class_maps.cls[blockIdx.z], &maps, k_tiles, ring);
+  int t0 = 0;  // the ring's k-tiles before this tile's
+  for (long long i = blockIdx.x; i < order.count(); i += gridDim.x) {
+    const Tile tile = order(i);
+    const ParityClass pc(g, tile.z);
+    const int rows = pc.rows(g), k_tiles = pc.nr * pc.ns * (g.c_out / kTileK<T>);
+    if (tile.row * kBlockM >= rows) continue;  // a smaller class
+    if (threadIdx.x < 128) {
+      if constexpr (Im2colA) {
+        if (threadIdx.x == 0 && k_tiles > 0)
+          produce_backward_im2col<T>(g, pc, &class_maps.cls[tile.z], &maps, k_tiles, ring, tile, t0);
+      } else {
+        produce_backward<T>(g, pc, grad_out, &maps, k_tiles, ring, tile, t0);
+      }
     } else {
-      produce_backward<T>(g, pc, grad_out, &maps, k_tiles, ring);
+      const OutRows<T, ClassPixels> out{grad_in.data, grad_in.stride, rows, grad_in.c, nullptr, accumulate, {g, pc}};
+      multiply_and_store<T, false, false, !kBackwardBKMajor<T>>(k_tiles, ring, out, tile, t0);
     }
-    return;
+    t0 += k_tiles;
   }
-  const OutRows<T, ClassPixels> out{grad_in.data, grad_in.stride, rows, grad_in.c, nullptr, accumulate, {g, pc}};
-  multiply_and_store<T, false, false, !kBackwardBKMajor<T>>(k_tiles, ring, out);
 }
 
 // wt[tap][ci][co] = w[co][tap][ci]: each tap's [c_out][c_in] slice transposed, 32x32 tiles through
@@ -256,17 +265,19 @@ void conv2d_backward_data_wgmma(const Conv2dShape& s, NhwcView<const T> grad_out
       maps.tap[tap] = tma::encode_2d(weights + size_t(tap) * s.c_in, uint64_t(s.c_in), uint64_t(s.c_out),
                                      uint64_t(taps) * s.c_in * 2, 64, kBlockK, 1);
   }
-  const dim3 grid(ceil_div(size_t(s.c_in), kBlockN), ceil_div(largest_class_rows(s), size_t(kBlockM)), unsigned(S * S));
+  const TileOrder order{int(ceil_div(size_t(s.c_in), kBlockN)), int(ceil_div(largest_class_rows(s), size_t(kBlockM))),
+                        S * S};
+  const dim3 grid(persistent_blocks(order.count(), tc::current_gpu().sms));
   const std::string needs = "a stride of at most 2 (" + std::to_string(S) + ") and a 16-byte pixel stride";
   if (uses_im2col(conv2d_backward_data_wgmma_im2col_takes(s, grad_out), input, "conv2d_backward_data_wgmma", needs)) {
     const ClassMaps class_maps = grad_out_class_maps(s, grad_out);
     tc::allow_shared(conv_backward_data_wgmma_kernel<T, true>, kSharedBytes);
     LAUNCH((conv_backward_data_wgmma_kernel<T, true>), grid, dim3(kThreads), kSharedBytes, stream, g, grad_out, maps,
-           class_maps, grad_in, accumulate);
+           class_maps, grad_in, accumulate, order);
   } else {
     tc::allow_shared(conv_backward_data_wgmma_kernel<T, false>, kSharedBytes);
     LAUNCH((conv_backward_data_wgmma_kernel<T, false>), grid, dim3(kThreads), kSharedBytes, stream, g, grad_out, maps,
-           ClassMaps{}, grad_in, accumulate);
+           ClassMaps{}, grad_in, accumulate, order);
   }
 }
 

@@ -118,7 +118,7 @@ constexpr int tc_min_blocks(TcPass pass, int bm, bool async, int elem, int code_
 // wgmma_tiles.cuh checks its own against these.
 constexpr int kWgmmaTile = 128, kWgmmaBk = 64, kWgmmaThreads = 384;
 constexpr int wgmma_bk(int elem) { return 128 / elem; }
-constexpr int kWgmmaSharedBytes = 1024 + 4 * 2 * kWgmmaTile * kWgmmaBk * 2 + 3 * 4 * 8;
+constexpr int kWgmmaSharedBytes = 1024 + 4 * 2 * kWgmmaTile * kWgmmaBk * 2 + 3 * 4 * 8 + 2080;
 // The pixel split of the wgmma weight gradient over `tiles` output tiles and `k_tiles` 64-pixel
 // steps: enough blocks for two waves of `sms` SMs, at least one step each, no empty split.
 int wgmma_weight_splits(long long tiles, long long k_tiles, int sms);

@@ -4,7 +4,10 @@
 // after giving its registers back with setmaxnreg), warpgroups 1 and 2 multiply (64 rows each,
 // m64n128k16 wgmma, one batch in flight while the stage before it is released) and store.
 // Each stage is guarded by a "full" mbarrier (the producer's arrivals and TMA bytes) and an
-// "empty" one (the 256 math threads' arrivals). Internal to those files.
+// "empty" one (the 256 math threads' arrivals). A block may work through several tiles
+// (persistent blocks: TileOrder): its producers and math warpgroups then walk the same tiles, the
+// ring's k-tile count running on from one tile to the next (t0), so the producers fill the next
+// tile's stages while the math warpgroups finish and store the one before. Internal to those files.
 #pragma once
 #include <cstdint>
 
@@ -19,7 +22,11 @@ namespace yolo::wgmma {
 constexpr int kBlockM = 128, kBlockN = 128, kBlockK = 64, kStages = 4, kThreads = 384;
 constexpr uint32_t kTileBytes = 128 * kBlockK * 2;  // one operand's 128 rows of 64 k: 128 bytes each
 constexpr uint32_t kStageBytes = 2 * kTileBytes;    // A's tile, then B's
-constexpr size_t kSharedBytes = 1024 + size_t(kStages) * kStageBytes + 3 * kStages * sizeof(uint64_t);
+// After the mbarriers: scratch for an epilogue's block-level reductions (the forward's BatchNorm
+// moments, kernels/channel_moments.cuh: 520 floats), apart from the ring the producers refill.
+constexpr uint32_t kScratchBytes = 2080;
+constexpr size_t kSharedBytes =
+    1024 + size_t(kStages) * kStageBytes + 3 * kStages * sizeof(uint64_t) + kScratchBytes;
 constexpr uint32_t kRowGroupBytes = 8 * 128;  // 8 rows of the 128-byte swizzle: the descriptor's stride
 // A k-tile is one 128-byte swizzle row of each operand row: 64 k in 16 bits (kBlockK), 32 in
 // TF32; the math warpgroups multiply it as 4 slices of 32 bytes (k16, or k8 in TF32).
@@ -40,6 +47,7 @@ struct Ring {
   uint64_t* full;
   uint64_t* empty;
   uint64_t* landed;
+  float* scratch;  // kScratchBytes, after the mbarriers
   __device__ unsigned char* a_tile(int stage) const { return smem + stage * kStageBytes; }
   __device__ unsigned char* b_tile(int stage) const { return smem + stage * kStageBytes + kTileBytes; }
   // The 16-byte chunk at shared address `at` (inside the ring), for the generic proxy.
@@ -57,6 +65,7 @@ __device__ __forceinline__ Ring make_ring(uint32_t full_arrivals) {
   ring.full = reinterpret_cast<uint64_t*>(ring.smem + kStages * kStageBytes);
   ring.empty = ring.full + kStages;
   ring.landed = ring.empty + kStages;
+  ring.scratch = reinterpret_cast<float*>(ring.landed + kStages);
   if (threadIdx.x == 0)
     for (int st = 0; st < kStages; ++st) {
       mbarrier_init(&ring.full[st], full_arrivals);
@@ -73,6 +82,25 @@ __device__ __forceinline__ uint32_t full_parity(int t) { return uint32_t(t / kSt
 // What the producer waits for before refilling: the previous round's release (passes at once in
 // the first round: a fresh mbarrier counts its phase "-1" of parity 1 as complete).
 __device__ __forceinline__ uint32_t empty_parity(int t) { return full_parity(t) ^ 1; }
+
+// A block of outputs: its 128-row and 128-column block indices, and a third index (the backward
+// data's parity class, the weight gradient's pixel split).
+struct Tile {
+  int row, col, z;
+};
+// Tiles numbered columns first, then rows, then z (consecutive tiles share A's rows in L2). A
+// persistent grid's block b takes tiles b, b + gridDim.x, ...; a grid of one block a tile, its own.
+struct TileOrder {
+  int cols, rows, zs;
+  __host__ __device__ long long count() const { return (long long)cols * rows * zs; }
+  __device__ Tile operator()(long long i) const {
+    return {int(i / cols % rows), int(i % cols), int(i / ((long long)cols * rows))};
+  }
+};
+// A persistent grid: a block an SM (the wgmma kernels' occupancy), at most one a tile.
+inline unsigned persistent_blocks(long long tiles, int sms) {
+  return unsigned(tiles < sms ? (tiles > 0 ? tiles : 1) : sms);
+}
 
 // A TMA producer's expect_tx for stage st, before it issues the stage's boxes: both operands'
 // bytes on "full"; or, where the producers transform one operand before announcing the stage
@@ -95,21 +123,22 @@ __device__ __forceinline__ uint64_t* expect_stage(const Ring& ring, int st, bool
 struct NothingToDo {
   __device__ void operator()(int) const {}
 };
+// t counts the tile's k-tiles; t0 is the ring's count at its first (persistent blocks: TileOrder).
 template <class Landed = NothingToDo>
-__device__ __forceinline__ void gathered(int t, const Ring& ring, const Landed& landed = {}) {
+__device__ __forceinline__ void gathered(int t, const Ring& ring, const Landed& landed = {}, int t0 = 0) {
   mma::cp_async_commit();
   if (t == 0) return;
   mma::cp_async_wait<1>();
   landed(t - 1);
   fence_proxy_async();
-  mbarrier_arrive(&ring.full[stage_of(t - 1)]);
+  mbarrier_arrive(&ring.full[stage_of(t0 + t - 1)]);
 }
 template <class Landed = NothingToDo>
-__device__ __forceinline__ void gathered_last(int k_tiles, const Ring& ring, const Landed& landed = {}) {
+__device__ __forceinline__ void gathered_last(int k_tiles, const Ring& ring, const Landed& landed = {}, int t0 = 0) {
   mma::cp_async_wait<0>();
   landed(k_tiles - 1);
   fence_proxy_async();
-  mbarrier_arrive(&ring.full[stage_of(k_tiles - 1)]);
+  mbarrier_arrive(&ring.full[stage_of(t0 + k_tiles - 1)]);
 }
 
 // An operand's tile when it is MN-major: two 64-element halves of its 128 rows or columns (one
@@ -126,12 +155,13 @@ __device__ __forceinline__ uint64_t slice(uint32_t tile, uint32_t j) {
 }
 
 // Math warpgroup `half` (0, 1): the 64 rows of A's tile from row 64*half (K-major: 64 rows of
-// 128 bytes in; MN-major: the half's box) against all 128 of B's, over `k_tiles` stages.
+// 128 bytes in; MN-major: the half's box) against all 128 of B's, over `k_tiles` stages, the
+// ring's k-tiles t0.. (every stage released once its batch is done, the last one included).
 template <typename T, bool AMnMajor, bool BMnMajor>
-__device__ void multiply(int k_tiles, int half, const Ring& ring, float (&acc)[64]) {
+__device__ void multiply(int k_tiles, int half, const Ring& ring, float (&acc)[64], int t0 = 0) {
 #pragma unroll
   for (int i = 0; i < 64; ++i) acc[i] = 0.0f;
-  for (int t = 0; t < k_tiles; ++t) {
+  for (int t = t0; t < t0 + k_tiles; ++t) {
     const int st = stage_of(t);
     mbarrier_wait(&ring.full[st], full_parity(t));
     const uint32_t a_tile = ring.address + uint32_t(st) * kStageBytes +
@@ -141,12 +171,13 @@ __device__ void multiply(int k_tiles, int half, const Ring& ring, float (&acc)[6
 #pragma unroll
     for (uint32_t j = 0; j < kSlicesPerTile; ++j)
       mma_async<T, 128, AMnMajor, BMnMajor>(acc, slice<AMnMajor>(a_tile, j), slice<BMnMajor>(b_tile, j),
-                                            t > 0 || j > 0);
+                                            t > t0 || j > 0);
     commit_group();
     wait_group<1>(acc);  // the previous stage's batch is done: release that stage
-    if (t > 0) mbarrier_arrive(&ring.empty[stage_of(t - 1)]);
+    if (t > t0) mbarrier_arrive(&ring.empty[stage_of(t - 1)]);
   }
   wait_group<0>(acc);
+  if (k_tiles > 0) mbarrier_arrive(&ring.empty[stage_of(t0 + k_tiles - 1)]);
 }
 
 // Where a block's outputs go: row r (of the whole problem) at base + map(r) * pitch, `cols`
@@ -170,17 +201,17 @@ struct OutRows {
 // stored together where the rows allow it. A thread holds two rows, 8 apart: elements 4j + 2h and
 // 4j + 2h + 1 are row `h`'s columns 8j + 2 (lane % 4) and the one after.
 template <typename Out, class RowMap>
-__device__ void store(const float (&acc)[64], const OutRows<Out, RowMap>& out, int half) {
+__device__ void store(const float (&acc)[64], const OutRows<Out, RowMap>& out, int half, Tile tile) {
   const unsigned warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
   const bool pairs = out.pitch % 2 == 0 && reinterpret_cast<uintptr_t>(out.base) % (2 * sizeof(Out)) == 0;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    const int row = int(blockIdx.y) * kBlockM + 64 * half + int(16 * warp + lane / 4) + 8 * h;
+    const int row = tile.row * kBlockM + 64 * half + int(16 * warp + lane / 4) + 8 * h;
     if (row >= out.rows) continue;
     Out* const row_base = out.base + out.map(row) * out.pitch;
 #pragma unroll
     for (int j = 0; j < 16; ++j) {
-      const int i = 4 * j + 2 * h, col = int(blockIdx.x) * kBlockN + 8 * j + int(2 * (lane % 4));
+      const int i = 4 * j + 2 * h, col = tile.col * kBlockN + 8 * j + int(2 * (lane % 4));
       if (col >= out.cols) continue;
       float lo = acc[i], hi = acc[i + 1];
       if (out.bias) {
@@ -214,13 +245,21 @@ __device__ void store(const float (&acc)[64], const OutRows<Out, RowMap>& out, i
 // 128 * 40 + 256 * 232 is exactly what the block holds, so the math warpgroups' inc never waits
 // for registers that are not coming).
 // AMnMajor, BMnMajor: how the operands lie in their stages (see multiply).
+// tile: the outputs' block (the block's own grid position unless given); t0: the ring's count at
+// its first k-tile (persistent blocks, which give up no registers: they call this once a tile).
 template <typename T, bool TakeRegisters, bool AMnMajor, bool BMnMajor, typename Out, class RowMap>
-__device__ void multiply_and_store(int k_tiles, const Ring& ring, const OutRows<Out, RowMap>& out) {
+__device__ void multiply_and_store(int k_tiles, const Ring& ring, const OutRows<Out, RowMap>& out, Tile tile,
+                                   int t0 = 0) {
   if constexpr (TakeRegisters) setmaxnreg_inc<232>();
   const int half = int(threadIdx.x / 128) - 1;
   float acc[64];
-  multiply<T, AMnMajor, BMnMajor>(k_tiles, half, ring, acc);
-  store(acc, out, half);
+  multiply<T, AMnMajor, BMnMajor>(k_tiles, half, ring, acc, t0);
+  store(acc, out, half, tile);
+}
+template <typename T, bool TakeRegisters, bool AMnMajor, bool BMnMajor, typename Out, class RowMap>
+__device__ void multiply_and_store(int k_tiles, const Ring& ring, const OutRows<Out, RowMap>& out) {
+  multiply_and_store<T, TakeRegisters, AMnMajor, BMnMajor>(k_tiles, ring, out,
+                                                           Tile{int(blockIdx.y), int(blockIdx.x), int(blockIdx.z)});
 }
 
 }  // namespace yolo::wgmma

@@ -18,6 +18,7 @@
 #include "kernels/conv.h"
 #include "kernels/gemm.h"
 #include "kernels/half_types.h"
+#include "kernels/hopper.h"
 #include "kernels/precision.h"
 #include "runtime/check.h"
 #include "tests/kernel_harness.h"
@@ -223,6 +224,18 @@ TEST_CASE(
   }
   check_all<float>(device, true, false);
   check_all<Bf16>(device, true);
+}
+
+TEST_CASE("conv moments (wgmma): persistent blocks take the statistics of every tile they walk") {
+  KERNEL_TEST_DEVICE(device);
+  if (!current_device_runs_wgmma()) SKIP_TEST("this device runs no sm_90a code (wgmma)");
+  Rng rng;
+  CAPTURE(rng.seed());
+  // 22 tiles (11 of 128 pixels by 2 of 128 channels) where the kernel tests' emulated GPU has 4
+  // SMs: each block stores and reads back five or six, its math warpgroups meeting at a named
+  // barrier while the producers fill the next tile's stages; 3 k-tiles a tile (not a multiple
+  // of the 4 stages).
+  check_shape<Bf16>(device, Conv2dShape{2, 23, 29, 16, 136, 3, 1}, true, true, Mode::Wgmma, rng);
 }
 
 TEST_CASE("batchnorm from moments: many blocks are merged in groups first, and agree with FP64") {
