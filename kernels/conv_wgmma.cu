@@ -202,7 +202,7 @@ void conv2d_forward_wgmma(const Conv2dShape& s, NhwcView<const T> in, const T* w
   const tma::TensorMap w_map = tma::encode_2d(weights, uint64_t(g.k_total) * units, uint64_t(s.c_out),
                                               uint64_t(g.k_total) * sizeof(T), 64, kBlockN, 1);
   const TileOrder order{int(ceil_div(size_t(s.c_out), kBlockN)), int(ceil_div(size_t(g.pixels), kBlockM)), 1};
-  const dim3 grid(persistent_blocks(order.count(), tc::current_gpu().sms));
+  const dim3 grid(wgmma_conv_blocks(order.count()));
   const std::string needs = "c_in a multiple of " + std::to_string(kTileK<T>) + " (" + std::to_string(s.c_in) +
                             "), a stride of at most 8 and a 16-byte pixel stride";
   if (uses_im2col(conv2d_forward_wgmma_im2col_takes(s, in), input, "conv2d_forward_wgmma", needs)) {

@@ -267,7 +267,7 @@ void conv2d_backward_data_wgmma(const Conv2dShape& s, NhwcView<const T> grad_out
   }
   const TileOrder order{int(ceil_div(size_t(s.c_in), kBlockN)), int(ceil_div(largest_class_rows(s), size_t(kBlockM))),
                         S * S};
-  const dim3 grid(persistent_blocks(order.count(), tc::current_gpu().sms));
+  const dim3 grid(wgmma_conv_blocks(order.count()));
   const std::string needs = "a stride of at most 2 (" + std::to_string(S) + ") and a 16-byte pixel stride";
   if (uses_im2col(conv2d_backward_data_wgmma_im2col_takes(s, grad_out), input, "conv2d_backward_data_wgmma", needs)) {
     const ClassMaps class_maps = grad_out_class_maps(s, grad_out);

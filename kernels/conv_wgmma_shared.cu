@@ -1,6 +1,7 @@
 // The wgmma convolutions' shared pieces (kernels/conv_wgmma_shared.h).
 #include "kernels/conv_wgmma_shared.h"
 
+#include <algorithm>
 #include <string>
 
 #include "kernels/common.cuh"
@@ -54,6 +55,13 @@ namespace yolo {
 
 bool tma_im2col_allowed_by_environment() {
   return tc::switch_from_environment("YOLO_TMA_IM2COL", "to keep the wgmma convolutions on their gathers");
+}
+
+unsigned wgmma_conv_blocks(long long tiles) {
+  const bool persistent =
+      tc::switch_from_environment("YOLO_WGMMA_PERSISTENT", "to launch the wgmma convolutions a block a tile");
+  const long long sms = tc::current_gpu().sms;
+  return unsigned(std::max(1LL, persistent ? std::min(tiles, sms) : tiles));
 }
 
 }  // namespace yolo

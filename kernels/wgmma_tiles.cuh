@@ -89,7 +89,8 @@ struct Tile {
   int row, col, z;
 };
 // Tiles numbered columns first, then rows, then z (consecutive tiles share A's rows in L2). A
-// persistent grid's block b takes tiles b, b + gridDim.x, ...; a grid of one block a tile, its own.
+// persistent grid's block b takes tiles b, b + gridDim.x, ...; a grid of one block a tile, its own
+// (wgmma_conv_blocks, kernels/conv_wgmma.h, sizes the grid).
 struct TileOrder {
   int cols, rows, zs;
   __host__ __device__ long long count() const { return (long long)cols * rows * zs; }
@@ -97,10 +98,6 @@ struct TileOrder {
     return {int(i / cols % rows), int(i % cols), int(i / ((long long)cols * rows))};
   }
 };
-// A persistent grid: a block an SM (the wgmma kernels' occupancy), at most one a tile.
-inline unsigned persistent_blocks(long long tiles, int sms) {
-  return unsigned(tiles < sms ? (tiles > 0 ? tiles : 1) : sms);
-}
 
 // A TMA producer's expect_tx for stage st, before it issues the stage's boxes: both operands'
 // bytes on "full"; or, where the producers transform one operand before announcing the stage

@@ -280,6 +280,31 @@ TEST_CASE("kernel: the wgmma forward and backward data walk several tiles a bloc
   im2col_ran.check(true);
 }
 
+TEST_CASE("kernel: the wgmma convolutions launch a block an SM; YOLO_WGMMA_PERSISTENT=off a block a tile") {
+  KERNEL_TEST_DEVICE(device);
+  struct RestoreEnvironment {
+    ~RestoreEnvironment() { ::unsetenv("YOLO_WGMMA_PERSISTENT"); }
+  } restore;
+  const long long sms = tc::current_gpu().sms;
+  for (const char* on : {"on", "1", ""}) {
+    ::setenv("YOLO_WGMMA_PERSISTENT", on, 1);
+    CHECK(wgmma_conv_blocks(3 * sms + 1) == unsigned(sms));
+    CHECK(wgmma_conv_blocks(sms - 1) == unsigned(sms - 1));
+    CHECK(wgmma_conv_blocks(0) == 1u);
+  }
+  ::setenv("YOLO_WGMMA_PERSISTENT", "off", 1);
+  CHECK(wgmma_conv_blocks(3 * sms + 1) == unsigned(3 * sms + 1));
+  ::setenv("YOLO_WGMMA_PERSISTENT", "sometimes", 1);
+  CHECK_THROWS_WITH_AS(wgmma_conv_blocks(5), doctest::Contains("YOLO_WGMMA_PERSISTENT=sometimes"), Error);
+  if (!current_device_runs_wgmma()) return;
+  // A block a tile: the same kernels, each block walking one tile.
+  ::setenv("YOLO_WGMMA_PERSISTENT", "off", 1);
+  Rng rng;
+  CAPTURE(rng.seed());
+  check_conv<Bf16>(device, rng, Conv2dShape{images_for_persistent_blocks(930, 1), 30, 31, 64, 24, 3, 1}, true, 0, 24);
+  check_backward<Bf16>(device, rng, Conv2dShape{images_for_persistent_blocks(4 * 272, 1), 33, 35, 24, 64, 3, 2});
+}
+
 TEST_CASE("kernel: conv2d_forward_wgmma chooses its A source: im2col where c_in fits (BatchNorm applied or not), the gather otherwise") {
   KERNEL_TEST_DEVICE(device);
   if (!current_device_runs_wgmma()) SKIP_TEST("this device runs no sm_90a code (wgmma)");

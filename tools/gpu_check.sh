@@ -49,7 +49,8 @@
 #              YOLO_WGMMA=off, 36 steps each, medians                                    ~5 min
 #   targets    issue 36's targets: bench_kernels --filter conv_tc with its verdict on the bf16 rows
 #              against cuBLAS (tools/cublas_verdict.h), then the bf16 YOLOv3-416 step at batch 16
-#              (36 steps, the median) against 650 img/s                                  ~3 min
+#              (36 steps, the median) against 650 img/s, and again with YOLO_WGMMA_PERSISTENT=off
+#              (the wgmma convolutions a block a tile)                                   ~5 min
 #   lookahead  YOLOv3-416 as the stock cfg trains it (batch 64, 16 micro-batches a step) in bf16,
 #              and batch 16 in fp16 (the T4's precision, loss scale on the GPU), each with
 #              look-ahead (default) and with --no-look-ahead, medians                   ~5 min
@@ -201,7 +202,9 @@ section_wgmma_step() {
 # Issue 36's targets in one call: every conv_tc row (each pass and precision, the planner's
 # kernels, cuBLAS beside) with bench_kernels' verdict on the bf16 rows (tools/cublas_verdict.h:
 # each within 1.25x of cuBLAS, the median within 1.1x, the sum within 1.15x), then the trainer's
-# bf16 YOLOv3-416 step at batch 16 (the planner's choices, as `peer` runs ours) against 650 img/s.
+# bf16 YOLOv3-416 step at batch 16 (the planner's choices, as `peer` runs ours) against 650 img/s,
+# and the same step with YOLO_WGMMA_PERSISTENT=off (the wgmma convolutions a block a tile: what
+# persistent blocks gained).
 section_targets() {
   if [[ -x build/bench_kernels ]]; then
     run_step "conv_tc vs cuBLAS (targets)" bench_targets.log 150 build/bench_kernels --filter conv_tc
@@ -211,17 +214,22 @@ section_targets() {
   fi
   [[ -x ./train_yolo ]] || { record "yolov3 bf16 (targets)" "unavailable" "./train_yolo not built"; return; }
   trainer_yolov3_cfg yolov3-targets.cfg
-  run_step "yolov3 bf16 (targets)" targets_yolov3_bf16.log 120 ./train_yolo --cfg "$OUT/yolov3-targets.cfg" \
-    --size 416 --batch 16 --subdivisions 1 --max-batches 36 --precision bf16 --out "$OUT/targets_run"
-  local rate
-  rate=$(ours_rate "$OUT/targets_yolov3_bf16.log" 16)
-  if [[ -n $rate ]]; then
-    summary[-1]+=" | $(awk '{ printf "%s img/s, %s ms/step (data wait %s, other %s); target >= 650 img/s: %s",
-      $1, $2, $3, $4, ($1 >= 650 ? "met" : "not met") }' <<<"$rate")"
-  else
-    summary[-1]+=" | no rate in the log"
-  fi
-  rm -rf "$OUT/targets_run"
+  local persistent log rate
+  for persistent in on off; do
+    log="targets_yolov3_bf16_persistent_$persistent.log"
+    run_step "yolov3 bf16 persistent $persistent" "$log" 120 env YOLO_WGMMA_PERSISTENT=$persistent ./train_yolo \
+      --cfg "$OUT/yolov3-targets.cfg" --size 416 --batch 16 --subdivisions 1 --max-batches 36 --precision bf16 \
+      --out "$OUT/targets_run"
+    rate=$(ours_rate "$OUT/$log" 16)
+    if [[ -z $rate ]]; then summary[-1]+=" | no rate in the log"
+    elif [[ $persistent == on ]]; then
+      summary[-1]+=" | $(awk '{ printf "%s img/s, %s ms/step (data wait %s, other %s); target >= 650 img/s: %s",
+        $1, $2, $3, $4, ($1 >= 650 ? "met" : "not met") }' <<<"$rate")"
+    else
+      summary[-1]+=" | $(awk '{ printf "%s img/s, %s ms/step (data wait %s, other %s)", $1, $2, $3, $4 }' <<<"$rate")"
+    fi
+    rm -rf "$OUT/targets_run"
+  done
 }
 
 # Every kernel test file (tests/test_kernel_*.cpp).
