@@ -38,6 +38,18 @@ bool tma_im2col_allowed_by_environment();
 // a tile. YOLO_WGMMA_PERSISTENT=off (or 0) gives a block a tile, as before (an A/B switch for the
 // GPU: the same kernels, each block then walking one tile), parsed as YOLO_WGMMA is.
 unsigned wgmma_conv_blocks(long long tiles);
+// While one lives, wgmma_conv_blocks gives at most `blocks` on this thread: a small problem's
+// few blocks then walk several tiles each (the self-check, kernels/wgmma_check.h; tests).
+class WgmmaBlockCap {
+ public:
+  explicit WgmmaBlockCap(unsigned blocks);
+  ~WgmmaBlockCap();
+  WgmmaBlockCap(const WgmmaBlockCap&) = delete;
+  WgmmaBlockCap& operator=(const WgmmaBlockCap&) = delete;
+
+ private:
+  unsigned previous_;
+};
 
 template <typename T>
 void conv2d_forward_wgmma(const Conv2dShape& shape, NhwcView<const T> in, const T* weights, const float* bias,

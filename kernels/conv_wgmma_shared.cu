@@ -57,11 +57,20 @@ bool tma_im2col_allowed_by_environment() {
   return tc::switch_from_environment("YOLO_TMA_IM2COL", "to keep the wgmma convolutions on their gathers");
 }
 
+namespace {
+thread_local unsigned g_block_cap = 0;  // WgmmaBlockCap's: 0, none
+}  // namespace
+
 unsigned wgmma_conv_blocks(long long tiles) {
   const bool persistent =
       tc::switch_from_environment("YOLO_WGMMA_PERSISTENT", "to launch the wgmma convolutions a block a tile");
   const long long sms = tc::current_gpu().sms;
-  return unsigned(std::max(1LL, persistent ? std::min(tiles, sms) : tiles));
+  long long blocks = persistent ? std::min(tiles, sms) : tiles;
+  if (g_block_cap > 0) blocks = std::min(blocks, (long long)g_block_cap);
+  return unsigned(std::max(1LL, blocks));
 }
+
+WgmmaBlockCap::WgmmaBlockCap(unsigned blocks) : previous_(g_block_cap) { g_block_cap = blocks; }
+WgmmaBlockCap::~WgmmaBlockCap() { g_block_cap = previous_; }
 
 }  // namespace yolo

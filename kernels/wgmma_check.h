@@ -3,7 +3,8 @@
 // twins get wrong would otherwise train a network on wrong numbers without a word. Small shapes
 // of every pass the planner may send to wgmma (bf16: forward, backward data at stride 1 and 2,
 // weight gradient; tf32: forward, backward data) run against an FP64 reference of the operands as
-// the tensor cores read them, within their precision's bound.
+// the tensor cores read them, within their precision's bound; one block walks all of a shape's
+// tiles (persistent blocks), one shape having several.
 #pragma once
 #include <string>
 

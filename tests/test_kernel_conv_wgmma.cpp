@@ -292,6 +292,16 @@ TEST_CASE("kernel: the wgmma convolutions launch a block an SM; YOLO_WGMMA_PERSI
     CHECK(wgmma_conv_blocks(sms - 1) == unsigned(sms - 1));
     CHECK(wgmma_conv_blocks(0) == 1u);
   }
+  {
+    const WgmmaBlockCap two(2);  // the self-check's and tests' cap, restored when it ends
+    CHECK(wgmma_conv_blocks(3 * sms + 1) == 2u);
+    {
+      const WgmmaBlockCap one(1);
+      CHECK(wgmma_conv_blocks(3 * sms + 1) == 1u);
+    }
+    CHECK(wgmma_conv_blocks(3 * sms + 1) == 2u);
+  }
+  CHECK(wgmma_conv_blocks(3 * sms + 1) == unsigned(sms));
   ::setenv("YOLO_WGMMA_PERSISTENT", "off", 1);
   CHECK(wgmma_conv_blocks(3 * sms + 1) == unsigned(3 * sms + 1));
   ::setenv("YOLO_WGMMA_PERSISTENT", "sometimes", 1);
