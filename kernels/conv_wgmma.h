@@ -33,7 +33,7 @@ enum class WgmmaInput { Auto, Gather, Im2col };
 // switch, or a workaround); on, 1, auto or unset leave Auto's choice; anything else throws
 // yolo::Error naming it.
 bool tma_im2col_allowed_by_environment();
-// The blocks the forward and backward data launch for `tiles` tiles of 128x128 outputs: one an
+// The blocks the three passes launch for `tiles` tiles of 128x128 outputs: one an
 // SM of the current device (persistent blocks, each walking its share of the tiles), at most one
 // a tile. YOLO_WGMMA_PERSISTENT=off (or 0) gives a block a tile, as before (an A/B switch for the
 // GPU: the same kernels, each block then walking one tile), parsed as YOLO_WGMMA is.

@@ -47,28 +47,28 @@ struct WeightsGather {
 // and normalized as forward's gather is (`norm`: each thread its own chunks, once they landed).
 template <typename T>
 __device__ void produce(const WeightsGather g, NhwcView<const T> in, NormalizedInput norm, const tma::TensorMap* dy_map,
-                        int first_tile, int k_tiles, const Ring& ring) {
+                        int first_tile, int k_tiles, const Ring& ring, Tile tile, int t0) {
   const int p = int(threadIdx.x), row = p % 64, column0 = 8 * (p / 64) * 8;
   uint32_t read = 0;  // the chunks of the k-tile before this one that came from the image
   auto normalize = [&](int t) {
     if (!norm) return;
-    const uint32_t b_tile = ring.address + uint32_t(stage_of(t)) * kStageBytes + kTileBytes;
+    const uint32_t b_tile = ring.address + uint32_t(stage_of(t0 + t)) * kStageBytes + kTileBytes;
     normalize_landed<T>(
         norm, read,
         [&](int q) {
           return ring.chunk(mn_major_address(b_tile, Swizzle::B128, kMnHalfBytes, kRowGroupBytes,
                                              uint32_t(column0 + 8 * q), uint32_t(row)));
         },
-        [&](int q) { return (int(blockIdx.x) * kBlockN + column0 + 8 * q) % g.c_in; });
+        [&](int q) { return (tile.col * kBlockN + column0 + 8 * q) % g.c_in; });
   };
   for (int t = 0; t < k_tiles; ++t) {
-    const int st = stage_of(t), pixel = (first_tile + t) * kBlockK + row;
-    mbarrier_wait(&ring.empty[st], empty_parity(t));
+    const int st = stage_of(t0 + t), pixel = (first_tile + t) * kBlockK + row;
+    mbarrier_wait(&ring.empty[st], empty_parity(t0 + t));
     if (p == 0) {
       mbarrier_arrive_expect_tx(&ring.full[st], kTileBytes);
       for (int h = 0; h < 2; ++h)
-        tma::load_2d(ring.a_tile(st) + h * kMnHalfBytes, dy_map, int(blockIdx.y) * kBlockM + 64 * h,
-                     (first_tile + t) * kBlockK, &ring.full[st]);
+        tma::load_2d(ring.a_tile(st) + h * kMnHalfBytes, dy_map, tile.row * kBlockM + 64 * h, (first_tile + t) * kBlockK,
+                     &ring.full[st]);
     }
     const bool pixel_valid = pixel < g.pixels;
     const int b = pixel_valid ? pixel / (g.out_h * g.out_w) : 0, rest = pixel_valid ? pixel % (g.out_h * g.out_w) : 0;
@@ -77,7 +77,7 @@ __device__ void produce(const WeightsGather g, NhwcView<const T> in, NormalizedI
     uint32_t reading = 0;
 #pragma unroll
     for (int q = 0; q < 8; ++q) {
-      const int local = column0 + 8 * q, column = int(blockIdx.x) * kBlockN + local;
+      const int local = column0 + 8 * q, column = tile.col * kBlockN + local;
       const int tap = column / g.c_in, c = column % g.c_in;
       const int iy = y0 + tap / g.k, ix = x0 + tap % g.k;
       const bool inside = pixel_valid && column < g.n_total && iy >= 0 && iy < g.h && ix >= 0 && ix < g.w;
@@ -87,10 +87,10 @@ __device__ void produce(const WeightsGather g, NhwcView<const T> in, NormalizedI
       mma::cp_async_16(ring.smem + (address - ring.address), src, inside);
       reading |= uint32_t(inside) << q;
     }
-    gathered(t, ring, normalize);  // normalizes k-tile t - 1 (`read`)
+    gathered(t, ring, normalize, t0);  // normalizes k-tile t - 1 (`read`)
     read = reading;
   }
-  gathered_last(k_tiles, ring, normalize);
+  if (k_tiles > 0) gathered_last(k_tiles, ring, normalize, t0);
 }
 
 // With TMA's im2col mode (Im2colB): thread 0 brings both operands. c_in is a whole number of
@@ -101,16 +101,15 @@ __device__ void produce(const WeightsGather g, NhwcView<const T> in, NormalizedI
 // on "full", B's there too, or on "landed" where the producers transform them first.
 template <typename T>
 __device__ void load_im2col_stage(const WeightsGather& g, const tma::TensorMap* in_map, const tma::TensorMap* dy_map,
-                                  int first_tile, int t, const Ring& ring, bool to_landed) {
-  const int st = stage_of(t), pixel = (first_tile + t) * kBlockK;
+                                  int first_tile, int t, const Ring& ring, bool to_landed, Tile tile, int t0) {
+  const int st = stage_of(t0 + t), pixel = (first_tile + t) * kBlockK;
   const int b = pixel / (g.out_h * g.out_w), rest = pixel % (g.out_h * g.out_w);
   const int y0 = rest / g.out_w * g.stride - g.pad, x0 = rest % g.out_w * g.stride - g.pad;
-  mbarrier_wait(&ring.empty[st], empty_parity(t));
+  mbarrier_wait(&ring.empty[st], empty_parity(t0 + t));
   uint64_t* b_bar = expect_stage(ring, st, to_landed);
   for (int h = 0; h < 2; ++h) {
-    tma::load_2d(ring.a_tile(st) + h * kMnHalfBytes, dy_map, int(blockIdx.y) * kBlockM + 64 * h, pixel,
-                 &ring.full[st]);
-    const int column = int(blockIdx.x) * kBlockN + 64 * h, past = column >= g.n_total;
+    tma::load_2d(ring.a_tile(st) + h * kMnHalfBytes, dy_map, tile.row * kBlockM + 64 * h, pixel, &ring.full[st]);
+    const int column = tile.col * kBlockN + 64 * h, past = column >= g.n_total;
     const int tap = past ? g.k * g.k - 1 : column / g.c_in, c = past ? g.c_in : column % g.c_in;
     tma::load_im2col(ring.b_tile(st) + h * kMnHalfBytes, in_map, c, x0, y0, b, uint16_t(tap % g.k),
                      uint16_t(tap / g.k), b_bar);
@@ -124,12 +123,12 @@ __device__ void load_im2col_stage(const WeightsGather& g, const tma::TensorMap* 
 template <typename T>
 __device__ void produce_im2col_normalized(const WeightsGather g, NormalizedInput norm, const tma::TensorMap* in_map,
                                           const tma::TensorMap* dy_map, int first_tile, int k_tiles,
-                                          const Ring& ring) {
-  const int p = int(threadIdx.x), row = p % 64, half = p / 64, column = int(blockIdx.x) * kBlockN + 64 * half;
+                                          const Ring& ring, Tile tile, int t0) {
+  const int p = int(threadIdx.x), row = p % 64, half = p / 64, column = tile.col * kBlockN + 64 * half;
   const int tap = column / g.c_in, c0 = column % g.c_in;
   auto finish = [&](int u) {
-    const int st = stage_of(u), pixel = (first_tile + u) * kBlockK + row;
-    mbarrier_wait(&ring.landed[st], full_parity(u));
+    const int st = stage_of(t0 + u), pixel = (first_tile + u) * kBlockK + row;
+    mbarrier_wait(&ring.landed[st], full_parity(t0 + u));
     const int rest = pixel % (g.out_h * g.out_w);
     const int iy = rest / g.out_w * g.stride - g.pad + tap / g.k, ix = rest % g.out_w * g.stride - g.pad + tap % g.k;
     const bool inside = pixel < g.pixels && column < g.n_total && iy >= 0 && iy < g.h && ix >= 0 && ix < g.w;
@@ -145,35 +144,39 @@ __device__ void produce_im2col_normalized(const WeightsGather g, NormalizedInput
     mbarrier_arrive(&ring.full[st]);
   };
   for (int t = 0; t < k_tiles; ++t) {
-    if (p == 0) load_im2col_stage<T>(g, in_map, dy_map, first_tile, t, ring, true);
+    if (p == 0) load_im2col_stage<T>(g, in_map, dy_map, first_tile, t, ring, true, tile, t0);
     if (t > 0) finish(t - 1);
   }
   if (k_tiles > 0) finish(k_tiles - 1);
 }
 
-// Block (x, y, z): columns x, rows (output channels) y, split z of the pixels; its partial sums
-// to partials[z].
+// Persistent blocks over the tiles (TileOrder: column tiles, row tiles (output channels), splits
+// of the pixels), each walking its share; a tile of split z writes its partial sums to
+// partials[z].
 template <typename T, bool Im2colB>
 __global__ void __launch_bounds__(kThreads, 1)
     conv_backward_weights_wgmma_kernel(WeightsGather g, NhwcView<const T> in, NormalizedInput norm,
                                        const __grid_constant__ tma::TensorMap in_map,
                                        const __grid_constant__ tma::TensorMap dy_map, int c_out, int per_split,
-                                       int k_tiles_total, float* partials) {
+                                       int k_tiles_total, float* partials, TileOrder order) {
   // Full: thread 0's expect_tx, and where the producers gather or normalize each of its 128.
   const Ring ring = make_ring(Im2colB && !norm ? 1 : 128 + 1);
-  const int first = int(blockIdx.z) * per_split, k_tiles = min(per_split, k_tiles_total - first);
-  if (threadIdx.x < 128) {
-    if constexpr (Im2colB) {
-      if (norm) produce_im2col_normalized<T>(g, norm, &in_map, &dy_map, first, k_tiles, ring);
+  int t0 = 0;  // the ring's k-tiles before this tile's
+  for (long long i = blockIdx.x; i < order.count(); i += gridDim.x) {
+    const Tile tile = order(i);
+    const int first = tile.z * per_split, k_tiles = max(0, min(per_split, k_tiles_total - first));
+    if (threadIdx.x >= 128) {
+      const OutRows<float> out{partials + size_t(tile.z) * c_out * g.n_total, g.n_total, c_out, g.n_total, nullptr};
+      multiply_and_store<T, false, true, true>(k_tiles, ring, out, tile, t0);
+    } else if constexpr (Im2colB) {
+      if (norm) produce_im2col_normalized<T>(g, norm, &in_map, &dy_map, first, k_tiles, ring, tile, t0);
       else if (threadIdx.x == 0)
-        for (int t = 0; t < k_tiles; ++t) load_im2col_stage<T>(g, &in_map, &dy_map, first, t, ring, false);
+        for (int t = 0; t < k_tiles; ++t) load_im2col_stage<T>(g, &in_map, &dy_map, first, t, ring, false, tile, t0);
     } else {
-      produce<T>(g, in, norm, &dy_map, first, k_tiles, ring);
+      produce<T>(g, in, norm, &dy_map, first, k_tiles, ring, tile, t0);
     }
-    return;
+    t0 += k_tiles;
   }
-  const OutRows<float> out{partials + size_t(blockIdx.z) * c_out * g.n_total, g.n_total, c_out, g.n_total, nullptr};
-  multiply_and_store<T, false, true, true>(k_tiles, ring, out);
 }
 
 // grad_weights[i] = the splits' partial sums in order.
@@ -227,7 +230,8 @@ void conv2d_backward_weights_wgmma(const Conv2dShape& s, NhwcView<const T> in, N
     const WeightsGather g{pixels, s.out_h(), s.out_w(), s.h, s.w, s.c_in, s.k, s.stride, s.pad(), s.k * s.k * s.c_in};
     const tma::TensorMap dy_map =
         tma::encode_2d(grad_out.data, uint64_t(s.c_out), uint64_t(pixels), uint64_t(s.c_out) * 2, 64, kBlockK, 1);
-    const dim3 grid(p.tiles_n, p.tiles_m, p.splits);
+    const TileOrder order{p.tiles_n, p.tiles_m, p.splits};
+    const dim3 grid(wgmma_conv_blocks(order.count()));
     const std::string needs = "c_in a multiple of 64 (" + std::to_string(s.c_in) +
                               ") and a stride of at most 8";
     if (uses_im2col(conv2d_backward_weights_wgmma_im2col_takes(s, in), input, "conv2d_backward_weights_wgmma",
@@ -235,11 +239,11 @@ void conv2d_backward_weights_wgmma(const Conv2dShape& s, NhwcView<const T> in, N
       const tma::TensorMap in_map = conv_im2col_map(s, in.data, uint64_t(in.stride) * 2, 2, 64, kBlockK);
       tc::allow_shared(conv_backward_weights_wgmma_kernel<T, true>, kSharedBytes);
       LAUNCH((conv_backward_weights_wgmma_kernel<T, true>), grid, dim3(kThreads), kSharedBytes, stream, g, in, norm,
-             in_map, dy_map, s.c_out, p.per_split, p.k_tiles, partials);
+             in_map, dy_map, s.c_out, p.per_split, p.k_tiles, partials, order);
     } else {
       tc::allow_shared(conv_backward_weights_wgmma_kernel<T, false>, kSharedBytes);
       LAUNCH((conv_backward_weights_wgmma_kernel<T, false>), grid, dim3(kThreads), kSharedBytes, stream, g, in, norm,
-             tma::TensorMap{}, dy_map, s.c_out, p.per_split, p.k_tiles, partials);
+             tma::TensorMap{}, dy_map, s.c_out, p.per_split, p.k_tiles, partials, order);
     }
   }
   LAUNCH(sum_partials_kernel, dim3(std::min<unsigned>(ceil_div(count, 256), 1024)), dim3(256), 0, stream, partials,

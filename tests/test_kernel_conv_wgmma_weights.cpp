@@ -104,6 +104,18 @@ TEST_CASE("kernel: conv2d_backward_weights_wgmma with B by TMA's im2col mode mat
   im2col_ran.check(true);
 }
 
+TEST_CASE("kernel: conv2d_backward_weights_wgmma's blocks walk several tiles and pixel splits") {
+  KERNEL_TEST_DEVICE(device);
+  if (!current_device_runs_wgmma()) SKIP_TEST("this device runs no sm_90a code (wgmma)");
+  Rng rng;
+  CAPTURE(rng.seed());
+  // Two blocks on any device: 2 column tiles by 3 pixel splits (of 2, 2 and 1 k-tiles on the
+  // kernel tests' 4 emulated SMs), gathered; 5 column tiles of 2 k-tiles by im2col.
+  const WgmmaBlockCap two_blocks(2);
+  check_weights<Bf16>(device, rng, Conv2dShape{2, 12, 11, 16, 24, 3, 1}, WgmmaInput::Gather);
+  check_weights<Bf16>(device, rng, Conv2dShape{2, 9, 7, 64, 24, 3, 1}, WgmmaInput::Im2col);
+}
+
 TEST_CASE("kernel: conv2d_backward_weights_wgmma chooses its B source: im2col where it can, the gather otherwise") {
   KERNEL_TEST_DEVICE(device);
   if (!current_device_runs_wgmma()) SKIP_TEST("this device runs no sm_90a code (wgmma)");
