@@ -144,12 +144,19 @@ uint32_t lanes_existing(const BlockRun& b, unsigned warp) {
 // are released together (a later arrival waits for the barrier's next completion, as on a GPU),
 // their work before it happening before what each does after it. Returns whether any was.
 bool release_named_barriers(BlockRun& b) {
+  // One pass to count the waiters at each id (asked whenever no thread can run: keep it cheap).
+  unsigned waiting_at[kNamedBarriers] = {};
+  bool any = false;
+  for (const ThreadSlot& t : b.threads)
+    if (t.state == State::AtNamedBarrier) ++waiting_at[t.warp_mask], any = true;
+  if (!any) return false;
   bool released = false;
   for (unsigned id = 1; id < kNamedBarriers; ++id) {
+    if (waiting_at[id] == 0) continue;
     std::vector<unsigned> waiting;
     for (unsigned i = 0; i < b.threads.size(); ++i)
       if (b.threads[i].state == State::AtNamedBarrier && b.threads[i].warp_mask == id) waiting.push_back(i);
-    if (waiting.empty() || waiting.size() < b.threads[waiting[0]].barrier_count) continue;
+    if (waiting.size() < b.threads[waiting[0]].barrier_count) continue;
     std::sort(waiting.begin(), waiting.end(),
               [&](unsigned x, unsigned y) { return b.threads[x].arrival < b.threads[y].arrival; });
     waiting.resize(b.threads[waiting[0]].barrier_count);
