@@ -146,7 +146,7 @@ section_tests() {
 # fragment and mbarrier facts the emulated twins follow hold on an H100/H200?
 section_wgmma() {
   run_step "wgmma tests (native)" wgmma.log 120 build/tests \
-    -tc='*wgmma*,tensor maps*,tma im2col*,kernel: conv2d on tensor cores*,conv moments*,tc plan*'
+    -tc='*wgmma*,tensor maps*,tma im2col*,kernel: conv2d on tensor cores*,conv moments*,tc plan*,*named barriers*'
   summary[-1]+=" | $(tail -n 1 "$OUT/wgmma.log")"
   if command -v compute-sanitizer >/dev/null; then
     for tool in racecheck synccheck; do
