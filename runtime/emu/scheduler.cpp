@@ -144,22 +144,20 @@ uint32_t lanes_existing(const BlockRun& b, unsigned warp) {
 // are released together (a later arrival waits for the barrier's next completion, as on a GPU),
 // their work before it happening before what each does after it. Returns whether any was.
 bool release_named_barriers(BlockRun& b) {
-  // One pass to count the waiters at each id (asked whenever no thread can run: keep it cheap).
-  unsigned waiting_at[kNamedBarriers] = {};
-  bool any = false;
+  // One pass to count the waiters at each id and their count (asked whenever no thread can run:
+  // a barrier still filling costs no more than that).
+  unsigned waiting_at[kNamedBarriers] = {}, count_at[kNamedBarriers] = {};
   for (const ThreadSlot& t : b.threads)
-    if (t.state == State::AtNamedBarrier) ++waiting_at[t.warp_mask], any = true;
-  if (!any) return false;
+    if (t.state == State::AtNamedBarrier) ++waiting_at[t.warp_mask], count_at[t.warp_mask] = t.barrier_count;
   bool released = false;
   for (unsigned id = 1; id < kNamedBarriers; ++id) {
-    if (waiting_at[id] == 0) continue;
+    if (waiting_at[id] == 0 || waiting_at[id] < count_at[id]) continue;
     std::vector<unsigned> waiting;
     for (unsigned i = 0; i < b.threads.size(); ++i)
       if (b.threads[i].state == State::AtNamedBarrier && b.threads[i].warp_mask == id) waiting.push_back(i);
-    if (waiting.size() < b.threads[waiting[0]].barrier_count) continue;
     std::sort(waiting.begin(), waiting.end(),
               [&](unsigned x, unsigned y) { return b.threads[x].arrival < b.threads[y].arrival; });
-    waiting.resize(b.threads[waiting[0]].barrier_count);
+    waiting.resize(count_at[id]);
     if (b.warpgroup) join_clocks(*b.warpgroup, waiting);
     for (unsigned i : waiting) b.threads[i].state = State::Ready;
     released = true;
