@@ -78,14 +78,23 @@ Executor::Executor(const Graph& graph, Device device, int micro_batch, uint64_t 
   m.nodes.resize(L);
 
   // Parameter layout: layers in reverse (the order backward produces gradients), each layer's
-  // weights, then biases, then BN scales.
+  // weights, then biases, then BN scales, each starting at a multiple of kParamAlignment elements
+  // (the tensor-core kernels read weights in 16-byte chunks, and TMA's swizzled maps want
+  // 128-byte aligned bases: a 255-channel head would otherwise shift every later layer). The
+  // gaps are zeros that no op writes, each a segment of its own for the optimizer (it keeps them
+  // zero); downloads and checkpoints see the parameters packed, without them.
   size_t offset = 0, stat_offset = 0, saved_offset = 0;
   for (int i = L - 1; i >= 0; --i) {
     const Node& node = graph.nodes[i];
     NodeBuffers& nb = m.nodes[i];
     auto take = [&](int64_t count, bool decay) {
       if (count == 0) return int64_t(-1);
+      if (const size_t gap = (kParamAlignment - offset % kParamAlignment) % kParamAlignment) {
+        m.segments.push_back(SgdSegment{offset, gap, false});
+        offset += gap;
+      }
       m.segments.push_back(SgdSegment{offset, static_cast<size_t>(count), decay});
+      m.packed.push_back({offset, static_cast<size_t>(count)});
       int64_t at = static_cast<int64_t>(offset);
       offset += static_cast<size_t>(count);
       return at;
@@ -104,6 +113,7 @@ Executor::Executor(const Graph& graph, Device device, int micro_batch, uint64_t 
     }
   }
   param_count_ = offset;
+  for (const auto& range : m.packed) packed_count_ += range.second;
   m.stat_count = stat_offset;
 
   // Multi-scale: the plan is made for the largest input size (every buffer shrinks with the
@@ -233,6 +243,8 @@ Executor::Executor(const Graph& graph, Device device, int micro_batch, uint64_t 
   m.copy(m.params, m.host_params.data(), param_count_ * f);
   m.copy(m.stats, m.host_stats.data(), m.stat_count * f);
   m.zero(m.momentum, param_count_ * f);
+  m.zero(m.grads, param_count_ * f);  // the gaps between segments: no op writes them
+  m.zero(m.micro_grads, param_count_ * f);
   std::vector<float> ones(static_cast<size_t>(n), 1.0f);
   m.copy(m.ones, ones.data(), ones.size() * f);
   if (m.half) to_storage(m.context(*stream_), m.ones, m.ones16, ones.size());

@@ -28,6 +28,10 @@ class Communicator;
 
 namespace yolo::graph {
 
+// Each layer's weights, biases and BatchNorm scales start at a multiple of this many elements of
+// the flat parameter buffers: 128 bytes of the 16-bit weight copy, 256 of the FP32 parameters.
+constexpr size_t kParamAlignment = 64;
+
 // Loss of one or more micro-batches, summed over their images (divide by images for a mean).
 struct LossSums {
   double total = 0, box = 0, obj = 0, noobj = 0, cls = 0;
@@ -105,7 +109,15 @@ class Executor {
   // The passes the plan folds away (GPUs): shortcuts added in a BatchNorm's apply, BatchNorm
   // applies done in the next convolutions' loads; "" when none.
   std::string folds_text() const;
+  // The flat parameter buffers' length (gradients(), parameters()): the parameters and the
+  // zero gaps that align each layer's weights (kParamAlignment).
   size_t parameter_count() const { return param_count_; }
+  // The parameters alone: the length of download("params") and of a checkpoint's tensors.
+  size_t packed_parameter_count() const { return packed_count_; }
+  // Each layer's range [begin, end) of the flat buffers, gaps included, for the layers with
+  // parameters in the order backward completes them (the graph's, reversed): back to back from 0
+  // to parameter_count(), the `ready` prefixes set_gradients_ready reports.
+  std::vector<std::pair<size_t, size_t>> layer_parameter_ranges() const;
 
   // One micro-batch of training: forward, loss, backward. Device pointers: images (NHWC),
   // detector truths and counts (kMaxBoxes rows), or classifier labels. The parameter gradients
@@ -159,7 +171,9 @@ class Executor {
   // Parameters <-> host, in our layouts, for .weights files and checkpoints.
   std::vector<LayerParams> download_parameters();  // views into a host mirror, valid until the next call
   void upload_parameters();                        // writes the host mirror back
-  std::vector<float> download(const std::string& what);  // "params", "momentum", "stats", "grads"
+  // "params", "momentum", "grads" (packed: packed_parameter_count() values, without the gaps),
+  // "stats".
+  std::vector<float> download(const std::string& what);
   void upload(const std::string& what, const std::vector<float>& values);
 
   // A node's output after forward (device pointer, NHWC view of the micro-batch), as FP32: with
@@ -219,7 +233,7 @@ class Executor {
   std::unique_ptr<Impl> impl_;
   std::vector<PlannedBuffer> plan_;
   MemoryReport memory_;
-  size_t param_count_ = 0;
+  size_t param_count_ = 0, packed_count_ = 0;
   bool tracing_ = false;
   std::function<void(size_t)> gradients_ready_;
   std::function<void(int)> before_backward_;

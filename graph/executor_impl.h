@@ -139,6 +139,9 @@ struct Executor::Impl {
   detail::ActivationPlan plan;
   char* block = nullptr;  // the activations
   std::vector<SgdSegment> segments;
+  // The parameters' ranges of the flat buffers (offset, count), in order, without the alignment
+  // gaps: the packed layout downloads, uploads and checkpoints use.
+  std::vector<std::pair<size_t, size_t>> packed;
   SgdSegment* device_segments = nullptr;
   std::vector<float> host_params, host_stats;
   LossSums loss;

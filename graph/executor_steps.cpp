@@ -317,6 +317,14 @@ void Executor::upload_parameters() {
   m.refresh_weight_copy(param_count_);
 }
 
+std::vector<std::pair<size_t, size_t>> Executor::layer_parameter_ranges() const {
+  std::vector<std::pair<size_t, size_t>> ranges;
+  for (int i = static_cast<int>(impl_->nodes.size()) - 1; i >= 0; --i)
+    if (const NodeBuffers& nb = impl_->nodes[i]; nb.param_end > nb.param_begin)
+      ranges.emplace_back(nb.param_begin, nb.param_end);
+  return ranges;
+}
+
 std::vector<float> Executor::download(const std::string& what) {
   Impl& m = *impl_;
   set_current_device(device_);
@@ -326,8 +334,17 @@ std::vector<float> Executor::download(const std::string& what) {
                : what == "grads"    ? m.grads
                                     : nullptr;
   if (!src) throw Error("download: unknown buffer '" + what + "'");
-  std::vector<float> out(what == "stats" ? m.stat_count : param_count_);
-  m.copy(out.data(), src, out.size() * sizeof(float));
+  if (what == "stats") {
+    std::vector<float> out(m.stat_count);
+    m.copy(out.data(), src, out.size() * sizeof(float));
+    return out;
+  }
+  std::vector<float> flat(param_count_), out;  // the flat buffer, then its parameters packed
+  m.copy(flat.data(), src, flat.size() * sizeof(float));
+  out.reserve(packed_count_);
+  for (const auto& [offset, count] : m.packed)
+    out.insert(out.end(), flat.begin() + static_cast<std::ptrdiff_t>(offset),
+               flat.begin() + static_cast<std::ptrdiff_t>(offset + count));
   return out;
 }
 
@@ -336,11 +353,22 @@ void Executor::upload(const std::string& what, const std::vector<float>& values)
   set_current_device(device_);
   float* dst = what == "params" ? m.params : what == "momentum" ? m.momentum : what == "stats" ? m.stats : nullptr;
   if (!dst) throw Error("upload: unknown buffer '" + what + "'");
-  size_t expect = what == "stats" ? m.stat_count : param_count_;
+  const bool stats = what == "stats";
+  size_t expect = stats ? m.stat_count : packed_count_;
   if (values.size() != expect)
     throw Error("upload of " + what + ": " + std::to_string(values.size()) + " values, the model has " +
                 std::to_string(expect));
-  m.copy(dst, values.data(), expect * sizeof(float));
+  if (stats) {
+    m.copy(dst, values.data(), expect * sizeof(float));
+    return;
+  }
+  std::vector<float> flat(param_count_, 0.0f);  // the gaps stay zero
+  auto next = values.begin();
+  for (const auto& [offset, count] : m.packed) {
+    std::copy(next, next + static_cast<std::ptrdiff_t>(count), flat.begin() + static_cast<std::ptrdiff_t>(offset));
+    next += static_cast<std::ptrdiff_t>(count);
+  }
+  m.copy(dst, flat.data(), flat.size() * sizeof(float));
   if (what == "params") m.refresh_weight_copy(param_count_);
 }
 

@@ -211,19 +211,13 @@ namespace {
 // Buckets of the flat gradient buffer (backward order: layers reversed, each layer's weights,
 // biases, scales; see executor.h) as [begin, end) float ranges: whole layers, grouped by the
 // rule the scaling model uses (group_layers).
-std::vector<std::pair<size_t, size_t>> bucket_plan(const Graph& graph, double bucket_mb) {
+std::vector<std::pair<size_t, size_t>> bucket_plan(const Executor& executor, double bucket_mb) {
+  const std::vector<std::pair<size_t, size_t>> layers = executor.layer_parameter_ranges();
   std::vector<int64_t> bytes;
-  for (int i = static_cast<int>(graph.nodes.size()) - 1; i >= 0; --i)
-    if (int64_t n = graph.nodes[i].trainable(); n > 0) bytes.push_back(n * static_cast<int64_t>(sizeof(float)));
+  for (const auto& [begin, end] : layers) bytes.push_back(static_cast<int64_t>((end - begin) * sizeof(float)));
   std::vector<std::pair<size_t, size_t>> buckets;
-  size_t offset = 0;
-  std::vector<size_t> starts;  // each layer's first float
-  for (int64_t b : bytes) {
-    starts.push_back(offset);
-    offset += static_cast<size_t>(b) / sizeof(float);
-  }
-  starts.push_back(offset);
-  for (auto [first, end] : group_layers(bytes, bucket_mb)) buckets.emplace_back(starts[first], starts[end]);
+  for (auto [first, end] : group_layers(bytes, bucket_mb))
+    buckets.emplace_back(layers[first].first, layers[end - 1].second);
   return buckets;
 }
 
@@ -256,7 +250,7 @@ TrainResult run_replica(const Graph& graph, Executor& executor, Source& source, 
   comm->wait(comm_stream);
   const double bucket_mb = options.bucket_mb >= 0 ? options.bucket_mb
                                                  : default_bucket_mb(static_cast<int64_t>(executor.parameter_count() * sizeof(float)));
-  dp.buckets = bucket_plan(graph, bucket_mb);
+  dp.buckets = bucket_plan(executor, bucket_mb);
   dp.overlap = options.overlap;
   dp.check_every = options.check_every;
   dp.traces = group ? &group->traces : nullptr;

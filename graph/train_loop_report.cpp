@@ -102,8 +102,8 @@ TrainLoop::TrainLoop(const Graph& graph, Executor& executor, Source& source, con
 // Before the first step: the output folder can take what the saves will write.
 void TrainLoop::check_output_folder_fits() {
   if (!leader_) return;
-  std::vector<std::pair<std::string, uint64_t>> tensors = {{"params", executor_.parameter_count()},
-                                                           {"momentum", executor_.parameter_count()},
+  std::vector<std::pair<std::string, uint64_t>> tensors = {{"params", executor_.packed_parameter_count()},
+                                                           {"momentum", executor_.packed_parameter_count()},
                                                            {"stats", executor_.download("stats").size()}};
   if (scaler_.enabled()) tensors.emplace_back(kLossScaleTensor, 3);
   check_output_folder(options_.out_dir, checkpoint_bytes(cfg_digest(graph_), tensors),

@@ -3,6 +3,7 @@
 // uninterrupted run (bit-exact).
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -16,6 +17,7 @@
 #include "graph/executor.h"
 #include "graph/plan.h"
 #include "graph/train.h"
+#include "graph/weights.h"
 #include "tests/graph_fixtures.h"
 #include "tests/test_support.h"
 
@@ -129,6 +131,58 @@ TEST_CASE("plan: buffers alive at the same time never share bytes; dead ones are
   std::vector<PlannedBuffer> two{{"a", 1000, 0, 3, 0}, {"b", 1000, 4, 9, 0}};
   CHECK(plan_buffers(two, 256) == 1024);
   CHECK(two[0].offset == two[1].offset);
+}
+
+TEST_CASE("executor: each layer's parameters start kParamAlignment-aligned; downloads stay packed (stock YOLOv3)") {
+  // The stock cfg's 255-channel heads (255 * (c_in + 1) parameters each) put every later layer
+  // at an odd offset when the layers lie back to back: its 16-bit weights then fail the tensor
+  // cores' 16-byte loads, and TMA's swizzled maps want 128-byte bases.
+  const Graph graph = build_graph(read_model("models/yolov3.cfg"), 64, 64);
+  Executor ex(graph, Device::cpu(), 1, 3);
+  std::vector<LayerParams> layers = ex.download_parameters();
+  REQUIRE(layers.size() == 75);
+  const float* base = layers.back().weights;  // the last layer's weights come first
+  size_t packed = 0;
+  for (const LayerParams& l : layers) {
+    CAPTURE(l.layer);
+    for (const float* p : {l.weights, l.biases, l.scales})
+      if (p) CHECK((p - base) % ptrdiff_t(kParamAlignment) == 0);
+    packed += l.weight_count() + size_t(l.c_out) * (l.batch_normalize ? 2 : 1);
+  }
+  CHECK(ex.packed_parameter_count() == packed);
+  CHECK(ex.parameter_count() > packed);  // the gaps
+  // Packed as the layers lay before (a checkpoint's tensors): in backward order, each layer's
+  // weights, biases, scales.
+  std::vector<float> expect;
+  for (auto l = layers.rbegin(); l != layers.rend(); ++l) {
+    expect.insert(expect.end(), l->weights, l->weights + l->weight_count());
+    expect.insert(expect.end(), l->biases, l->biases + l->c_out);
+    if (l->scales) expect.insert(expect.end(), l->scales, l->scales + l->c_out);
+  }
+  const std::vector<float> params = ex.download("params");
+  CHECK(params == expect);
+  // An upload in that order lands in each layer's place, and the gaps stay zero.
+  std::vector<float> changed = params;
+  for (size_t i = 0; i < changed.size(); ++i) changed[i] = float(i % 1000) * 0.001f;
+  ex.upload("params", changed);
+  CHECK(ex.download("params") == changed);
+  layers = ex.download_parameters();
+  CHECK(layers.back().weights[0] == changed[0]);
+  std::vector<bool> covered(ex.parameter_count(), false);  // the flat buffer (CPU: host memory) outside them: zeros
+  for (const LayerParams& l : layers) {
+    const float* mirror = layers.back().weights;
+    std::fill_n(covered.begin() + (l.weights - mirror), l.weight_count(), true);
+    std::fill_n(covered.begin() + (l.biases - mirror), l.c_out, true);
+    if (l.scales) std::fill_n(covered.begin() + (l.scales - mirror), l.c_out, true);
+  }
+  size_t nonzero_gaps = 0;
+  for (size_t i = 0; i < covered.size(); ++i) nonzero_gaps += !covered[i] && ex.parameters()[i] != 0.0f;
+  CHECK(nonzero_gaps == 0);
+  const auto ranges = ex.layer_parameter_ranges();
+  REQUIRE(ranges.size() == 75);
+  CHECK(ranges.front().first == 0);
+  CHECK(ranges.back().second == ex.parameter_count());
+  for (size_t i = 1; i < ranges.size(); ++i) CHECK(ranges[i].first == ranges[i - 1].second);
 }
 
 TEST_CASE("executor: whole-network gradients match finite differences (CPU, every layer type)") {
