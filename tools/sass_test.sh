@@ -4,8 +4,9 @@
 # receptive field lives in registers), for every architecture the CUDA build targets; and for
 # tools/sass_twins_check.sh: batchnorm's and the activations' FP32 and 16-bit instantiations use
 # the same FP arithmetic forms (no FMA contracted in one only); and for tools/occupancy_check.sh:
-# the tensor-core kernels get exactly the blocks per SM the planner assumes. Prints the runner's
-# "tests: N passed, M failed, K skipped" line; skipped in CPU-only builds.
+# the tensor-core kernels (mma.sync and wgmma) get exactly the blocks per SM the planner assumes,
+# and the one that reallocates registers between warpgroups (setmaxnreg) balances them. Prints
+# the runner's "tests: N passed, M failed, K skipped" line; skipped in CPU-only builds.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 build=${BUILD:-build}
@@ -30,7 +31,9 @@ if tools/sass_twins_check.sh --arch "$archs" "$build/native/kernels/batchnorm.cu
 else
   failed=$((failed + 1))
 fi
-if tools/occupancy_check.sh "$build/native/kernels/conv_tc.cu.o" "$build/native/kernels/gemm_tc.cu.o"; then
+if tools/occupancy_check.sh "$build/native/kernels/conv_tc.cu.o" "$build/native/kernels/gemm_tc.cu.o" \
+  "$build/native/kernels/gemm_wgmma.cu.o" "$build/native/kernels/conv_wgmma.cu.o" \
+  "$build/native/kernels/conv_wgmma_data.cu.o" "$build/native/kernels/conv_wgmma_weights.cu.o"; then
   passed=$((passed + 1))
 else
   failed=$((failed + 1))
