@@ -3,7 +3,7 @@
 // mbarrier's transaction count (the mbarrier's phase completes once the bytes an
 // mbarrier_arrive_expect_tx announced have landed). Inline PTX under nvcc; under emulation a
 // twin that copies the box at once, zero-fills what lies outside the tensor, and reports the
-// write and its bytes to runtime/emu/warpgroup.cpp.
+// write and its bytes to runtime/emu/warpgroup.cpp (which publishes them by that phase alone).
 #pragma once
 #include <cstdint>
 #include <cstring>
@@ -25,12 +25,22 @@ struct Map {
   uint32_t box_cols, box_rows, swizzle;
 };
 
+// A box's shared destination: 128-byte aligned, and where a swizzle's pattern starts (1024, 512 or
+// 256 bytes: the pattern is taken from the address's own bits, so a box elsewhere would land
+// permuted against what wgmma's descriptors read).
+inline void check_destination(uint32_t dst, wgmma::Swizzle s) {
+  const uint32_t pattern = s == wgmma::Swizzle::None ? 128 : 8 * wgmma::swizzle_bytes(s);
+  if (dst % pattern != 0)
+    throw Error("TMA: the shared destination " + std::to_string(dst) + " is not " + std::to_string(pattern) +
+                "-byte aligned" + (s == wgmma::Swizzle::None ? "" : " (where its swizzle pattern starts)"));
+}
+
 inline void load_2d(uint32_t dst, const TensorMap& map, int col, int row, uint32_t bar) {
   Map m;
   std::memcpy(&m, map.bytes, sizeof m);
   if (m.magic != kMagic) throw Error("TMA: the tensor map was not made by tma::encode_2d");
-  if (dst % 128 != 0) throw Error("TMA: the shared destination " + std::to_string(dst) + " is not 128-byte aligned");
   const wgmma::Swizzle s = wgmma::Swizzle(m.swizzle);
+  check_destination(dst, s);
   const uint32_t row_bytes = m.box_cols * 2, bytes = row_bytes * m.box_rows;
   if (s != wgmma::Swizzle::None && row_bytes != wgmma::swizzle_bytes(s))
     throw Error("TMA (emulated): a box row narrower than its swizzle is not emulated");
@@ -45,8 +55,7 @@ inline void load_2d(uint32_t dst, const TensorMap& map, int col, int row, uint32
       if (s != wgmma::Swizzle::None) address = wgmma::swizzled(address, s);
       std::memcpy(box + (address - dst), &v, 2);
     }
-  yolo::emu::note_async_shared_write(box, bytes);
-  yolo::emu::mbarrier_complete_tx(bar, bytes);
+  yolo::emu::async_copy_landed(box, bytes, bar);
 }
 
 // The im2col maps of encode_im2col.
@@ -65,9 +74,9 @@ inline void load_im2col(uint32_t dst, const TensorMap& map, int c, int w, int h,
   Im2colMap m;
   std::memcpy(&m, map.bytes, sizeof m);
   if (m.magic != kIm2colMagic) throw Error("TMA im2col: the tensor map was not made by tma::encode_im2col");
-  if (dst % 128 != 0) throw Error("TMA: the shared destination " + std::to_string(dst) + " is not 128-byte aligned");
   const Im2colNhwc& t = m.tensor;
   const wgmma::Swizzle s = wgmma::Swizzle(t.swizzle);
+  check_destination(dst, s);
   const uint32_t row_bytes = t.channels_per_pixel * t.element_bytes, bytes = row_bytes * t.pixels_per_column;
   if (s != wgmma::Swizzle::None && row_bytes != wgmma::swizzle_bytes(s))
     throw Error("TMA (emulated): a box row narrower than its swizzle is not emulated");
@@ -100,8 +109,7 @@ inline void load_im2col(uint32_t dst, const TensorMap& map, int c, int w, int h,
     }
   }
   count_im2col_load();
-  yolo::emu::note_async_shared_write(box, bytes);
-  yolo::emu::mbarrier_complete_tx(bar, bytes);
+  yolo::emu::async_copy_landed(box, bytes, bar);
 }
 
 }  // namespace emulated

@@ -34,6 +34,7 @@
 #pragma once
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <type_traits>
 
 #include "kernels/common.cuh"
@@ -135,41 +136,54 @@ inline uint32_t operand_address(uint64_t desc, bool mn_major, uint32_t mn, uint3
                   : k_major_address(start, s, leading, stride, mn, element_bytes * k);
 }
 
-// An operand element as the tensor cores read it (TF32: the FP32 word's low 13 bits dropped).
+// An operand element as the tensor cores use it, from its bits (TF32: the FP32 word's low 13 bits
+// dropped).
 template <typename T>
-double element(uint64_t desc, bool mn_major, uint32_t mn, uint32_t k) {
+double element_value(uint32_t bits) {
   if constexpr (std::is_same_v<T, float>) {
     float word;
-    std::memcpy(&word, yolo::emu::async_proxy_read(operand_address(desc, false, mn, k, 4), 4), 4);
+    std::memcpy(&word, &bits, 4);
+    if (yolo::fault_injected(yolo::Fault::Tf32RoundsOperands)) return double(round_to_tf32(word));  // planted
     return double(truncate_to_tf32(word));
+  } else if constexpr (std::is_same_v<T, Bf16>) {
+    return double(to_float(Bf16{uint16_t(bits)}));
   } else {
-    uint16_t bits;
-    std::memcpy(&bits, yolo::emu::async_proxy_read(operand_address(desc, mn_major, mn, k, 2), 2), 2);
-    if constexpr (std::is_same_v<T, Bf16>) return double(to_float(Bf16{bits}));
-    else return double(to_float(Fp16{bits}));
+    return double(to_float(Fp16{uint16_t(bits)}));
   }
 }
 
-// Queued until the thread's wgmma.wait_group covers it; then D = A*B (+ D) for this thread's
-// fragment, each output's products summed exactly and rounded once (the hardware's order and
-// truncation differ: GPU-vs-emulation comparisons are tolerances).
+// Issued: this thread's operand elements are read now (the hardware may read them any time until
+// the wait_group that covers the op: reading at issue is the earliest, and the wait checks that
+// they did not change since, the latest). Queued until that wait; then D = A*B (+ D) for this
+// thread's fragment, each output's products summed exactly and rounded once (the hardware's order
+// and truncation differ: GPU-vs-emulation comparisons are tolerances).
 template <typename T, int N, bool TransA, bool TransB>
 void mma(float* d, uint64_t a_desc, uint64_t b_desc, bool accumulate) {
   const unsigned rank = yolo::emu::thread_rank() % 128, warp = rank / 32, lane = rank % 32;
+  // The fragment's D[i] is row 16 warp + lane / 4 + 8 h (h = (i / 2) % 2) and column
+  // 8 (i / 4) + 2 (lane % 4) + i % 2: this thread's 2 rows of A and N / 4 columns of B, each
+  // element read once, A's first (a[h][k] at [h * K + k]), then B's (b[j][k] at [(2 + j) * K + k]).
+  constexpr unsigned K = 32 / sizeof(T), kBytes = sizeof(T) == 4 ? 4 : 2;  // the slice's k: 16, or 8 in TF32
+  constexpr unsigned kElements = (2 + N / 4) * K;
+  struct Operands {
+    uint32_t at[kElements], bits[kElements];
+  };
+  auto operands = std::make_shared<Operands>();
+  for (unsigned h = 0; h < 2; ++h)
+    for (unsigned k = 0; k < K; ++k)
+      operands->at[h * K + k] = operand_address(a_desc, TransA, 16 * warp + lane / 4 + 8 * h, k, kBytes);
+  for (unsigned j = 0; j < unsigned(N) / 4; ++j)
+    for (unsigned k = 0; k < K; ++k)
+      operands->at[(2 + j) * K + k] = operand_address(b_desc, TransB, 8 * (j / 2) + 2 * (lane % 4) + j % 2, k, kBytes);
+  yolo::emu::async_proxy_read_elements(operands->at, operands->bits, kElements, kBytes);
   yolo::emu::wgmma_queue([=] {
-    // The fragment's D[i] is row 16 warp + lane / 4 + 8 h (h = (i / 2) % 2) and column
-    // 8 (i / 4) + 2 (lane % 4) + i % 2: this thread's 2 rows of A and N / 4 columns of B, each
-    // element read once.
-    constexpr unsigned K = 32 / sizeof(T);  // the slice's k: 16, or 8 in TF32
+    yolo::emu::check_operands_unchanged(operands->at, operands->bits, kElements, kBytes);
     const unsigned k_summed = yolo::fault_injected(yolo::Fault::WgmmaDropsLastK) ? K - 1 : K;  // planted
-    double a[2][K], b[N / 4][K];
-    for (unsigned h = 0; h < 2; ++h)
-      for (unsigned k = 0; k < K; ++k) a[h][k] = element<T>(a_desc, TransA, 16 * warp + lane / 4 + 8 * h, k);
-    for (unsigned j = 0; j < unsigned(N) / 4; ++j)
-      for (unsigned k = 0; k < K; ++k) b[j][k] = element<T>(b_desc, TransB, 8 * (j / 2) + 2 * (lane % 4) + j % 2, k);
+    double v[kElements];
+    for (unsigned e = 0; e < kElements; ++e) v[e] = element_value<T>(operands->bits[e]);
     for (unsigned i = 0; i < unsigned(N) / 2; ++i) {
-      const double* row = a[(i / 2) % 2];
-      const double* col = b[2 * (i / 4) + i % 2];
+      const double* row = v + ((i / 2) % 2) * K;
+      const double* col = v + (2 + 2 * (i / 4) + i % 2) * K;
       double sum = accumulate ? double(d[i]) : 0.0;
       for (unsigned k = 0; k < k_summed; ++k) sum += row[k] * col[k];
       d[i] = float(sum);
@@ -384,6 +398,23 @@ __device__ __forceinline__ void mbarrier_wait(uint64_t* bar, uint32_t parity) {
   __trap();
 #else
   yolo::emu::mbarrier_wait_parity(shared_address(bar), parity);
+#endif
+}
+
+// After thread 0 initialised a block's mbarriers, before the __syncthreads that shows them to the
+// other threads: makes the initialisation visible to the async proxy, whose TMA copies complete
+// transactions on them: the PTX ISA's fence.mbarrier_init (a fence for earlier mbarrier.inits
+// alone), as CUTLASS's fence_barrier_init and DeepGEMM use it, and fence.proxy.async.shared::cta,
+// as the Programming Guide's TMA example does. Without it a first
+// stage's byte count may be lost, or the copy complete on a barrier the TMA unit sees uninitialised.
+__device__ __forceinline__ void fence_barrier_init() {
+#if YOLO_MBARRIER_NATIVE
+  asm volatile("fence.mbarrier_init.release.cluster;\nfence.proxy.async.shared::cta;" ::: "memory");
+#elif defined(__CUDACC__)
+  __trap();
+#else
+  yolo::emu::fence_mbarrier_init();
+  yolo::emu::fence_proxy_async();
 #endif
 }
 

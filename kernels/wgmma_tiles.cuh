@@ -54,8 +54,8 @@ struct Ring {
   __device__ uint4* chunk(uint32_t at) const { return reinterpret_cast<uint4*>(smem + (at - address)); }
 };
 
-// Thread 0 makes the mbarriers ("full" expects `full_arrivals`); every thread of the block must
-// call it (it ends in __syncthreads).
+// Thread 0 makes the mbarriers ("full" expects `full_arrivals`) and fences them for the async
+// proxy; every thread of the block must call it (it ends in __syncthreads).
 __device__ __forceinline__ Ring make_ring(uint32_t full_arrivals) {
   DYNAMIC_SHARED(unsigned char, raw);
   const uint32_t raw_address = shared_address(raw);
@@ -66,12 +66,14 @@ __device__ __forceinline__ Ring make_ring(uint32_t full_arrivals) {
   ring.empty = ring.full + kStages;
   ring.landed = ring.empty + kStages;
   ring.scratch = reinterpret_cast<float*>(ring.landed + kStages);
-  if (threadIdx.x == 0)
+  if (threadIdx.x == 0) {
     for (int st = 0; st < kStages; ++st) {
       mbarrier_init(&ring.full[st], full_arrivals);
       mbarrier_init(&ring.empty[st], 256);  // every thread of both math warpgroups
       mbarrier_init(&ring.landed[st], 1);
     }
+    fence_barrier_init();  // before any TMA copy completes on them
+  }
   __syncthreads();
   return ring;
 }

@@ -7,7 +7,7 @@
 namespace yolo {
 
 namespace {
-std::atomic<bool> g_faults[static_cast<int>(Fault::WgmmaDropsLastK) + 1];
+std::atomic<bool> g_faults[static_cast<int>(Fault::TmaEncoderRefuses) + 1];
 }
 
 bool fault_injected(Fault fault) { return g_faults[static_cast<int>(fault)].load(); }

@@ -12,7 +12,9 @@ enum class Fault {
   AllReduceBeforeLastKernel,  // a bucket's all-reduce is queued before its last backward kernel
   CaptureFails,               // ending a stream capture fails, as where a driver cannot capture the step
   WgmmaDropsLastK,            // the emulated wgmma leaves out each slice's last k (a fact the twin gets wrong)
-  // (keep last: runtime/fault.cpp sizes its switches by it)
+  Tf32RoundsOperands,         // the emulated wgmma rounds TF32 operands to nearest (a fact of TF32 alone wrong)
+  TmaEncoderRefuses,          // the im2col tensor-map encoder refuses every map (as a driver might)
+  // (keep TmaEncoderRefuses last: runtime/fault.cpp sizes its switches by it)
 };
 
 #if YOLO_EMU

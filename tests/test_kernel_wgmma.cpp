@@ -168,6 +168,43 @@ TEST_CASE("emulation: planted faults in the wgmma warpgroup GEMM are caught (wai
 #endif
 }
 
+TEST_CASE("emulation: the wgmma twins are no kinder than the hardware (operands read at issue, TMA publishes its own bytes, mbarriers in shared memory, fenced inits, an unaligned base)") {
+#if YOLO_EMULATED_KERNELS
+  KERNEL_TEST_DEVICE(device);
+  Rng rng;
+  CAPTURE(rng.seed());
+  const WgmmaSwizzle s = WgmmaSwizzle::B128;
+  const GemmCase g = random_case(rng, WgmmaOperand::Bf16, rng.integer(1, 64), 64, wrapping_k(s));
+  CHECK(mismatches(g, run(device, g, s, WgmmaFault::None), nullptr) == 0);
+  CHECK(mismatches(g, run(device, g, s, WgmmaFault::None, WgmmaLoad::Tma), nullptr) == 0);
+  // An mbarrier.init the async proxy may not see yet: a TMA copy completing on it is reported
+  // (where only threads use the barriers, nothing is).
+  CHECK_THROWS_WITH_AS(run(device, g, s, WgmmaFault::NoInitFence, WgmmaLoad::Tma),
+                       doctest::Contains("was not made visible to the async proxy"), Error);
+  CHECK(mismatches(g, run(device, g, s, WgmmaFault::NoInitFence), nullptr) == 0);
+  // wgmma reads its operands from its issue on: a stage released before the wait_group that
+  // retires the reads is refilled under them; a "full" wait after the issue comes too late.
+  CHECK_THROWS_WITH_AS(run(device, g, s, WgmmaFault::ReleaseBeforeWait),
+                       doctest::Contains("the bytes changed before the wgmma.wait_group that covers it"), Error);
+  CHECK_THROWS_WITH_AS(run(device, g, s, WgmmaFault::FullWaitAfterIssue),
+                       doctest::Contains("with nothing ordering the write before the read"), Error);
+  // A TMA copy's completion publishes the bytes it moved, not what its issuing thread wrote after
+  // arriving (here B, copied by the producer itself).
+  CHECK_THROWS_WITH_AS(run(device, g, s, WgmmaFault::BWrittenAfterArrive, WgmmaLoad::Tma),
+                       doctest::Contains("written by thread 128 with nothing ordering the write before the read"), Error);
+  // The mbarriers live in shared memory: a stage laid over them is caught at their next use.
+  CHECK_THROWS_WITH_AS(run(device, g, s, WgmmaFault::BarrierInStage),
+                       doctest::Contains("whose 8 bytes were overwritten since its last mbarrier operation"), Error);
+  // The dynamic shared memory is only 16-byte aligned: a ring that does not find its 1024-byte
+  // boundary puts descriptors and TMA boxes off their swizzle patterns.
+  CHECK_THROWS_WITH_AS(run(device, g, s, WgmmaFault::UnalignedBase), doctest::Contains("swizzle"), Error);
+  CHECK_THROWS_WITH_AS(run(device, g, s, WgmmaFault::UnalignedBase, WgmmaLoad::Tma),
+                       doctest::Contains("where its swizzle pattern starts"), Error);
+#else
+  SKIP_TEST("the faults are races or rules a GPU does not report; the emulation checks them");
+#endif
+}
+
 TEST_CASE("emulation: wgmma is chosen only where sm_90a code runs; the launcher refuses elsewhere") {
 #if YOLO_EMULATED_KERNELS
   EmulatedDevicesReset reset;

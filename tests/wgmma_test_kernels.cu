@@ -48,6 +48,8 @@ __host__ __device__ inline StageLayout stage_layout(Swizzle s, int n) {
   return l;
 }
 
+// The ring, then the mbarriers ("full", "empty"), after up to 1008 bytes to the first 1024-byte
+// boundary (the planted UnalignedBase uses none of them, and stays inside).
 size_t shared_bytes(Swizzle s, int n) {
   return 1024 + size_t(kWgmmaStages) * stage_layout(s, n).stage_bytes + 2 * kWgmmaStages * sizeof(uint64_t);
 }
@@ -84,21 +86,44 @@ __device__ void produce(const uint16_t* a, const uint16_t* b, int m, int k, Swiz
   }
 }
 
+// B's tile t (N rows) copied by this thread alone, as produce's lanes copy it (the planted
+// BWrittenAfterArrive: after the arrive, so only A's TMA box completes the phase).
+template <int N>
+__device__ void copy_b_alone(const uint16_t* b, int k, int t, Swizzle s, uint32_t base, unsigned char* smem,
+                             uint32_t stage) {
+  const StageLayout l = stage_layout(s, N);
+  const unsigned chunks_per_row = l.row_bytes / 16;
+  for (unsigned r = 0; r < unsigned(N); ++r) {  // a row at a time (the emulation holds 64 copies in flight)
+    for (unsigned chunk = 0; chunk < chunks_per_row; ++chunk) {
+      const int kk = t * int(l.row_bytes / 2) + int(chunk) * 8;
+      const uint32_t address = wgmma::k_major_address(stage + l.a_bytes, s, l.leading, l.stride, r, chunk * 16);
+      mma::cp_async_16(smem + (address - base), kk < k ? b + size_t(r) * k + kk : b, kk < k);
+    }
+    mma::cp_async_commit();
+    mma::cp_async_wait<0>();
+  }
+  wgmma::fence_proxy_async();
+}
+
 // The same ring filled by TMA: one lane announces the stage's bytes and issues two boxes.
 template <int N>
-__device__ void produce_tma(const tma::TensorMap* a_map, const tma::TensorMap* b_map, int k, Swizzle s,
-                            unsigned char* smem, uint64_t* full, uint64_t* empty, WgmmaFault fault) {
+__device__ void produce_tma(const tma::TensorMap* a_map, const tma::TensorMap* b_map, const uint16_t* b, int k,
+                            Swizzle s, uint32_t base, unsigned char* smem, uint64_t* full, uint64_t* empty,
+                            WgmmaFault fault) {
   if (threadIdx.x != 128) return;
   const StageLayout l = stage_layout(s, N);
   const int tile_k = int(l.row_bytes / 2), tiles = (k + tile_k - 1) / tile_k;
-  const uint32_t expected = l.stage_bytes - (planted(fault, WgmmaFault::WrongExpectTx) ? 16 : 0);
+  const bool b_alone = planted(fault, WgmmaFault::BWrittenAfterArrive);
+  const uint32_t expected =
+      (b_alone ? l.a_bytes : l.stage_bytes) - (planted(fault, WgmmaFault::WrongExpectTx) ? 16 : 0);
   for (int t = 0; t < tiles; ++t) {
     const int st = t % kWgmmaStages;
     wgmma::mbarrier_wait(&empty[st], (uint32_t(t / kWgmmaStages) & 1) ^ 1);
     wgmma::mbarrier_arrive_expect_tx(&full[st], expected);
     unsigned char* stage = smem + st * l.stage_bytes;
+    if (b_alone) copy_b_alone<N>(b, k, t, s, base, smem, base + uint32_t(st) * l.stage_bytes);
     tma::load_2d(stage, a_map, t * tile_k, int(blockIdx.x) * 64, &full[st]);
-    tma::load_2d(stage + l.a_bytes, b_map, t * tile_k, 0, &full[st]);
+    if (!b_alone) tma::load_2d(stage + l.a_bytes, b_map, t * tile_k, 0, &full[st]);
   }
 }
 
@@ -112,9 +137,12 @@ __device__ void consume(float* c, int m, int k, Swizzle s, uint32_t base, uint64
   float acc[N / 2];
 #pragma unroll
   for (int i = 0; i < N / 2; ++i) acc[i] = 0.0f;
+  const bool wait_late = planted(fault, WgmmaFault::FullWaitAfterIssue);
+  const bool release_early = planted(fault, WgmmaFault::ReleaseBeforeWait);
   for (int t = 0; t < tiles; ++t) {
     const int st = t % kWgmmaStages;
-    if (!planted(fault, WgmmaFault::SkipFullWait)) wgmma::mbarrier_wait(&full[st], uint32_t(t / kWgmmaStages) & 1);
+    const uint32_t parity = uint32_t(t / kWgmmaStages) & 1;
+    if (!planted(fault, WgmmaFault::SkipFullWait) && !wait_late) wgmma::mbarrier_wait(&full[st], parity);
     const uint32_t stage = base + uint32_t(st) * l.stage_bytes;
     if (!planted(fault, WgmmaFault::NoWgmmaFence)) wgmma::fence(acc);
 #pragma unroll 1
@@ -124,8 +152,10 @@ __device__ void consume(float* c, int m, int k, Swizzle s, uint32_t base, uint64
       wgmma::mma_async<T, N>(acc, a_desc, b_desc, t > 0 || j > 0);
     }
     wgmma::commit_group();
+    if (wait_late) wgmma::mbarrier_wait(&full[st], parity);
+    if (release_early) wgmma::mbarrier_arrive(&empty[st]);
     if (!planted(fault, WgmmaFault::NoWaitGroup)) wgmma::wait_group<0>(acc);
-    wgmma::mbarrier_arrive(&empty[st]);
+    if (!release_early) wgmma::mbarrier_arrive(&empty[st]);
   }
   const unsigned warp = threadIdx.x / 32, lane = threadIdx.x % 32;
 #pragma unroll
@@ -144,19 +174,23 @@ __global__ void __launch_bounds__(160) wgmma_gemm_kernel(const uint16_t* a, cons
                                                          int k, int swizzle, WgmmaLoad load, WgmmaFault fault) {
   DYNAMIC_SHARED(unsigned char, raw);
   const uint32_t raw_address = wgmma::shared_address(raw);
-  const uint32_t base = (raw_address + 1023u) & ~1023u;  // where every swizzle pattern starts
+  // Where every swizzle pattern starts (the dynamic shared memory itself is only 16-byte aligned).
+  const uint32_t base = planted(fault, WgmmaFault::UnalignedBase) ? raw_address : (raw_address + 1023u) & ~1023u;
   unsigned char* smem = raw + (base - raw_address);
   const Swizzle s = Swizzle(swizzle);
-  uint64_t* full = reinterpret_cast<uint64_t*>(smem + kWgmmaStages * stage_layout(s, N).stage_bytes);
-  uint64_t* empty = full + kWgmmaStages;
-  if (threadIdx.x == 0)
+  const uint32_t ring_bytes = kWgmmaStages * stage_layout(s, N).stage_bytes;
+  uint64_t* full = reinterpret_cast<uint64_t*>(smem + ring_bytes - (planted(fault, WgmmaFault::BarrierInStage) ? 64 : 0));
+  uint64_t* empty = reinterpret_cast<uint64_t*>(smem + ring_bytes) + kWgmmaStages;
+  if (threadIdx.x == 0) {
     for (int st = 0; st < kWgmmaStages; ++st) {
       if (!planted(fault, WgmmaFault::NoFullInit)) wgmma::mbarrier_init(&full[st], load == WgmmaLoad::Tma ? 1 : 32);
       wgmma::mbarrier_init(&empty[st], 128);
     }
+    if (!planted(fault, WgmmaFault::NoInitFence)) wgmma::fence_barrier_init();
+  }
   __syncthreads();
   if (threadIdx.x < 128) consume<T, N>(c, m, k, s, base, full, empty, fault);
-  else if (load == WgmmaLoad::Tma) produce_tma<N>(&a_map, &b_map, k, s, smem, full, empty, fault);
+  else if (load == WgmmaLoad::Tma) produce_tma<N>(&a_map, &b_map, b, k, s, base, smem, full, empty, fault);
   else produce<N>(a, b, m, k, s, base, smem, full, empty, fault);
 }
 
@@ -187,6 +221,7 @@ __global__ void im2col_box_kernel(const __grid_constant__ tma::TensorMap map, in
   uint64_t* full = reinterpret_cast<uint64_t*>(box + box_bytes);
   if (threadIdx.x == 0) {
     wgmma::mbarrier_init(full, 1);
+    wgmma::fence_barrier_init();  // TMA completes on it
     wgmma::mbarrier_arrive_expect_tx(full, box_bytes);
     tma::load_im2col(box, &map, c, w, h, n, uint16_t(off_w), uint16_t(off_h), full);
   }

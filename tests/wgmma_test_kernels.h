@@ -30,6 +30,13 @@ enum class WgmmaFault {
   WrongExpectTx,  // TMA: the producer announces 16 bytes fewer than its boxes bring
   NoWaitGroup,    // the warpgroup never waits for its wgmma batches (wgmma.wait_group)
   NoFullInit,     // the "full" mbarriers are used without mbarrier.init
+  // The emulation's strict readings (runtime/emu/warpgroup.cpp), each planted once:
+  NoInitFence,          // TMA: the mbarriers' init is not fenced for the async proxy
+  ReleaseBeforeWait,    // the warpgroup releases a stage before the wait_group that retires its reads
+  FullWaitAfterIssue,   // the warpgroup waits for "full" after issuing the stage's wgmma, not before
+  BWrittenAfterArrive,  // TMA: the producer copies B itself after its arrive (only A's box completes)
+  BarrierInStage,       // the "full" mbarriers lie in the last stage, which the producer fills
+  UnalignedBase,        // the ring starts where the dynamic shared memory does, not at a 1024 boundary
 };
 
 // Ring stages of the kernel (so a K of more than 3 tiles wraps the mbarriers' phases).

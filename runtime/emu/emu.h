@@ -129,32 +129,43 @@ void cp_async_wait(unsigned pending_groups);  // until at most that many committ
 
 // ---- Hopper's warpgroup MMA, mbarriers and proxy fences (twins for kernels/wgmma.cuh) ------------
 // In runtime/emu/warpgroup.cpp, which says what each follows in the PTX ISA and what it checks.
-// Addresses are shared-state-space addresses (shared_address in scheduler.h).
+// Addresses are shared-state-space addresses (shared_address in scheduler.h). An mbarrier's state
+// lives in its 8 bytes of shared memory: anything else writing there is reported at its next use.
 void mbarrier_init(uint32_t address, uint32_t count);
 // mbarrier.arrive, after mbarrier.expect_tx of `tx_bytes` when they are not 0.
 void mbarrier_arrive(uint32_t address, uint32_t tx_bytes);
-void mbarrier_complete_tx(uint32_t address, uint32_t tx_bytes);  // what an async copy does as it lands
 bool mbarrier_try_wait_parity(uint32_t address, uint32_t parity);
 void mbarrier_wait_parity(uint32_t address, uint32_t parity);    // try_wait in a loop
-void fence_proxy_async();                                        // fence.proxy.async.shared::cta
+// fence.proxy.async.shared::cta: this thread's generic-proxy writes of shared memory (and its
+// mbarrier.inits) become visible to the async proxy.
+void fence_proxy_async();
+// fence.mbarrier_init.release.cluster: this thread's mbarrier.inits become visible to the async
+// proxy (a TMA copy may complete transactions on them once the fence is ordered before it).
+void fence_mbarrier_init();
 // Writes to shared memory through the generic proxy that the async proxy (wgmma, TMA) may read
 // only after the writing thread's fence_proxy_async: cp.async's completions report here.
 void note_generic_shared_write(const void* dst, size_t bytes);
-// Writes by the async proxy (TMA): ordered for readers by the mbarrier they complete, no fence.
-void note_async_shared_write(const void* dst, size_t bytes);
-// wgmma's queue: the op's arithmetic (`run`, from kernels/wgmma.cuh, next to its fragment
-// layout) runs when a wgmma_wait_group of this thread covers it, so it reads shared memory as
-// late as a GPU may, through async_proxy_read.
+// A TMA copy issued by this thread landed `bytes` at `dst`, completing transactions of the mbarrier
+// at `bar`: the bytes are published to the threads that see that phase complete, and nothing the
+// issuing thread did before is. Throws where the mbarrier's init was not fenced for the async proxy.
+void async_copy_landed(const void* dst, size_t bytes, uint32_t bar);
+// wgmma's queue: the op reads its operands when issued (kernels/wgmma.cuh, through
+// async_proxy_read_elements) and its arithmetic (`run`) runs when a wgmma_wait_group of this
+// thread covers it, first asking check_operands_unchanged of every operand element it read.
 void wgmma_fence();
 // The warp executes a .sync.aligned instruction together (setmaxnreg): every lane, none exited.
 void converge_warp(const char* what);
 void wgmma_queue(std::function<void()> run);
 void wgmma_commit_group();
 void wgmma_wait_group(unsigned pending_groups);
-// `bytes` at shared address `address` as the async proxy reads them: throws for bytes outside
-// the dynamic shared memory, and for bytes a thread wrote through the generic proxy and has not
-// fenced since.
-const unsigned char* async_proxy_read(uint32_t address, size_t bytes);
+// The async proxy's reads of `count` elements of `bytes` (2 or 4, aligned) at shared addresses
+// `addresses`, into `bits`: throws for bytes outside the dynamic shared memory, and for bytes a
+// thread wrote through the generic proxy and has not fenced since, or that nothing orders before
+// the reading thread.
+void async_proxy_read_elements(const uint32_t* addresses, uint32_t* bits, size_t count, size_t bytes);
+// Throws where the elements at `addresses` no longer hold `bits_at_issue`: a write between a
+// wgmma's issue and the wait_group that covers it (the tensor cores may read them until then).
+void check_operands_unchanged(const uint32_t* addresses, const uint32_t* bits_at_issue, size_t count, size_t bytes);
 }  // namespace yolo::emu
 
 // ---- vector types (16-byte float4 and friends, as the CUDA headers define them) ----------

@@ -63,7 +63,8 @@ struct BlockRun {
   unsigned warps = 0;
   std::vector<unsigned char> exchange;        // warps * 32 lanes * 8 bytes
   std::vector<unsigned char> wide;            // warps * 32 lanes * kWideSlotBytes
-  std::unique_ptr<unsigned char[], AlignedFree> shared;  // dynamic shared memory, exactly the bytes asked
+  std::unique_ptr<unsigned char[], AlignedFree> block_shared;  // 1024-aligned; the window starts kDynamicSharedBase in
+  unsigned char* shared = nullptr;  // dynamic shared memory: exactly the bytes asked, at shared address kDynamicSharedBase
   std::unique_ptr<WarpgroupState, WarpgroupStateFree> warpgroup;  // mbarriers, wgmma queues (per block)
   size_t shared_bytes = 0;
   std::fenv_t fp_environment;                 // the launching thread's rounding mode etc.
@@ -276,7 +277,7 @@ void run_block(BlockRun& b, const std::function<void()>& kernel_call) {
   }
   // Shared memory is uninitialised on a GPU: fill it with NaN bytes so kernels that read before
   // writing show it in their results.
-  if (b.shared_bytes) std::memset(b.shared.get(), 0xff, b.shared_bytes);
+  if (b.shared_bytes) std::memset(b.shared, 0xff, b.shared_bytes);
   b.warpgroup.reset();
   std::function<void()> body = [&b, &kernel_call] {
     std::fesetenv(&b.fp_environment);  // a pooled fiber must not keep an older FP environment
@@ -340,8 +341,11 @@ void run_grid(const LaunchSite& site, dim3 grid, dim3 block, size_t dynamic_shar
   b.exchange.assign(size_t(b.warps) * 32 * 8, 0);
   b.wide.assign(size_t(b.warps) * 32 * kWideSlotBytes, 0);
   b.shared_bytes = dynamic_shared_bytes;
-  if (dynamic_shared_bytes)
-    b.shared.reset(static_cast<unsigned char*>(::operator new[](dynamic_shared_bytes, std::align_val_t(1024))));
+  if (dynamic_shared_bytes) {
+    b.block_shared.reset(static_cast<unsigned char*>(
+        ::operator new[](kDynamicSharedBase + dynamic_shared_bytes, std::align_val_t(1024))));
+    b.shared = b.block_shared.get() + kDynamicSharedBase;
+  }
   blockDim = block;
   gridDim = grid;
   g_block = &b;
@@ -421,7 +425,8 @@ unsigned char* warp_exchange_slot(unsigned lane) {
   return &g_block->exchange[(size_t(warp) * 32 + lane) * 8];
 }
 
-void* dynamic_shared_memory() { return g_block->shared.get(); }
+void* dynamic_shared_memory() { return g_block->shared; }
+size_t dynamic_shared_size() { return g_block->shared_bytes; }
 
 unsigned thread_rank() { return g_block->current; }
 
@@ -436,25 +441,26 @@ void wait_until(std::function<bool()> ready, std::string what) {
 
 uint32_t shared_address(const void* p) {
   const auto* byte = static_cast<const unsigned char*>(p);
-  const unsigned char* base = g_block->shared.get();
+  const unsigned char* base = g_block->shared;
   if (!base || byte < base || byte >= base + g_block->shared_bytes)
     launch_error(*g_block->site, "thread " + dims(threadIdx) + ": a shared-state-space address of a pointer outside "
                                      "the block's dynamic shared memory (the emulation gives addresses to "
                                      "DYNAMIC_SHARED memory only)");
-  return uint32_t(byte - base);
+  return kDynamicSharedBase + uint32_t(byte - base);
 }
 
 void* shared_pointer(uint32_t address, size_t bytes) {
-  if (size_t(address) + bytes > g_block->shared_bytes)
+  if (address < kDynamicSharedBase || size_t(address - kDynamicSharedBase) + bytes > g_block->shared_bytes)
     launch_error(*g_block->site, "thread " + dims(threadIdx) + ": shared address " + std::to_string(address) + " + " +
                                      std::to_string(bytes) + " bytes lies outside the block's " +
-                                     std::to_string(g_block->shared_bytes) + " bytes of dynamic shared memory");
-  return g_block->shared.get() + address;
+                                     std::to_string(g_block->shared_bytes) + " bytes of dynamic shared memory (from " +
+                                     std::to_string(kDynamicSharedBase) + ")");
+  return g_block->shared + (address - kDynamicSharedBase);
 }
 
 bool in_dynamic_shared(const void* p) {
   const auto* byte = static_cast<const unsigned char*>(p);
-  const unsigned char* base = g_block->shared.get();
+  const unsigned char* base = g_block->shared;
   return base && byte >= base && byte < base + g_block->shared_bytes;
 }
 

@@ -86,7 +86,13 @@ struct AsyncCopies {
   unsigned groups = 0;
 };
 AsyncCopies& thread_async_copies();
-void* dynamic_shared_memory();  // 1024-byte aligned, as the shared window's addresses are on a GPU
+// The block's dynamic shared memory. Its shared-state-space address is kDynamicSharedBase, off a
+// 1024-byte boundary: a GPU promises 16-byte alignment (DYNAMIC_SHARED's __align__(16)) and no
+// more, so a kernel that needs a swizzle pattern's boundary must find it itself (as
+// kernels/wgmma_tiles.cuh's ring does); the host memory behind it lies the same way.
+constexpr uint32_t kDynamicSharedBase = 1024 + 16;
+void* dynamic_shared_memory();
+size_t dynamic_shared_size();  // its bytes
 
 // For the warpgroup twins (runtime/emu/warpgroup.cpp), valid only inside an emulated kernel:
 unsigned thread_rank();  // the calling thread's linear index in its block
