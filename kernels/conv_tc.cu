@@ -19,6 +19,7 @@
 #include "kernels/normalized_input.cuh"
 #include "kernels/tc_epilogue.cuh"
 #include "kernels/tc_tiles.cuh"
+#include "kernels/tma.h"
 
 namespace yolo {
 
@@ -423,6 +424,7 @@ TcProblem conv2d_tc_problem(const Conv2dShape& s, TcPass pass, Precision precisi
   if (precision == Precision::Fp32) throw Error("conv2d_tc_problem: fp32 convolutions do not run on tensor cores");
   TcProblem p;
   p.pass = pass;
+  p.precision = precision;
   p.elem = precision == Precision::Tf32 ? 4 : 2;
   const int V = 16 / p.elem;
   const long long pixels = (long long)s.n * s.out_h() * s.out_w(), taps = (long long)s.k * s.k;
@@ -481,8 +483,9 @@ void conv2d_forward_tc(const Conv2dShape& s, NhwcView<const T> in, const T* weig
   constexpr int V = Tc<T>::V;
   const bool vec_in = vec_view(in, V), vec_w = (s.k * s.k * s.c_in) % V == 0 && vec_pointer(weights);
   TcPlan plan = forward_plan<T>(s);
-  if (plan.wgmma) {  // every precision (TF32 too: both operands K-major)
-    if (vec_in && vec_w) return conv2d_forward_wgmma<T>(s, in, weights, bias, out, stream, moments, norm);
+  if (plan.wgmma) {  // every precision (TF32 too: both operands K-major); the weights by a swizzled map
+    if (vec_in && vec_w && tma::swizzled_base_fits(weights))
+      return conv2d_forward_wgmma<T>(s, in, weights, bias, out, stream, moments, norm);
     plan = mma_instead_of_wgmma();
   }
   plan.async = plan.async && vec_in && vec_w && !norm;  // cp.async lands in shared memory untransformed
@@ -529,8 +532,8 @@ void conv2d_backward_data_tc(const Conv2dShape& s, NhwcView<const T> grad_out, c
   constexpr int V = Tc<T>::V;
   const bool vec_grad = vec_view(grad_out, V), vec_w = s.c_in % V == 0 && vec_pointer(weights);
   TcPlan plan = backward_data_plan<T>(s);
-  if (plan.wgmma) {
-    if (vec_grad && vec_w)
+  if (plan.wgmma) {  // the weights (TF32: their transposed copy in the workspace) by a swizzled map
+    if (vec_grad && vec_w && tma::swizzled_base_fits(sizeof(T) == 4 ? workspace : static_cast<const void*>(weights)))
       return conv2d_backward_data_wgmma<T>(s, grad_out, weights, grad_in, accumulate, stream, workspace,
                                            workspace_bytes);
     plan = mma_instead_of_wgmma();
@@ -583,7 +586,8 @@ void conv2d_backward_weights_tc(const Conv2dShape& s, NhwcView<const T> in, Nhwc
   TcPlan plan = backward_weights_plan<T>(s);
   if (plan.wgmma) {
     if constexpr (sizeof(T) == 2)
-      if (vec_grad && vec_in && grad_out.stride == s.c_out) {  // TMA reads grad_out as one dense matrix
+      // TMA reads grad_out as one dense matrix, by a swizzled map
+      if (vec_grad && vec_in && grad_out.stride == s.c_out && tma::swizzled_base_fits(grad_out.data)) {
         conv2d_backward_weights_wgmma<T>(s, in, grad_out, grad_weights, workspace, weights_partials_bytes<T>(s), stream,
                                          norm);
         if (grad_bias) launch_bias_gradient(s, grad_out, grad_bias, bias_partials, stream);

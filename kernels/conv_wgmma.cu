@@ -178,7 +178,7 @@ bool conv2d_forward_wgmma_takes(const Conv2dShape& s) {
 template <typename T>
 bool conv2d_forward_wgmma_im2col_takes(const Conv2dShape& s, NhwcView<const T> in) {
   return conv2d_forward_wgmma_takes(s) && s.c_in % kTileK<T> == 0 && conv_im2col_geometry_fits(s) &&
-         (size_t(in.stride) * sizeof(T)) % 16 == 0 && reinterpret_cast<uintptr_t>(in.data) % 16 == 0;
+         (size_t(in.stride) * sizeof(T)) % 16 == 0 && tma::swizzled_base_fits(in.data);
 }
 
 template <typename T>
@@ -205,7 +205,8 @@ void conv2d_forward_wgmma(const Conv2dShape& s, NhwcView<const T> in, const T* w
   const dim3 grid(wgmma_conv_blocks(order.count()));
   const std::string needs = "c_in a multiple of " + std::to_string(kTileK<T>) + " (" + std::to_string(s.c_in) +
                             "), a stride of at most 8 and a 16-byte pixel stride";
-  if (uses_im2col(conv2d_forward_wgmma_im2col_takes(s, in), input, "conv2d_forward_wgmma", needs)) {
+  if (uses_im2col(conv2d_forward_wgmma_im2col_takes(s, in), input, "conv2d_forward_wgmma", needs, tc_precision<T>(),
+                  tc::TcPass::Forward)) {
     const tma::TensorMap in_map =
         conv_im2col_map(s, in.data, uint64_t(in.stride) * sizeof(T), sizeof(T), kTileK<T>, kBlockM);
     tc::allow_shared(conv_forward_wgmma_kernel<T, true>, kSharedBytes);

@@ -10,8 +10,9 @@
 // kernels/conv.h run it where the planner chooses it (kernels/tc_plan.h); tools/bench_wgmma.cu
 // times it beside conv2d_forward_tc and cuBLAS.
 //   Needs current_device_runs_wgmma() (kernels/hopper.h), c_in a multiple of 8, `in`'s pixel
-//   stride a multiple of 16 bytes and its data and the weights 16-byte aligned, at most 65535 * 128
-//   output pixels; throws yolo::Error otherwise. out may be a channel slice (any stride). bias:
+//   stride a multiple of 16 bytes and its data 16-byte aligned, the weights 128-byte aligned (a
+//   swizzled tensor map's base: tma::swizzled_base_fits), at most 65535 * 128 output pixels;
+//   throws yolo::Error otherwise. out may be a channel slice (any stride). bias:
 //   FP32 per output channel, or null. moments: BatchNorm's statistics of the stored output, per
 //   block of 128 output pixels, as conv2d_forward_tc writes them (kernels/conv.h, ConvMoments).
 //   norm (kernels/conv.h, NormalizedInput): BatchNorm's apply on the input, done by each producer
@@ -58,7 +59,8 @@ void conv2d_forward_wgmma(const Conv2dShape& shape, NhwcView<const T> in, const 
 // Whether TMA's im2col mode can bring the forward's A: c_in a whole number of k-tiles (64 in 16
 // bits, 32 in TF32: a k-tile then lies within one tap), a stride of at most 8 and a kernel of at
 // most 16 (the map's traversal stride and tap offsets), `in`'s pixel stride a multiple of 16
-// bytes and its data 16-byte aligned. With BatchNorm applied in the loads (`norm`) the producer
+// bytes and its data 128-byte aligned (tma::swizzled_base_fits: a channel slice may not be, and
+// gathers). With BatchNorm applied in the loads (`norm`) the producer
 // warpgroup applies it to the rows TMA landed (each thread its own), then announces the stage.
 template <typename T>
 bool conv2d_forward_wgmma_im2col_takes(const Conv2dShape& shape, NhwcView<const T> in);
@@ -69,12 +71,13 @@ bool conv2d_forward_wgmma_im2col_takes(const Conv2dShape& shape, NhwcView<const 
 // stride 1; stride^2 classes, each reached by its own taps, otherwise), n = c_in, k = (the class's
 // taps, c_out). A is grad_out at the mirrored taps (zeros outside the image; by im2col or
 // gathered by cp.async, below), B the weights of one tap and a k-tile of
-// output channels by TMA, one tensor map a tap: 16-bit weights read MN-major (their c_in rows as
-// they lie, two boxes); TF32 (T = float; wgmma cannot transpose it) from a copy transposed to
-// [tap][c_in][c_out] in the workspace (conv2d_backward_data_wgmma_workspace_bytes: 0 in 16 bits),
-// read K-major and truncated as the forward's operands are. Needs a 1x1 or 3x3 kernel, a stride
-// of at most 255, c_out a multiple of 64, c_in a multiple of 8, grad_out's pixel stride a multiple
-// of 16 bytes and its data 16-byte aligned, at most 65535 * 128 input pixels a class.
+// output channels by TMA, one tensor map over every tap: 16-bit weights read MN-major (their c_in
+// rows as they lie, two boxes); TF32 (T = float; wgmma cannot transpose it) from a copy transposed
+// to [tap][c_in][c_out] in the workspace (conv2d_backward_data_wgmma_workspace_bytes: 0 in 16
+// bits), read K-major and truncated as the forward's operands are. Needs a 1x1 or 3x3 kernel, a
+// stride of at most 255, c_out a multiple of 64, c_in a multiple of 8, grad_out's pixel stride a
+// multiple of 16 bytes and its data 16-byte aligned, the weights (16 bits) or the workspace (TF32)
+// 128-byte aligned, at most 65535 * 128 input pixels a class.
 template <typename T>
 size_t conv2d_backward_data_wgmma_workspace_bytes(const Conv2dShape& shape);
 // A by TMA's im2col mode, as `input` says (the forward's rule, with
@@ -101,7 +104,8 @@ bool conv2d_backward_weights_wgmma_takes(const Conv2dShape& shape);
 // producers to the rows TMA landed, as in the forward). The pixels are split among blocks
 // (partial sums in the workspace, then summed in a fixed order: deterministic; the workspace's
 // size depends on the current device's SMs). Needs c_in and c_out multiples of 8, grad_out dense
-// (stride c_out) and `in`'s pixel stride a multiple of 8, 16-byte aligned data. No bias gradient.
+// (stride c_out) and 128-byte aligned, `in`'s pixel stride a multiple of 8 and its data 16-byte
+// aligned (128 for im2col). No bias gradient.
 size_t conv2d_backward_weights_wgmma_workspace_bytes(const Conv2dShape& shape);
 template <typename T>
 void conv2d_backward_weights_wgmma(const Conv2dShape& shape, NhwcView<const T> in, NhwcView<const T> grad_out,

@@ -20,10 +20,7 @@ using namespace wgmma;
 // (ry0 + S jr, rx0 + S js) only: a class is a product of its own, over nr * ns taps. Stride 1 is
 // one class of every tap.
 
-constexpr int kMaxTaps = 9;  // 3x3; a 1x1 uses the first map
-struct TapMaps {
-  tma::TensorMap tap[kMaxTaps];  // tap (kh, kw)'s weights: [c_out][c_in] (16-bit), [c_in][c_out] (TF32)
-};
+constexpr int kMaxTaps = 9;  // 3x3
 
 // With TMA's im2col mode (stride at most 2): one map of grad_out per class. Class row m = (b, yq,
 // xq) at tap (jr, js) reads grad_out (b, yq + dy - jr, xq + dx - js): a traversal of the class's
@@ -41,22 +38,27 @@ struct ClassPixels {
   __device__ long long operator()(int m) const { return pc.input_pixel(g, m); }
 };
 
-// B of a k-tile: 16-bit weights are read MN-major from W itself, [c_out][c_in] a tap (two TMA
-// boxes of 64 c_in by 64 c_out); TF32 cannot transpose, so its weights are first transposed to
-// [tap][c_in][c_out] (transpose_taps_kernel) and read K-major, one box of 128 c_in rows by 32
-// c_out (64 16-bit units: see produce).
+// B of a k-tile: 16-bit weights are read MN-major from W itself, [c_out][taps * c_in] (two TMA
+// boxes of 64 c_in by 64 c_out at one tap's columns); TF32 cannot transpose, so its weights are
+// first transposed to [tap][c_in][c_out] (transpose_taps_kernel) and read K-major, one box of 128
+// rows (c_in at one tap) by 32 c_out (64 16-bit units: see produce). One map over all the taps,
+// based where the weights start (a swizzled map's base must be 128-byte aligned: one a tap would
+// start at tap * c_in elements, 48 bytes apart at a c_in of 24): a box reaching past its tap's
+// c_in reads the next tap's weights into B's columns past c_in, whose outputs are never stored
+// (past the last tap, TMA's zeros).
 template <typename T>
 constexpr bool kBackwardBKMajor = std::is_same_v<T, float>;
 
-// The weights' part of a k-tile (output channels c0.., the tile's 128 input channels) from one
-// tap's map, into stage st (its bytes counted on "full" by the caller).
+// The weights' part of a k-tile (output channels c0.., the tile's 128 input channels at tap
+// `tap`, c_in a tap) into stage st (its bytes counted on "full" by the caller).
 template <typename T>
-__device__ void load_weights_tile(const Ring& ring, int st, const tma::TensorMap* map, int col_tile, int c0) {
+__device__ void load_weights_tile(const Ring& ring, int st, const tma::TensorMap* map, int tap, int c_in,
+                                  int col_tile, int c0) {
+  const int ci = tap * c_in + col_tile * kBlockN;
   if constexpr (kBackwardBKMajor<T>) {
-    tma::load_2d(ring.b_tile(st), map, 2 * c0, col_tile * kBlockN, &ring.full[st]);
+    tma::load_2d(ring.b_tile(st), map, 2 * c0, ci, &ring.full[st]);
   } else {
-    for (int h = 0; h < 2; ++h)
-      tma::load_2d(ring.b_tile(st) + h * kMnHalfBytes, map, col_tile * kBlockN + 64 * h, c0, &ring.full[st]);
+    for (int h = 0; h < 2; ++h) tma::load_2d(ring.b_tile(st) + h * kMnHalfBytes, map, ci + 64 * h, c0, &ring.full[st]);
   }
 }
 
@@ -65,7 +67,7 @@ __device__ void load_weights_tile(const Ring& ring, int st, const tma::TensorMap
 // kTileK * (t % groups).. (groups = c_out / kTileK); thread 0 brings that tap's weights.
 template <typename T>
 __device__ void produce_backward(const ConvGeom& g, const ParityClass& pc, NhwcView<const T> grad_out,
-                                 const TapMaps* maps, int k_tiles, const Ring& ring, Tile tile, int t0) {
+                                 const tma::TensorMap* w_map, int k_tiles, const Ring& ring, Tile tile, int t0) {
   constexpr int V = 16 / int(sizeof(T));  // channels a 16-byte copy
   const int p = int(threadIdx.x), m = tile.row * kBlockM + p, groups = g.c_out / kTileK<T>;
   const bool row_valid = m < pc.rows(g);
@@ -76,9 +78,9 @@ __device__ void produce_backward(const ConvGeom& g, const ParityClass& pc, NhwcV
               js = tap % pc.ns;
     mbarrier_wait(&ring.empty[st], empty_parity(t0 + t));
     if (p == 0) {
-      const tma::TensorMap* map = &maps->tap[(pc.ry0 + g.stride * jr) * g.k + pc.rx0 + g.stride * js];
       mbarrier_arrive_expect_tx(&ring.full[st], kTileBytes);
-      load_weights_tile<T>(ring, st, map, tile.col, c0);
+      load_weights_tile<T>(ring, st, w_map, (pc.ry0 + g.stride * jr) * g.k + pc.rx0 + g.stride * js, g.c_in, tile.col,
+                           c0);
     }
     const int oy = oy0 - jr, ox = ox0 - js;
     const bool inside = row_valid && oy >= 0 && oy < g.oh && ox >= 0 && ox < g.ow;
@@ -98,19 +100,19 @@ __device__ void produce_backward(const ConvGeom& g, const ParityClass& pc, NhwcV
 // one tap, kTileK output channels), then the tap's weights as produce_backward brings them.
 template <typename T>
 __device__ void produce_backward_im2col(const ConvGeom& g, const ParityClass& pc, const tma::TensorMap* a_map,
-                                        const TapMaps* maps, int k_tiles, const Ring& ring, Tile tile, int t0) {
+                                        const tma::TensorMap* w_map, int k_tiles, const Ring& ring, Tile tile, int t0) {
   const int groups = g.c_out / kTileK<T>, m0 = tile.row * kBlockM;
   const int xq = m0 % pc.wc, rest = m0 / pc.wc, yq = rest % pc.hc, b = rest / pc.hc;
   const int y0 = yq + pc.dy - (pc.nr - 1), x0 = xq + pc.dx - (pc.ns - 1);  // the traversal's coordinates
   for (int t = 0; t < k_tiles; ++t) {
     const int st = stage_of(t0 + t), tap = t / groups, c0 = (t % groups) * kTileK<T>, jr = tap / pc.ns,
               js = tap % pc.ns;
-    const tma::TensorMap* map = &maps->tap[(pc.ry0 + g.stride * jr) * g.k + pc.rx0 + g.stride * js];
     mbarrier_wait(&ring.empty[st], empty_parity(t0 + t));
     mbarrier_arrive_expect_tx(&ring.full[st], kStageBytes);
     tma::load_im2col(ring.a_tile(st), a_map, c0, x0, y0, b, uint16_t(pc.ns - 1 - js), uint16_t(pc.nr - 1 - jr),
                      &ring.full[st]);
-    load_weights_tile<T>(ring, st, map, tile.col, c0);
+    load_weights_tile<T>(ring, st, w_map, (pc.ry0 + g.stride * jr) * g.k + pc.rx0 + g.stride * js, g.c_in, tile.col,
+                         c0);
   }
 }
 
@@ -120,7 +122,8 @@ __device__ void produce_backward_im2col(const ConvGeom& g, const ParityClass& pc
 // accumulating.
 template <typename T, bool Im2colA>
 __global__ void __launch_bounds__(kThreads, 1)
-    conv_backward_data_wgmma_kernel(ConvGeom g, NhwcView<const T> grad_out, const __grid_constant__ TapMaps maps,
+    conv_backward_data_wgmma_kernel(ConvGeom g, NhwcView<const T> grad_out,
+                                    const __grid_constant__ tma::TensorMap w_map,
                                     const __grid_constant__ ClassMaps class_maps, NhwcView<T> grad_in,
                                     bool accumulate, TileOrder order) {
   const Ring ring = make_ring(Im2colA ? 1 : 128 + 1);  // thread 0's expect_tx (and the gatherers)
@@ -133,9 +136,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (threadIdx.x < 128) {
       if constexpr (Im2colA) {
         if (threadIdx.x == 0 && k_tiles > 0)
-          produce_backward_im2col<T>(g, pc, &class_maps.cls[tile.z], &maps, k_tiles, ring, tile, t0);
+          produce_backward_im2col<T>(g, pc, &class_maps.cls[tile.z], &w_map, k_tiles, ring, tile, t0);
       } else {
-        produce_backward<T>(g, pc, grad_out, &maps, k_tiles, ring, tile, t0);
+        produce_backward<T>(g, pc, grad_out, &w_map, k_tiles, ring, tile, t0);
       }
     } else {
       const OutRows<T, ClassPixels> out{grad_in.data, grad_in.stride, rows, grad_in.c, nullptr, accumulate, {g, pc}};
@@ -206,7 +209,7 @@ ClassMaps grad_out_class_maps(const Conv2dShape& s, NhwcView<const T> grad_out) 
 template <typename T>
 bool conv2d_backward_data_wgmma_im2col_takes(const Conv2dShape& s, NhwcView<const T> grad_out) {
   if (!conv2d_backward_data_wgmma_takes(s) || s.stride > 2 || s.k > 16 || s.c_out % kTileK<T> != 0 ||
-      (size_t(grad_out.stride) * sizeof(T)) % 16 != 0 || reinterpret_cast<uintptr_t>(grad_out.data) % 16 != 0)
+      (size_t(grad_out.stride) * sizeof(T)) % 16 != 0 || !tma::swizzled_base_fits(grad_out.data))
     return false;
   const ConvGeom g = geometry(s);
   for (int z = 0; z < s.stride * s.stride; ++z) {
@@ -252,32 +255,31 @@ void conv2d_backward_data_wgmma(const Conv2dShape& s, NhwcView<const T> grad_out
   if (s.n == 0) return;
   const int taps = s.k * s.k, S = s.stride;
   const ConvGeom g = geometry(s);
-  TapMaps maps{};
+  tma::TensorMap w_map{};  // all the taps (see load_weights_tile)
   if constexpr (kBackwardBKMajor<T>) {
     float* wt = static_cast<float*>(workspace);
     LAUNCH(transpose_taps_kernel, dim3(ceil_div(size_t(s.c_in), 32), ceil_div(size_t(s.c_out), 32), unsigned(taps)),
            dim3(32, 8), 0, stream, weights, s.c_out, taps, s.c_in, wt);
-    for (int tap = 0; tap < taps; ++tap)  // Wt[tap]: rows ci of c_out floats, as 16-bit units
-      maps.tap[tap] = tma::encode_2d(wt + size_t(tap) * s.c_in * s.c_out, uint64_t(s.c_out) * 2, uint64_t(s.c_in),
-                                     uint64_t(s.c_out) * 4, 64, kBlockN, 1);
-  } else {
-    for (int tap = 0; tap < taps; ++tap)  // W[co][tap][ci]: rows co, taps * c_in elements apart
-      maps.tap[tap] = tma::encode_2d(weights + size_t(tap) * s.c_in, uint64_t(s.c_in), uint64_t(s.c_out),
-                                     uint64_t(taps) * s.c_in * 2, 64, kBlockK, 1);
+    // Wt[tap][ci]: rows of c_out floats, as 16-bit units
+    w_map = tma::encode_2d(wt, uint64_t(s.c_out) * 2, uint64_t(taps) * s.c_in, uint64_t(s.c_out) * 4, 64, kBlockN, 1);
+  } else {  // W[co][tap * c_in + ci]: rows co
+    w_map = tma::encode_2d(weights, uint64_t(taps) * s.c_in, uint64_t(s.c_out), uint64_t(taps) * s.c_in * 2, 64,
+                           kBlockK, 1);
   }
   const TileOrder order{int(ceil_div(size_t(s.c_in), kBlockN)), int(ceil_div(largest_class_rows(s), size_t(kBlockM))),
                         S * S};
   const dim3 grid(wgmma_conv_blocks(order.count()));
   const std::string needs = "a stride of at most 2 (" + std::to_string(S) + ") and a 16-byte pixel stride";
-  if (uses_im2col(conv2d_backward_data_wgmma_im2col_takes(s, grad_out), input, "conv2d_backward_data_wgmma", needs)) {
+  if (uses_im2col(conv2d_backward_data_wgmma_im2col_takes(s, grad_out), input, "conv2d_backward_data_wgmma", needs,
+                  tc_precision<T>(), tc::TcPass::BackwardData)) {
     const ClassMaps class_maps = grad_out_class_maps(s, grad_out);
     tc::allow_shared(conv_backward_data_wgmma_kernel<T, true>, kSharedBytes);
-    LAUNCH((conv_backward_data_wgmma_kernel<T, true>), grid, dim3(kThreads), kSharedBytes, stream, g, grad_out, maps,
+    LAUNCH((conv_backward_data_wgmma_kernel<T, true>), grid, dim3(kThreads), kSharedBytes, stream, g, grad_out, w_map,
            class_maps, grad_in, accumulate, order);
   } else {
     tc::allow_shared(conv_backward_data_wgmma_kernel<T, false>, kSharedBytes);
-    LAUNCH((conv_backward_data_wgmma_kernel<T, false>), grid, dim3(kThreads), kSharedBytes, stream, g, grad_out, maps,
-           ClassMaps{}, grad_in, accumulate, order);
+    LAUNCH((conv_backward_data_wgmma_kernel<T, false>), grid, dim3(kThreads), kSharedBytes, stream, g, grad_out,
+           w_map, ClassMaps{}, grad_in, accumulate, order);
   }
 }
 

@@ -42,11 +42,12 @@ tma::TensorMap conv_im2col_map(const Conv2dShape& s, const void* data, uint64_t 
   return tma::encode_im2col(t);
 }
 
-bool uses_im2col(bool fits, WgmmaInput input, const char* op, const std::string& needs) {
+bool uses_im2col(bool fits, WgmmaInput input, const char* op, const std::string& needs, Precision precision,
+                 tc::TcPass pass) {
   if (input == WgmmaInput::Im2col && !fits)
     throw Error(std::string(op) + ": TMA's im2col mode cannot bring this input: it needs " + needs);
   return input == WgmmaInput::Im2col || (input == WgmmaInput::Auto && fits && tma_im2col_allowed_by_environment() &&
-                                         current_device_tma_im2col_verified());
+                                         current_device_trusts_wgmma(precision, pass, WgmmaSource::Im2col));
 }
 
 }  // namespace yolo::wgmma

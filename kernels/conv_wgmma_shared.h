@@ -32,9 +32,10 @@ bool conv_im2col_geometry_fits(const Conv2dShape& s);
 tma::TensorMap conv_im2col_map(const Conv2dShape& s, const void* data, uint64_t pixel_stride_bytes,
                                uint32_t element_bytes, uint32_t channels_per_pixel, uint32_t pixels_per_column);
 
-// Resolves `input` for a pass (`op`) whose im2col path `fits`: Im2col where it does not throws
-// naming what the path `needs`; Auto takes it where it fits and the device's im2col self-check
-// passed (kernels/wgmma_check.h).
-bool uses_im2col(bool fits, WgmmaInput input, const char* op, const std::string& needs);
+// Resolves `input` for a pass (`op`: `pass` in `precision`) whose im2col path `fits`: Im2col
+// where it does not throws naming what the path `needs`; Auto takes it where it fits and the
+// device's self-check passed that pass through im2col (kernels/wgmma_check.h).
+bool uses_im2col(bool fits, WgmmaInput input, const char* op, const std::string& needs, Precision precision,
+                 tc::TcPass pass);
 
 }  // namespace yolo::wgmma

@@ -195,7 +195,7 @@ bool conv2d_backward_weights_wgmma_takes(const Conv2dShape& s) { return s.c_in %
 template <typename T>
 bool conv2d_backward_weights_wgmma_im2col_takes(const Conv2dShape& s, NhwcView<const T> in) {
   return conv2d_backward_weights_wgmma_takes(s) && s.c_in % 64 == 0 && conv_im2col_geometry_fits(s) &&
-         in.stride % 8 == 0 && reinterpret_cast<uintptr_t>(in.data) % 16 == 0;
+         in.stride % 8 == 0 && tma::swizzled_base_fits(in.data);
 }
 
 size_t conv2d_backward_weights_wgmma_workspace_bytes(const Conv2dShape& s) {
@@ -235,7 +235,7 @@ void conv2d_backward_weights_wgmma(const Conv2dShape& s, NhwcView<const T> in, N
     const std::string needs = "c_in a multiple of 64 (" + std::to_string(s.c_in) +
                               ") and a stride of at most 8";
     if (uses_im2col(conv2d_backward_weights_wgmma_im2col_takes(s, in), input, "conv2d_backward_weights_wgmma",
-                    needs)) {
+                    needs, tc_precision<T>(), tc::TcPass::BackwardWeights)) {
       const tma::TensorMap in_map = conv_im2col_map(s, in.data, uint64_t(in.stride) * 2, 2, 64, kBlockK);
       tc::allow_shared(conv_backward_weights_wgmma_kernel<T, true>, kSharedBytes);
       LAUNCH((conv_backward_weights_wgmma_kernel<T, true>), grid, dim3(kThreads), kSharedBytes, stream, g, in, norm,

@@ -61,6 +61,7 @@ TcPlan gemm_plan(const GemmShape& s) {
   problem.pass = TcPass::Gemm;
   problem.m = s.m, problem.n = s.n, problem.k = s.k;
   problem.elem = int(sizeof(T));
+  problem.precision = tc_precision<T>();
   problem.a_kmajor = ak, problem.b_kmajor = bk;
   problem.vec = s.a_pitch() % V == 0 && (ak ? s.k : s.m) % V == 0 && s.b_pitch() % V == 0 && (bk ? s.k : s.n) % V == 0;
   return choose_plan(problem, current_gpu());

@@ -154,8 +154,10 @@ bool wgmma_allowed_by_environment() {
 
 GpuDesc current_gpu() {
   GpuDesc g = described_current_gpu();
-  // On a GPU the wgmma kernels are trusted once they pass their self-check there (wgmma_check.h).
-  g.wgmma = g.wgmma && wgmma_allowed_by_environment() && current_device_wgmma_verified();
+  // On a GPU the wgmma kernels of each pass are trusted once they pass their self-check there
+  // (wgmma_check.h).
+  g.wgmma = g.wgmma && wgmma_allowed_by_environment();
+  if (g.wgmma) g.wgmma_passes = current_device_wgmma_passes();
   return g;
 }
 
@@ -275,10 +277,12 @@ namespace {
 constexpr double kWgmmaMinGainUs = 5.0;
 
 // 16-bit passes; TF32 only where both operands can be K-major (the forward, and backward data
-// from the weights transposed), since TF32 wgmma cannot transpose.
+// from the weights transposed), since TF32 wgmma cannot transpose. A pass whose self-check failed
+// on the device, never.
 bool wgmma_possible(const TcProblem& problem, const GpuDesc& gpu) {
   const bool type_ok = problem.elem == 2 || (problem.elem == 4 && problem.pass != TcPass::BackwardWeights);
-  return gpu.wgmma && problem.wgmma_shape && type_ok && problem.pass != TcPass::Gemm;
+  return gpu.wgmma && problem.wgmma_shape && type_ok && problem.pass != TcPass::Gemm &&
+         (gpu.wgmma_passes & wgmma_pass_bit(problem.precision, problem.pass)) != 0;
 }
 
 TcPlan wgmma_plan(const TcProblem& problem, const GpuDesc& gpu) {

@@ -10,6 +10,7 @@
 #pragma once
 #include <string>
 
+#include "kernels/precision.h"
 #include "kernels/tc_layout.h"
 
 namespace yolo::tc {
@@ -34,6 +35,10 @@ struct GpuDesc {
   bool wgmma = false;
   double wgmma_tflops_16 = 790;
   double wgmma_tflops_tf32 = 395;
+  // The (precision, pass) pairs whose wgmma kernels passed the device's self-check
+  // (kernels/wgmma_check.h), a bit each (wgmma_pass_bit): a failed pair stays on mma.sync alone.
+  // Every pair where no check runs (the presets, emulated devices).
+  unsigned wgmma_passes = ~0u;
   bool rates_measured = true;    // false: the rates are predictions for this GPU
 };
 GpuDesc gpu_t4();
@@ -42,11 +47,12 @@ GpuDesc gpu_h200();
 // The preset of an architecture family: below 80 the T4, below 90 the A100, else the H200.
 GpuDesc gpu_preset(int compute_capability);
 // The current device (CUDA, or the emulated one): its compute capability, SM count, shared
-// memory and threads per SM, whether it runs the build's sm_90a code (wgmma); the rates of its
-// family's preset. Without a current emulated device, the emulation's small default (4 SMs of
-// sm_90), so small tests still use many blocks. The environment variable YOLO_WGMMA=off (or 0)
-// keeps the convolutions on mma.sync (wgmma false); on, 1, auto or unset leave the choice to
-// the planner; anything else throws yolo::Error naming it.
+// memory and threads per SM, whether it runs the build's sm_90a code (wgmma) and which passes
+// passed its wgmma self-check there (wgmma_passes: the check runs at the first question, on a
+// GPU); the rates of its family's preset. Without a current emulated device, the emulation's small
+// default (4 SMs of sm_90), so small tests still use many blocks. The environment variable
+// YOLO_WGMMA=off (or 0) keeps the convolutions on mma.sync (wgmma false, and no check runs); on,
+// 1, auto or unset leave the choice to the planner; anything else throws yolo::Error naming it.
 GpuDesc current_gpu();
 bool wgmma_allowed_by_environment();
 // An on/off environment variable as YOLO_WGMMA is read: unset, empty, on, 1 or auto: true; off
@@ -57,6 +63,10 @@ bool switch_from_environment(const char* variable, const char* off_effect);
 // The kernel families; each has its own loaders, so its own registers and launch bounds.
 enum class TcPass { Forward, BackwardData, BackwardWeights, Gemm };
 const char* pass_name(TcPass pass);
+// GpuDesc::wgmma_passes's bit for `pass` in `precision`.
+constexpr unsigned wgmma_pass_bit(Precision precision, TcPass pass) {
+  return 1u << (4 * int(precision) + int(pass));
+}
 
 // One tensor-core pass as the planner sees it: `groups` independent m x n x k products
 // (backward data's stride parity classes), elements of `elem` bytes (4: TF32, 2: BF16/FP16),
@@ -73,6 +83,7 @@ struct TcProblem {
   bool a_kmajor = true, b_kmajor = true;
   bool wgmma_shape = false;
   long long weight_elements = 0;  // the convolution's weights (the TF32 backward data transposes them)
+  Precision precision = Precision::Bf16;  // the operands' type (elem: its bytes)
 };
 
 struct TcPlan {

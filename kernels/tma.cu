@@ -7,6 +7,7 @@
 
 #include "kernels/common.cuh"
 #include "kernels/tma.cuh"
+#include "runtime/fault.h"
 #if defined(__CUDACC__)
 #include <cuda.h>
 #include <cudaTypedefs.h>
@@ -16,18 +17,29 @@ namespace yolo::tma {
 
 namespace {
 std::atomic<unsigned long long> g_im2col_loads{0};
+thread_local bool g_driver_base_rule = false;  // DriverBaseRule's
 }
 #if !defined(__CUDACC__)
 void emulated::count_im2col_load() { ++g_im2col_loads; }
 #endif
 unsigned long long emulated_im2col_loads() { return g_im2col_loads.load(); }
 
+bool swizzled_base_fits(const void* base) {
+  return reinterpret_cast<uintptr_t>(base) % (g_driver_base_rule ? 16 : 128) == 0;
+}
+DriverBaseRule::DriverBaseRule() : previous_(g_driver_base_rule) { g_driver_base_rule = true; }
+DriverBaseRule::~DriverBaseRule() { g_driver_base_rule = previous_; }
+
 namespace {
+
+constexpr const char* kSwizzledBaseRule =
+    "a swizzled map's global address must be 128-byte aligned (the CUDA Programming Guide's TMA swizzle rule)";
 
 void check_rules(const void* base, uint64_t cols, uint64_t rows, uint64_t row_stride_bytes, uint32_t box_cols,
                  uint32_t box_rows, int swizzle) {
   auto refuse = [](const std::string& why) { throw Error("tensor map: " + why); };
   if (reinterpret_cast<uintptr_t>(base) % 16 != 0) refuse("the global address must be 16-byte aligned");
+  if (swizzle != 0 && !swizzled_base_fits(base)) refuse(kSwizzledBaseRule);
   if (cols == 0 || rows == 0 || cols > (uint64_t(1) << 32) || rows > (uint64_t(1) << 32))
     refuse("each dimension must hold 1..2^32 elements (" + std::to_string(cols) + " x " + std::to_string(rows) + ")");
   if (row_stride_bytes % 16 != 0 || row_stride_bytes >= (uint64_t(1) << 40) || row_stride_bytes < cols * 2)
@@ -48,6 +60,7 @@ void check_im2col_rules(const Im2colNhwc& t) {
   auto refuse = [](const std::string& why) { throw Error("im2col tensor map: " + why); };
   auto text = [](auto v) { return std::to_string(v); };
   if (reinterpret_cast<uintptr_t>(t.base) % 16 != 0) refuse("the global address must be 16-byte aligned");
+  if (t.swizzle != 0 && !swizzled_base_fits(t.base)) refuse(kSwizzledBaseRule);
   if (t.element_bytes != 2 && t.element_bytes != 4)
     refuse("elements of " + text(t.element_bytes) + " bytes (2 or 4 are supported)");
   for (uint64_t d : {t.n, t.h, t.w, t.c})
@@ -137,6 +150,8 @@ TensorMap encode_im2col(const Im2colNhwc& t) {
   if (r != CUDA_SUCCESS)
     throw Error("im2col tensor map: cuTensorMapEncodeIm2col failed with CUresult " + std::to_string(int(r)));
 #else
+  if (fault_injected(Fault::TmaEncoderRefuses))  // planted: what only a driver would refuse
+    throw Error("im2col tensor map: cuTensorMapEncodeIm2col failed with CUresult 1 (planted)");
   emulated::Im2colMap fields{};
   fields.magic = emulated::kIm2colMagic;
   fields.tensor = t;

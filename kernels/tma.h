@@ -17,11 +17,30 @@ struct alignas(128) TensorMap {
 };
 
 // The swizzles of wgmma.cuh's Swizzle codes: 0 none, 1 128-byte, 2 64-byte, 3 32-byte.
-// Throws yolo::Error naming the rule a map breaks: a 16-byte aligned base, a row stride that is
-// a multiple of 16 bytes, dimensions of 1..2^32, a box of 1..256 per dimension whose rows are a
-// multiple of 16 bytes and, with a swizzle, no wider than it.
+// Throws yolo::Error naming the rule a map breaks: a 16-byte aligned base (128-byte with a
+// swizzle: swizzled_base_fits), a row stride that is a multiple of 16 bytes, dimensions of
+// 1..2^32, a box of 1..256 per dimension whose rows are a multiple of 16 bytes and, with a
+// swizzle, no wider than it.
 TensorMap encode_2d(const void* base, uint64_t cols, uint64_t rows, uint64_t row_stride_bytes, uint32_t box_cols,
                     uint32_t box_rows, int swizzle);
+
+// Whether a swizzled map may start at `base`: 128-byte aligned, as the CUDA Programming Guide's
+// TMA swizzle section asks (the driver's encoder itself asks 16). The wgmma passes check it before
+// they choose a TMA operand: where it fails they gather instead, or stay on mma.sync.
+bool swizzled_base_fits(const void* base);
+// While one lives on this thread, swizzled maps may start 16-byte aligned (the driver's rule): for
+// the GPU check that asks the hardware whether the Guide's 128 bytes matter
+// (tests/test_kernel_wgmma.cpp).
+class DriverBaseRule {
+ public:
+  DriverBaseRule();
+  ~DriverBaseRule();
+  DriverBaseRule(const DriverBaseRule&) = delete;
+  DriverBaseRule& operator=(const DriverBaseRule&) = delete;
+
+ private:
+  bool previous_;
+};
 
 // An im2col map of an NHWC tensor (cuTensorMapEncodeIm2col, rank 4: dimensions C, W, H, N from
 // the innermost). One load (tma.cuh: load_im2col) moves `pixels_per_column` pixels of
@@ -42,8 +61,8 @@ struct Im2colNhwc {
   uint32_t channels_per_pixel, pixels_per_column;
   int swizzle;                  // as encode_2d's
 };
-// Throws yolo::Error naming the rule a map breaks: encode_2d's alignment, dimension and stride
-// rules (the row and image strides follow from the pixel stride), corners within -128..127 (rank
+// Throws yolo::Error naming the rule a map breaks: encode_2d's alignment (swizzled_base_fits with a
+// swizzle), dimension and stride rules (the row and image strides follow from the pixel stride), corners within -128..127 (rank
 // 4) and a box of at least one pixel, 1..256 channels a pixel whose bytes are a multiple of 16
 // and fit the swizzle, 1..1024 pixels a load, a stride of 1..8.
 TensorMap encode_im2col(const Im2colNhwc& tensor);

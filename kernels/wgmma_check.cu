@@ -1,4 +1,4 @@
-// wgmma_self_check and current_device_wgmma_verified (kernels/wgmma_check.h).
+// wgmma_self_check and the devices' verdicts (kernels/wgmma_check.h).
 #include "kernels/wgmma_check.h"
 
 #include <algorithm>
@@ -15,6 +15,7 @@
 #include "kernels/conv.h"
 #include "kernels/conv_wgmma.h"
 #include "kernels/half_types.h"
+#include "runtime/fault.h"
 #include "runtime/memory.h"
 
 namespace yolo {
@@ -34,6 +35,11 @@ Device current_device() {
 #endif
 }
 
+// What the process cannot recover from: the check stops there, and so does the run.
+struct Unrecoverable : Error {
+  using Error::Error;
+};
+
 // Until the kernels queued so far on the legacy stream finish; a hang becomes an error.
 void wait_for_kernels(const std::string& what) {
 #if YOLO_CUDA
@@ -44,8 +50,9 @@ void wait_for_kernels(const std::string& what) {
   cudaError_t state;
   while ((state = cudaEventQuery(done)) == cudaErrorNotReady) {
     if (std::chrono::steady_clock::now() > give_up)
-      throw Error("the wgmma self-check's " + what + " did not finish within 20 s on this GPU: its wgmma kernels hang "
-                  "here. Run with YOLO_WGMMA=off (every convolution on mma.sync) and please report it");
+      throw Unrecoverable("the wgmma self-check's " + what + " did not finish within 20 s on this GPU: its wgmma "
+                          "kernels hang here. Run with YOLO_WGMMA=off (every convolution on mma.sync) and please "
+                          "report it");
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   CHECKED(state);
@@ -110,7 +117,7 @@ NhwcView<T> view(T* data, int n, int h, int w, int c) {
 // got (as stored) against ref within (3u + K 2^-23) |A||B| (mag), u the precision's unit: the
 // 16-bit output's rounding, or TF32's products of truncated operands summed in FP32. "" or why.
 template <typename Out>
-std::string compare(const std::string& what, const std::vector<Out>& got, const std::vector<double>& ref,
+std::string compare(const std::vector<Out>& got, const std::vector<double>& ref,
                     const std::vector<double>& mag, long long k, double u) {
   const double factor = 3 * u + double(k) * 0x1p-23;
   double worst = 0;
@@ -120,7 +127,7 @@ std::string compare(const std::string& what, const std::vector<Out>& got, const 
     if (!(err <= allowed) && !(err / allowed <= worst)) worst = err / allowed, worst_at = i;
   }
   if (worst == 0) return "";
-  return what + ": element " + std::to_string(worst_at) + " is " + std::to_string(stored_value(got[worst_at])) +
+  return "element " + std::to_string(worst_at) + " is " + std::to_string(stored_value(got[worst_at])) +
          ", expected " + std::to_string(ref[worst_at]) + " (" + std::to_string(worst) + "x the bound)";
 }
 
@@ -162,7 +169,7 @@ std::string check_forward(const Operand<T>& x, const Operand<T>& w, Device d, co
                                    nullptr, 0);
   if (doubled)
     for (size_t i = 0; i < out_n; ++i) ref[i] *= 2, mag[i] *= 2;
-  return compare(name + " forward", download<T>(y, out_n), ref, mag, (long long)s.k * s.k * s.c_in, unit_of<T>());
+  return compare(download<T>(y, out_n), ref, mag, (long long)s.k * s.k * s.c_in, unit_of<T>());
 }
 
 // The weight gradient of `s` in 16-bit T (FP32 out), its input's im2col rows brought as `input`
@@ -183,7 +190,7 @@ std::string check_weight_gradient(const Operand<T>& x, const Operand<T>& dy, Dev
   conv2d_backward_weights_reference<double>(s, view<const double>(x.magnitude.data(), s.n, s.h, s.w, s.c_in),
                                             view<const double>(dy.magnitude.data(), s.n, oh, ow, s.c_out), mag.data(),
                                             nullptr, nullptr, 0);
-  return compare(name + " weight gradient", download<float>(dw, s.weight_count()), ref, mag,
+  return compare(download<float>(dw, s.weight_count()), ref, mag,
                  (long long)s.n * oh * ow, 0x1p-16);
 }
 
@@ -205,143 +212,239 @@ std::string check_backward_data(const Operand<T>& dy, const Operand<T>& w, Devic
   conv2d_backward_data_reference<double>(s, view<const double>(dy.magnitude.data(), s.n, oh, ow, s.c_out),
                                          w.magnitude.data(), view<double>(mag.data(), s.n, s.h, s.w, s.c_in), false,
                                          nullptr, 0);
-  return compare(name + " backward data", download<T>(dx, in_n), ref, mag, (long long)s.k * s.k * s.c_out,
+  return compare(download<T>(dx, in_n), ref, mag, (long long)s.k * s.k * s.c_out,
                  unit_of<T>());
 }
 
-// Forward, backward data (both gathered) and, for 16-bit T, the weight gradient of `s` in T
-// against the FP64 reference of the same operands. "" when all agree.
-template <typename T>
-std::string check_shape(Device d, const Conv2dShape& s, const std::string& name) {
-  const size_t in_n = size_t(s.n) * s.h * s.w * s.c_in, out_n = size_t(s.n) * s.out_h() * s.out_w() * s.c_out;
-  const Operand<T> x(d, in_n, 1), w(d, s.weight_count(), 2), dy(d, out_n, 3);
-  std::string why = check_forward(x, w, d, s, name, WgmmaInput::Gather);
-  if (why.empty()) why = check_backward_data(dy, w, d, s, name, WgmmaInput::Gather);
-  if constexpr (std::is_same_v<T, float>) {
-    return why;  // TF32 has no wgmma weight gradient
-  } else {
-    if (!why.empty()) return why;
-    return check_weight_gradient(x, dy, d, s, name, WgmmaInput::Gather);
+// What a case threw, where the device can go on: a CUDA error that sticks (an illegal address, say)
+// leaves the context unusable, which no later case, and no training, can get past.
+void require_usable_device(const std::string& what) {
+#if YOLO_CUDA
+  (void)cudaGetLastError();  // an error that does not stick (a launch's configuration) is cleared
+  const cudaError_t state = cudaDeviceSynchronize();
+  if (state != cudaSuccess)
+    throw Unrecoverable("the wgmma self-check's " + what + " left this GPU's context unusable (" +
+                        cudaGetErrorString(state) + "). Run with YOLO_WGMMA=off (every convolution on mma.sync) "
+                        "and please report it");
+#else
+  (void)what;
+#endif
+}
+
+// Runs one case and records it: its failure ("" where it passed), or what it threw. Only what the
+// process cannot recover from stops the check.
+template <class Check>
+void run_case(WgmmaVerdicts& v, WgmmaCheckCase c, const Check& check) {
+  try {
+    c.failure = check();
+  } catch (const Unrecoverable&) {
+    throw;
+  } catch (const std::exception& e) {
+    c.failure = std::string("threw: ") + e.what();
+    require_usable_device(c.name());
   }
+  v.cases.push_back(std::move(c));
+}
+
+// The cases of T at one shape through `source`: the forward (with `doubled`, again through a
+// doubling BatchNorm table, which the producers apply to what TMA landed), backward data, and in
+// 16 bits the weight gradient, each against the FP64 reference of the same operands.
+template <typename T>
+void check_shape(WgmmaVerdicts& v, Device d, const Conv2dShape& s, const std::string& shape, WgmmaSource source,
+                 uint32_t seed, bool doubled) {
+  const Precision p = tc_precision<T>();
+  const WgmmaInput input = source == WgmmaSource::Gather ? WgmmaInput::Gather : WgmmaInput::Im2col;
+  const size_t in_n = size_t(s.n) * s.h * s.w * s.c_in, out_n = size_t(s.n) * s.out_h() * s.out_w() * s.c_out;
+  const Operand<T> x(d, in_n, seed), w(d, s.weight_count(), seed + 1), dy(d, out_n, seed + 2);
+  const std::string label = std::string(precision_name(p)) + " " + wgmma_source_name(source) + " " + shape;
+  auto add = [&](tc::TcPass pass, const std::string& name, const auto& check) {
+    run_case(v, WgmmaCheckCase{p, pass, source, name, ""}, check);
+  };
+  add(tc::TcPass::Forward, shape, [&] { return check_forward(x, w, d, s, label, input); });
+  if (doubled)
+    add(tc::TcPass::Forward, shape + " doubled", [&] { return check_forward(x, w, d, s, label, input, true); });
+  add(tc::TcPass::BackwardData, shape, [&] { return check_backward_data(dy, w, d, s, label, input); });
+  if constexpr (sizeof(T) == 2)  // TF32 has no wgmma weight gradient
+    add(tc::TcPass::BackwardWeights, shape, [&] { return check_weight_gradient(x, dy, d, s, label, input); });
 }
 
 }  // namespace
 
-constexpr const char* kWalk = "3x3 s2 tiles";  // the shapes whose tiles one block walks
+const char* wgmma_source_name(WgmmaSource source) { return source == WgmmaSource::Gather ? "gathered" : "im2col"; }
 
-std::string wgmma_self_check() {
-  const Device d = current_device();
-  // 3x3 at stride 1 (taps outside the image, K not whole k-tiles) and 2 (parity classes of 4, 2,
-  // 2 and 1 taps), c_in of 24 (a part-filled tile), c_out 64 (one k-tile a tap in 16 bits). One
-  // block walks every tile (the persistent blocks' ring running on from tile to tile): the
-  // third shape's forward has two column tiles, its backward data four classes of 12, 6, 6 and
-  // 3 k-tiles.
-  const WgmmaBlockCap one_block(1);
-  const Conv2dShape stride1{1, 6, 5, 24, 64, 3, 1}, stride2{1, 7, 6, 24, 64, 3, 2}, walk{1, 9, 7, 40, 192, 3, 2};
-  for (const auto& [shape, name] :
-       {std::pair{stride1, "3x3 s1"}, std::pair{stride2, "3x3 s2"}, std::pair{walk, kWalk}}) {
-    std::string why = check_shape<Bf16>(d, shape, std::string("bf16 ") + name);
-    const bool walking = std::strcmp(name, kWalk) == 0;  // tf32's code too: bf16 alone (CI's emulated time)
-    if (why.empty() && !walking) why = check_shape<float>(d, shape, std::string("tf32 ") + name);
-    if (!why.empty()) return why;
-  }
-  return "";
+std::string WgmmaCheckCase::name() const {
+  return std::string(precision_name(precision)) + " " + tc::pass_name(pass) + ", " + wgmma_source_name(source) + ", " +
+         shape;
 }
 
-std::string tma_im2col_self_check() {
-  const Device d = current_device();
-  // Two images (the traversal crosses from one to the next within a box), height and width
-  // unequal (the map's corners per dimension), the last box part-filled; c_in two k-tiles. One
-  // block walks every tile: the third shape's forward has two column tiles, its backward data
-  // four classes.
-  const WgmmaBlockCap one_block(1);
-  const Conv2dShape stride1{2, 7, 9, 128, 64, 3, 1}, stride2{2, 10, 7, 128, 64, 3, 2}, walk{1, 9, 7, 64, 192, 3, 2};
-  for (const auto& [shape, name] :
-       {std::pair{stride1, "3x3 s1"}, std::pair{stride2, "3x3 s2"}, std::pair{walk, kWalk}}) {
-    const size_t in_n = size_t(shape.n) * shape.h * shape.w * shape.c_in;
-    const size_t out_n = size_t(shape.n) * shape.out_h() * shape.out_w() * shape.c_out;
-    const Operand<Bf16> x16(d, in_n, 4), w16(d, shape.weight_count(), 5), dy16(d, out_n, 8);
-    const std::string bf16 = std::string("im2col bf16 ") + name, tf32 = std::string("im2col tf32 ") + name;
-    std::string why = check_forward(x16, w16, d, shape, bf16, WgmmaInput::Im2col);
-    if (why.empty())
-      why = check_forward(x16, w16, d, shape, std::string("im2col bf16 doubled ") + name, WgmmaInput::Im2col, true);
-    if (why.empty()) why = check_backward_data(dy16, w16, d, shape, bf16, WgmmaInput::Im2col);
-    if (why.empty()) why = check_weight_gradient(x16, dy16, d, shape, bf16, WgmmaInput::Im2col);
-    if (!why.empty()) return why;
-    if (std::strcmp(name, kWalk) == 0) continue;  // tf32's code too: bf16 alone (CI's emulated time)
-    const Operand<float> x32(d, in_n, 6), w32(d, shape.weight_count(), 7), dy32(d, out_n, 9);
-    why = check_forward(x32, w32, d, shape, tf32, WgmmaInput::Im2col);
-    if (why.empty()) why = check_backward_data(dy32, w32, d, shape, tf32, WgmmaInput::Im2col);
-    if (!why.empty()) return why;
+bool WgmmaVerdicts::trusts(Precision precision, tc::TcPass pass, WgmmaSource source) const {
+  bool any = false;
+  for (const WgmmaCheckCase& c : cases)
+    if (c.precision == precision && c.pass == pass && c.source == source) {
+      if (!c.failure.empty()) return false;
+      any = true;
+    }
+  return any;
+}
+
+unsigned WgmmaVerdicts::gathered_passes() const {
+  unsigned mask = 0;
+  for (Precision p : {Precision::Tf32, Precision::Bf16, Precision::Fp16})
+    for (tc::TcPass pass : {tc::TcPass::Forward, tc::TcPass::BackwardData, tc::TcPass::BackwardWeights})
+      if (trusts(p, pass, WgmmaSource::Gather)) mask |= tc::wgmma_pass_bit(p, pass);
+  return mask;
+}
+
+std::vector<std::string> WgmmaVerdicts::failed_keys() const {
+  std::vector<std::string> lines;
+  std::vector<const WgmmaCheckCase*> reported;  // the first failed case of each key
+  for (const WgmmaCheckCase& c : cases) {
+    if (c.failure.empty()) continue;
+    auto same_key = [&](const WgmmaCheckCase* r) {
+      return r->precision == c.precision && r->pass == c.pass && r->source == c.source;
+    };
+    if (std::any_of(reported.begin(), reported.end(), same_key)) continue;
+    reported.push_back(&c);
+    int failed = 0, of = 0;
+    for (const WgmmaCheckCase& o : cases)
+      if (same_key(&o)) ++of, failed += !o.failure.empty();
+    lines.push_back(std::string(precision_name(c.precision)) + " " + tc::pass_name(c.pass) + ", " +
+                    wgmma_source_name(c.source) + ": " + std::to_string(failed) + " of " + std::to_string(of) +
+                    " cases failed (" + c.shape + ": " + c.failure + "); it runs " +
+                    (c.source == WgmmaSource::Gather ? "on mma.sync" : "on its gather") + " instead");
   }
-  return "";
+  return lines;
+}
+
+WgmmaVerdicts wgmma_self_check() {
+  const Device d = current_device();
+  const WgmmaBlockCap one_block(1);
+  WgmmaVerdicts v;
+  // The gathers: 3x3 at stride 1 (taps outside the image, K not whole k-tiles) and 2 (parity
+  // classes of 4, 2, 2 and 1 taps), c_in of 24 (a part-filled tile), c_out 64 (one k-tile a tap
+  // in 16 bits). One block walks every tile (the persistent blocks' ring running on from tile to
+  // tile): the third shape's forward has two column tiles, its backward data four classes of 12,
+  // 6, 6 and 3 k-tiles (bf16 alone: the code is the other precisions' too, and CI runs this
+  // emulated).
+  const Conv2dShape stride1{1, 6, 5, 24, 64, 3, 1}, stride2{1, 7, 6, 24, 64, 3, 2}, walk{1, 9, 7, 40, 192, 3, 2};
+  for (const auto& [shape, name] : {std::pair{stride1, "3x3 s1"}, std::pair{stride2, "3x3 s2"}}) {
+    check_shape<Bf16>(v, d, shape, name, WgmmaSource::Gather, 1, false);
+    check_shape<Fp16>(v, d, shape, name, WgmmaSource::Gather, 11, false);
+    check_shape<float>(v, d, shape, name, WgmmaSource::Gather, 21, false);
+  }
+  check_shape<Bf16>(v, d, walk, "3x3 s2 tiles", WgmmaSource::Gather, 31, false);
+  // TMA's im2col mode: two images (the traversal crosses from one to the next within a box),
+  // height and width unequal (the map's corners per dimension), the last box part-filled; c_in
+  // two k-tiles; the forward also through a BatchNorm table. The third shape walks tiles as above.
+  const Conv2dShape im1{2, 7, 9, 128, 64, 3, 1}, im2{2, 10, 7, 128, 64, 3, 2}, im_walk{1, 9, 7, 64, 192, 3, 2};
+  for (const auto& [shape, name] : {std::pair{im1, "3x3 s1"}, std::pair{im2, "3x3 s2"}}) {
+    check_shape<Bf16>(v, d, shape, name, WgmmaSource::Im2col, 41, true);
+    check_shape<Fp16>(v, d, shape, name, WgmmaSource::Im2col, 51, false);
+    check_shape<float>(v, d, shape, name, WgmmaSource::Im2col, 61, false);
+  }
+  check_shape<Bf16>(v, d, im_walk, "3x3 s2 tiles", WgmmaSource::Im2col, 71, false);
+  return v;
+}
+
+double wgmma_tf32_probe() {
+  const Device d = current_device();
+  const Conv2dShape s{1, 1, 1, 32, 8, 1, 1};
+  const float x = 1.0f + 3.0f * 0x1p-12f;
+  DeviceMemory in(d, 32 * sizeof(float)), w(d, s.weight_count() * sizeof(float)), y(d, 8 * sizeof(float));
+  const std::vector<float> xs(32, x), ws(s.weight_count(), 1.0f);
+  copy_bytes(in.data(), xs.data(), xs.size() * sizeof(float));
+  copy_bytes(w.data(), ws.data(), ws.size() * sizeof(float));
+  conv2d_forward_wgmma<float>(s, view<const float>(static_cast<const float*>(in.data()), 1, 1, 1, 32),
+                              static_cast<const float*>(w.data()), nullptr,
+                              view<float>(static_cast<float*>(y.data()), 1, 1, 1, 8), nullptr, {}, {},
+                              WgmmaInput::Gather);
+  wait_for_kernels("tf32 probe");
+  return double(download<float>(y, 8)[0]);
 }
 
 namespace {
 
 #if YOLO_CUDA
-// A device check's verdict, per device: 0 not checked, 1 failed, 2 passed, 3 being checked. The
-// check's own launches may ask the planner about the device: on the checking thread the answer
-// is "not verified" meanwhile; another thread waits for the verdict (so its plans match the
-// ones that follow). A failure prints `failure` (with the device and the reason) once.
-struct Verdicts {
-  std::atomic<int> verdict[64] = {};
+// A device's verdicts, checked once: state 0 not checked, 1 being checked, 2 known, 3 the check
+// could not finish (unrecoverable). The check's own launches may ask the planner about the device:
+// on the checking thread the answer meanwhile is "trust nothing" (the check forces its kernels);
+// another thread waits for the verdicts, so that its plans match the ones that follow.
+struct DeviceVerdicts {
+  std::atomic<int> state{0};
+  WgmmaVerdicts verdicts;
 };
-bool cached_verdict(Verdicts& v, bool& checking_here, std::string (*check)(), const char* failure) {
+constexpr int kDevices = 64;
+DeviceVerdicts g_devices[kDevices];
+thread_local bool g_checking_here = false;
+
+void warn(int index, const WgmmaVerdicts& v) {
+  for (const std::string& line : v.failed_keys())
+    std::fprintf(stderr, "warning: gpu:%d: the wgmma self-check's %s. Please report it (YOLO_WGMMA=off skips the "
+                 "check).\n", index, line.c_str());
+}
+
+const WgmmaVerdicts* device_verdicts() {
   int index = 0;
   CHECKED(cudaGetDevice(&index));
-  if (index < 0 || index >= 64) return false;
-  std::atomic<int>& verdict = v.verdict[index];
-  int expected = verdict.load(std::memory_order_acquire);  // asked at every launch: read first
-  if (expected == 2 || expected == 1) return expected == 2;
-  if (!verdict.compare_exchange_strong(expected, 3)) {
-    while (expected == 3 && !checking_here) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-      expected = verdict.load();
+  if (index < 0 || index >= kDevices) return nullptr;
+  DeviceVerdicts& dv = g_devices[index];
+  int expected = dv.state.load(std::memory_order_acquire);  // asked at every launch: read first
+  if (expected != 2 && expected != 3 && dv.state.compare_exchange_strong(expected, 1)) {
+    g_checking_here = true;
+    try {
+      dv.verdicts = wgmma_self_check();
+    } catch (const Unrecoverable&) {
+      g_checking_here = false;
+      dv.state.store(3);
+      throw;
+    } catch (const std::exception& e) {  // outside the cases (an allocation, say): nothing is trusted
+      dv.verdicts = WgmmaVerdicts{};
+      std::fprintf(stderr, "warning: gpu:%d: the wgmma self-check could not run (%s); every convolution there runs "
+                   "on mma.sync. Please report it.\n", index, e.what());
     }
-    return expected == 2;
+    g_checking_here = false;
+    warn(index, dv.verdicts);
+    dv.state.store(2, std::memory_order_release);
+    return &dv.verdicts;
   }
-  std::string why;
-  checking_here = true;
-  try {
-    why = check();
-  } catch (...) {
-    checking_here = false;
-    verdict.store(1);
-    throw;
-  }
-  checking_here = false;
-  if (!why.empty()) std::fprintf(stderr, failure, index, why.c_str());
-  verdict.store(why.empty() ? 2 : 1);
-  return why.empty();
+  if (expected == 1 && g_checking_here) return nullptr;
+  while ((expected = dv.state.load(std::memory_order_acquire)) == 1)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  if (expected == 3)
+    throw Error("gpu:" + std::to_string(index) + ": the wgmma self-check could not finish there (see the message "
+                "above). Run with YOLO_WGMMA=off (every convolution on mma.sync)");
+  return &dv.verdicts;
 }
+#else
+std::atomic<const WgmmaVerdicts*> g_emulated{nullptr};  // EmulatedWgmmaVerdicts's; null: trust every key
 #endif
 
 }  // namespace
 
-bool current_device_wgmma_verified() {
+bool current_device_trusts_wgmma(Precision precision, tc::TcPass pass, WgmmaSource source) {
 #if YOLO_CUDA
-  static Verdicts verdicts;
-  thread_local bool checking_here = false;
-  return cached_verdict(verdicts, checking_here, wgmma_self_check,
-                        "warning: gpu:%d: Hopper's wgmma convolutions failed their self-check (%s); every convolution "
-                        "there runs on mma.sync instead. Please report it (YOLO_WGMMA=off skips the check).\n");
+  const WgmmaVerdicts* v = device_verdicts();
 #else
-  return true;
+  const WgmmaVerdicts* v = g_emulated.load();
+  if (v == nullptr) return true;
+#endif
+  return v != nullptr && v->trusts(precision, pass, source);
+}
+
+unsigned current_device_wgmma_passes() {
+#if YOLO_CUDA
+  const WgmmaVerdicts* v = device_verdicts();
+  return v ? v->gathered_passes() : 0u;
+#else
+  const WgmmaVerdicts* v = g_emulated.load();
+  return v ? v->gathered_passes() : ~0u;
 #endif
 }
 
-bool current_device_tma_im2col_verified() {
-#if YOLO_CUDA
-  static Verdicts verdicts;
-  thread_local bool checking_here = false;
-  if (!current_device_wgmma_verified()) return false;
-  return cached_verdict(verdicts, checking_here, tma_im2col_self_check,
-                        "warning: gpu:%d: TMA's im2col loads failed their self-check (%s); the wgmma forward "
-                        "convolutions there gather their input instead. Please report it.\n");
-#else
-  return true;
+#if !YOLO_CUDA
+EmulatedWgmmaVerdicts::EmulatedWgmmaVerdicts(WgmmaVerdicts verdicts)
+    : verdicts_(std::move(verdicts)), previous_(g_emulated.exchange(&verdicts_)) {}
+EmulatedWgmmaVerdicts::~EmulatedWgmmaVerdicts() { g_emulated.store(previous_); }
 #endif
-}
 
 }  // namespace yolo

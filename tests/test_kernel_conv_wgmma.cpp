@@ -239,12 +239,13 @@ TEST_CASE("kernel: conv2d_forward_wgmma with A by TMA's im2col mode matches the 
   // a part-filled last box; c_in of several k-tiles; the input a channel slice of a wider tensor.
   const WgmmaInput im2col = WgmmaInput::Im2col;
   check_conv<Bf16>(device, rng, Conv2dShape{2, 11, 9, 64, 40, 3, 1}, true, 0, 40, im2col);
-  check_conv<Fp16>(device, rng, Conv2dShape{2, 13, 10, 128, 136, 3, 2}, false, 8, 152, im2col, 8, 144);
+  // (A slice's data must be 128-byte aligned for the swizzled map: channel 64 of 16-bit pixels.)
+  check_conv<Fp16>(device, rng, Conv2dShape{2, 13, 10, 128, 136, 3, 2}, false, 8, 152, im2col, 64, 200);
   check_conv<Bf16>(device, rng, Conv2dShape{1, 14, 9, 64, 24, 3, 3}, true, 0, 24, im2col);
-  check_conv<Bf16>(device, rng, Conv2dShape{3, 7, 6, 64, 72, 1, 1}, true, 5, 77, im2col, 16, 88);
+  check_conv<Bf16>(device, rng, Conv2dShape{3, 7, 6, 64, 72, 1, 1}, true, 5, 77, im2col, 64, 136);
   // TF32: boxes of 32 FP32 channels, the same truncation as the gathered operands.
   check_conv<float>(device, rng, Conv2dShape{2, 9, 7, 32, 40, 3, 1}, true, 0, 40, im2col);
-  check_conv<float>(device, rng, Conv2dShape{1, 10, 9, 96, 24, 3, 2}, false, 0, 24, im2col, 4, 104);
+  check_conv<float>(device, rng, Conv2dShape{1, 10, 9, 96, 24, 3, 2}, false, 0, 24, im2col, 32, 136);
   im2col_ran.check(true);  // the boxes came by im2col, not by the gather
 }
 
@@ -312,6 +313,18 @@ TEST_CASE("kernel: conv2d_forward_wgmma chooses its A source: im2col where c_in 
   CHECK(conv2d_forward_wgmma_im2col_takes<Bf16>(fits, in));
   CHECK_FALSE(conv2d_forward_wgmma_im2col_takes<Bf16>(odd_channels, NhwcView<const Bf16>{x.data(), 1, 6, 5, 24, 24}));
   CHECK_FALSE(conv2d_forward_wgmma_im2col_takes<Bf16>(fits, NhwcView<const Bf16>{x.data() + 4, 1, 6, 5, 64, 68}));
+  // Channel slices of 128-channel pixels: from channel 64 (128 bytes in) TMA's swizzled map may
+  // start there; from channel 8 (16 bytes: aligned for the gather's copies, not for the map's
+  // base, tma::swizzled_base_fits) it gathers, and forced im2col is refused. Under the driver's
+  // own rule (the GPU check's probe of the hardware) channel 8 would take im2col.
+  const Conv2dShape half{1, 3, 5, 64, 64, 3, 1};
+  const NhwcView<const Bf16> from64{x.data() + 64, 1, 3, 5, 64, 128}, from8{x.data() + 8, 1, 3, 5, 64, 128};
+  CHECK(conv2d_forward_wgmma_im2col_takes<Bf16>(half, from64));
+  CHECK_FALSE(conv2d_forward_wgmma_im2col_takes<Bf16>(half, from8));
+  {
+    const tma::DriverBaseRule driver_rule;
+    CHECK(conv2d_forward_wgmma_im2col_takes<Bf16>(half, from8));
+  }
   CHECK_FALSE(conv2d_forward_wgmma_im2col_takes<Bf16>(Conv2dShape{1, 40, 40, 64, 64, 3, 9},
                                                       NhwcView<const Bf16>{x.data(), 1, 40, 40, 64, 64}));
   CHECK_FALSE(conv2d_forward_wgmma_im2col_takes<float>(Conv2dShape{1, 6, 5, 48, 64, 3, 1},

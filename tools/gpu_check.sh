@@ -35,8 +35,10 @@
 #   wgmma      Hopper's building blocks (kernels/wgmma.cuh, tma.cuh) on the hardware: the
 #              warpgroup tests and gemm_nt_wgmma's (every swizzle, BF16 and FP16, cp.async and
 #              TMA rings; skipped where no sm_90a code runs), TMA's im2col boxes against the
-#              documented hardware results and a convolution's im2col rows, the wgmma and
-#              im2col self-checks, the same under compute-sanitizer racecheck and synccheck,
+#              documented hardware results and a convolution's im2col rows, the self-check's
+#              cases one by one, the TF32 probe (truncated or rounded operands) and swizzled
+#              boxes from a 16-byte aligned base (the summary line has all three),
+#              the same under compute-sanitizer racecheck and synccheck,
 #              the SASS check of sm_90a code (GMMA present, no local memory), then
 #              bench_kernels --filter "fwd bf16": gemm_nt_wgmma (1x1 layers) and
 #              conv2d_forward_wgmma (every layer but the first; A gathered, and by im2col where
@@ -148,6 +150,12 @@ section_wgmma() {
   run_step "wgmma tests (native)" wgmma.log 120 build/tests \
     -tc='*wgmma*,tensor maps*,tma im2col*,kernel: conv2d on tensor cores*,conv moments*,tc plan*,*named barriers*'
   summary[-1]+=" | $(tail -n 1 "$OUT/wgmma.log")"
+  # Issue 49's questions: the self-check's cases one by one (its log), how the tensor cores read a
+  # raw FP32 operand in TF32 (32: truncated, as the twins assume; 32.03125: rounded), and whether
+  # swizzled TMA boxes need the 128-byte aligned base the encoder now asks for.
+  summary[-1]+=" | self-check: $(grep -c 'self-check: .*: ok$' "$OUT/wgmma.log") ok, $(grep 'self-check: ' "$OUT/wgmma.log" |
+    grep -vc ': ok$') not | $(grep -m1 -o 'tf32 probe: [^"]*' "$OUT/wgmma.log" || echo 'no tf32 probe line')"
+  summary[-1]+=" | $(grep -m1 -o 'swizzled im2col boxes from a base[^"]*' "$OUT/wgmma.log" || echo 'no base probe line')"
   if command -v compute-sanitizer >/dev/null; then
     for tool in racecheck synccheck; do
       run_step "wgmma under $tool" "wgmma_$tool.log" 90 \
