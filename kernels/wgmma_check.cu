@@ -14,6 +14,7 @@
 #include "kernels/common.cuh"
 #include "kernels/conv.h"
 #include "kernels/conv_wgmma.h"
+#include "kernels/device_verdicts.h"
 #include "kernels/half_types.h"
 #include "runtime/fault.h"
 #include "runtime/memory.h"
@@ -40,15 +41,21 @@ struct Unrecoverable : Error {
   using Error::Error;
 };
 
-// Until the kernels queued so far on the legacy stream finish; a hang becomes an error.
+// Until the kernels queued so far on the legacy stream finish; a hang becomes an error. An error
+// the kernels left is thrown as yolo::Error.
 void wait_for_kernels(const std::string& what) {
 #if YOLO_CUDA
-  cudaEvent_t done;
-  CHECKED(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
-  CHECKED(cudaEventRecord(done, nullptr));
+  struct Done {
+    cudaEvent_t event = nullptr;
+    ~Done() {
+      if (event) (void)cudaEventDestroy(event);  // where it fails, the error is the one already thrown
+    }
+  } done;
+  CHECKED(cudaEventCreateWithFlags(&done.event, cudaEventDisableTiming));
+  CHECKED(cudaEventRecord(done.event, nullptr));
   const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(20);
   cudaError_t state;
-  while ((state = cudaEventQuery(done)) == cudaErrorNotReady) {
+  while ((state = cudaEventQuery(done.event)) == cudaErrorNotReady) {
     if (std::chrono::steady_clock::now() > give_up)
       throw Unrecoverable("the wgmma self-check's " + what + " did not finish within 20 s on this GPU: its wgmma "
                           "kernels hang here. Run with YOLO_WGMMA=off (every convolution on mma.sync) and please "
@@ -56,7 +63,6 @@ void wait_for_kernels(const std::string& what) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   CHECKED(state);
-  CHECKED(cudaEventDestroy(done));
 #else
   (void)what;
 #endif
@@ -217,15 +223,19 @@ std::string check_backward_data(const Operand<T>& dy, const Operand<T>& w, Devic
 }
 
 // What a case threw, where the device can go on: a CUDA error that sticks (an illegal address, say)
-// leaves the context unusable, which no later case, and no training, can get past.
+// leaves the context unusable, which no later case, and no training, can get past; so does a
+// kernel of the case's still running after 20 s.
 void require_usable_device(const std::string& what) {
 #if YOLO_CUDA
   (void)cudaGetLastError();  // an error that does not stick (a launch's configuration) is cleared
-  const cudaError_t state = cudaDeviceSynchronize();
-  if (state != cudaSuccess)
-    throw Unrecoverable("the wgmma self-check's " + what + " left this GPU's context unusable (" +
-                        cudaGetErrorString(state) + "). Run with YOLO_WGMMA=off (every convolution on mma.sync) "
-                        "and please report it");
+  try {
+    wait_for_kernels(what);
+  } catch (const Unrecoverable&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw Unrecoverable("the wgmma self-check's " + what + " left this GPU's context unusable (" + e.what() +
+                        "). Run with YOLO_WGMMA=off (every convolution on mma.sync) and please report it");
+  }
 #else
   (void)what;
 #endif
@@ -266,6 +276,20 @@ void check_shape(WgmmaVerdicts& v, Device d, const Conv2dShape& s, const std::st
   add(tc::TcPass::BackwardData, shape, [&] { return check_backward_data(dy, w, d, s, label, input); });
   if constexpr (sizeof(T) == 2)  // TF32 has no wgmma weight gradient
     add(tc::TcPass::BackwardWeights, shape, [&] { return check_weight_gradient(x, dy, d, s, label, input); });
+}
+
+// Through `source`: every precision at the first two shapes (3x3 at strides 1 and 2), bf16 at the
+// third, whose tiles one block walks (the code is the other precisions' too, and CI runs this
+// emulated); with im2col, bf16's forward again through a BatchNorm table.
+void check_source(WgmmaVerdicts& v, Device d, WgmmaSource source, const Conv2dShape (&shapes)[3], uint32_t seed) {
+  const bool doubled = source == WgmmaSource::Im2col;
+  for (int i = 0; i < 2; ++i) {
+    const std::string name = i == 0 ? "3x3 s1" : "3x3 s2";
+    check_shape<Bf16>(v, d, shapes[i], name, source, seed, doubled);
+    check_shape<Fp16>(v, d, shapes[i], name, source, seed + 10, false);
+    check_shape<float>(v, d, shapes[i], name, source, seed + 20, false);
+  }
+  check_shape<Bf16>(v, d, shapes[2], "3x3 s2 tiles", source, seed + 30, false);
 }
 
 }  // namespace
@@ -324,25 +348,14 @@ WgmmaVerdicts wgmma_self_check() {
   // classes of 4, 2, 2 and 1 taps), c_in of 24 (a part-filled tile), c_out 64 (one k-tile a tap
   // in 16 bits). One block walks every tile (the persistent blocks' ring running on from tile to
   // tile): the third shape's forward has two column tiles, its backward data four classes of 12,
-  // 6, 6 and 3 k-tiles (bf16 alone: the code is the other precisions' too, and CI runs this
-  // emulated).
-  const Conv2dShape stride1{1, 6, 5, 24, 64, 3, 1}, stride2{1, 7, 6, 24, 64, 3, 2}, walk{1, 9, 7, 40, 192, 3, 2};
-  for (const auto& [shape, name] : {std::pair{stride1, "3x3 s1"}, std::pair{stride2, "3x3 s2"}}) {
-    check_shape<Bf16>(v, d, shape, name, WgmmaSource::Gather, 1, false);
-    check_shape<Fp16>(v, d, shape, name, WgmmaSource::Gather, 11, false);
-    check_shape<float>(v, d, shape, name, WgmmaSource::Gather, 21, false);
-  }
-  check_shape<Bf16>(v, d, walk, "3x3 s2 tiles", WgmmaSource::Gather, 31, false);
+  // 6, 6 and 3 k-tiles.
+  check_source(v, d, WgmmaSource::Gather, {{1, 6, 5, 24, 64, 3, 1}, {1, 7, 6, 24, 64, 3, 2}, {1, 9, 7, 40, 192, 3, 2}},
+               1);
   // TMA's im2col mode: two images (the traversal crosses from one to the next within a box),
   // height and width unequal (the map's corners per dimension), the last box part-filled; c_in
-  // two k-tiles; the forward also through a BatchNorm table. The third shape walks tiles as above.
-  const Conv2dShape im1{2, 7, 9, 128, 64, 3, 1}, im2{2, 10, 7, 128, 64, 3, 2}, im_walk{1, 9, 7, 64, 192, 3, 2};
-  for (const auto& [shape, name] : {std::pair{im1, "3x3 s1"}, std::pair{im2, "3x3 s2"}}) {
-    check_shape<Bf16>(v, d, shape, name, WgmmaSource::Im2col, 41, true);
-    check_shape<Fp16>(v, d, shape, name, WgmmaSource::Im2col, 51, false);
-    check_shape<float>(v, d, shape, name, WgmmaSource::Im2col, 61, false);
-  }
-  check_shape<Bf16>(v, d, im_walk, "3x3 s2 tiles", WgmmaSource::Im2col, 71, false);
+  // two k-tiles; bf16's forward also through a BatchNorm table. The third shape walks tiles.
+  check_source(v, d, WgmmaSource::Im2col,
+               {{2, 7, 9, 128, 64, 3, 1}, {2, 10, 7, 128, 64, 3, 2}, {1, 9, 7, 64, 192, 3, 2}}, 41);
   return v;
 }
 
@@ -365,55 +378,31 @@ double wgmma_tf32_probe() {
 namespace {
 
 #if YOLO_CUDA
-// A device's verdicts, checked once: state 0 not checked, 1 being checked, 2 known, 3 the check
-// could not finish (unrecoverable). The check's own launches may ask the planner about the device:
-// on the checking thread the answer meanwhile is "trust nothing" (the check forces its kernels);
-// another thread waits for the verdicts, so that its plans match the ones that follow.
-struct DeviceVerdicts {
-  std::atomic<int> state{0};
-  WgmmaVerdicts verdicts;
-};
-constexpr int kDevices = 64;
-DeviceVerdicts g_devices[kDevices];
-thread_local bool g_checking_here = false;
+// The self-check's verdicts, run on each device at its first question (kernels/device_verdicts.h);
+// a failed key prints one warning line.
+DeviceVerdicts<WgmmaVerdicts> g_devices("Run with YOLO_WGMMA=off (every convolution on mma.sync)");
 
-void warn(int index, const WgmmaVerdicts& v) {
+WgmmaVerdicts checked_here(int index) {
+  WgmmaVerdicts v;
+  try {
+    v = wgmma_self_check();
+  } catch (const Unrecoverable&) {
+    throw;
+  } catch (const std::exception& e) {  // outside the cases (an allocation, say): nothing is trusted
+    std::fprintf(stderr, "warning: gpu:%d: the wgmma self-check could not run (%s); every convolution there runs on "
+                 "mma.sync. Please report it.\n", index, e.what());
+    return WgmmaVerdicts{};
+  }
   for (const std::string& line : v.failed_keys())
     std::fprintf(stderr, "warning: gpu:%d: the wgmma self-check's %s. Please report it (YOLO_WGMMA=off skips the "
                  "check).\n", index, line.c_str());
+  return v;
 }
 
 const WgmmaVerdicts* device_verdicts() {
   int index = 0;
   CHECKED(cudaGetDevice(&index));
-  if (index < 0 || index >= kDevices) return nullptr;
-  DeviceVerdicts& dv = g_devices[index];
-  int expected = dv.state.load(std::memory_order_acquire);  // asked at every launch: read first
-  if (expected != 2 && expected != 3 && dv.state.compare_exchange_strong(expected, 1)) {
-    g_checking_here = true;
-    try {
-      dv.verdicts = wgmma_self_check();
-    } catch (const Unrecoverable&) {
-      g_checking_here = false;
-      dv.state.store(3);
-      throw;
-    } catch (const std::exception& e) {  // outside the cases (an allocation, say): nothing is trusted
-      dv.verdicts = WgmmaVerdicts{};
-      std::fprintf(stderr, "warning: gpu:%d: the wgmma self-check could not run (%s); every convolution there runs "
-                   "on mma.sync. Please report it.\n", index, e.what());
-    }
-    g_checking_here = false;
-    warn(index, dv.verdicts);
-    dv.state.store(2, std::memory_order_release);
-    return &dv.verdicts;
-  }
-  if (expected == 1 && g_checking_here) return nullptr;
-  while ((expected = dv.state.load(std::memory_order_acquire)) == 1)
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  if (expected == 3)
-    throw Error("gpu:" + std::to_string(index) + ": the wgmma self-check could not finish there (see the message "
-                "above). Run with YOLO_WGMMA=off (every convolution on mma.sync)");
-  return &dv.verdicts;
+  return g_devices.get(index, [index] { return checked_here(index); });
 }
 #else
 std::atomic<const WgmmaVerdicts*> g_emulated{nullptr};  // EmulatedWgmmaVerdicts's; null: trust every key

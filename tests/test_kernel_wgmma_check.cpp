@@ -4,18 +4,21 @@
 // operands) and the im2col encoder refusing every map (as only a driver would), exactly those
 // keys fail (the refusal as a failed case, not an abort), the check runs every case to the end,
 // and the planner and the convolutions keep the other keys on wgmma. The TF32 probe tells
-// truncation from rounding.
+// truncation from rounding. The per-device cache (kernels/device_verdicts.h) runs one check.
 #include <doctest/doctest.h>
 
+#include <atomic>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "kernels/conv.h"
+#include "kernels/device_verdicts.h"
 #include "kernels/hopper.h"
 #include "kernels/tc_plan.h"
 #include "kernels/wgmma_check.h"
-#include "runtime/fault.h"
 #include "runtime/device.h"
+#include "runtime/fault.h"
 #include "tests/kernel_harness.h"
 #include "tests/tc_check.h"
 #include "tests/tc_tiling.h"
@@ -153,4 +156,37 @@ TEST_CASE("kernel: the wgmma TF32 probe reads 32 where the tensor cores drop an 
   const Planted planted({Fault::Tf32RoundsOperands});
   CHECK(wgmma_tf32_probe() == 32.03125);  // the probe tells the two apart
 #endif
+}
+
+TEST_CASE("wgmma self-check cache: one check a device; asked from inside it, nothing; other threads wait; a throw fails the device") {
+  DeviceVerdicts<int> cache("Run with YOLO_WGMMA=off");
+  int runs = 0;
+  const int* nested = reinterpret_cast<const int*>(&runs);  // anything but null until asked
+  std::atomic<bool> other_started{false};
+  const int* others = nullptr;
+  std::thread other;
+  const int* first = cache.get(3, [&] {
+    ++runs;
+    // The check's own kernels ask the planner, which asks again on this thread: no second check.
+    if (runs == 1) nested = cache.get(3, [&] { return ++runs, 7; });
+    other = std::thread([&] {
+      other_started = true;
+      others = cache.get(3, [&] { return ++runs, 8; });  // waits for this check, or finds its verdict
+    });
+    while (!other_started) std::this_thread::yield();
+    return 5;
+  });
+  other.join();
+  REQUIRE(first != nullptr);
+  CHECK(*first == 5);
+  CHECK(runs == 1);
+  CHECK(nested == nullptr);
+  REQUIRE(others != nullptr);
+  CHECK(*others == 5);
+  CHECK(cache.get(3, [] { return 9; }) == first);  // known: no check
+  CHECK(cache.get(64, [] { return 9; }) == nullptr);
+  // A check that throws: its caller gets the exception, every later question an error naming the advice.
+  CHECK_THROWS_WITH_AS(cache.get(1, []() -> int { throw Error("hang"); }), "hang", Error);
+  CHECK_THROWS_WITH_AS(cache.get(1, [] { return 1; }), doctest::Contains("could not finish there"), Error);
+  CHECK_THROWS_WITH_AS(cache.get(1, [] { return 1; }), doctest::Contains("YOLO_WGMMA=off"), Error);
 }

@@ -28,8 +28,13 @@ fi
 status=0
 for object in "$@"; do
   [[ -f "$object" ]] || { echo "FAILED: $object: no such object (build it with CUDA=1)"; status=1; continue; }
-  # The ELF's attributes first, then the SASS (its USETMAXREG instructions), in one awk.
-  { "$cuobjdump" -elf "$object"; echo "=== sass"; "$cuobjdump" -sass "$object"; } | awk -v object="$object" '
+  # The ELF's attributes first, then, where wgmma kernels are (setmaxnreg is sm_90a code's, and
+  # only the warp-specialised wgmma kernels reallocate registers), their SASS's USETMAXREG
+  # instructions, in one awk.
+  elf=$("$cuobjdump" -elf "$object")
+  { echo "$elf"; echo "=== sass"
+    if grep -q '_wgmma_kernel' <<<"$elf"; then "$cuobjdump" -sass -arch sm_90a "$object"; fi
+  } | awk -v object="$object" '
     # Blocks of `threads` that fit 64K registers at r registers a thread (allocated in 8s).
     function blocks(r, threads) { r = int((r + 7) / 8) * 8; return int(65536 / (r * threads)) }
     function hex(text,   i, v) {
