@@ -248,9 +248,9 @@ void conv2d_backward_data_wgmma(const Conv2dShape& s, NhwcView<const T> grad_out
       grad_in.n != s.n || grad_in.h != s.h || grad_in.w != s.w || grad_in.c != s.c_in)
     throw Error("conv2d_backward_data_wgmma: the views do not match the shape");
   const size_t needed = conv2d_backward_data_wgmma_workspace_bytes<T>(s);
-  if (workspace_bytes < needed || (needed > 0 && reinterpret_cast<uintptr_t>(workspace) % 16 != 0))
+  if (workspace_bytes < needed || (needed > 0 && !tma::swizzled_base_fits(workspace)))
     throw Error("conv2d_backward_data_wgmma: needs " + std::to_string(needed) +
-                " bytes of 16-byte aligned workspace (the TF32 weights transposed), got " +
+                " bytes of 128-byte aligned workspace (the TF32 weights transposed, read by a swizzled map), got " +
                 std::to_string(workspace_bytes));
   if (s.n == 0) return;
   const int taps = s.k * s.k, S = s.stride;
