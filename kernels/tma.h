@@ -62,9 +62,9 @@ struct Im2colNhwc {
   int swizzle;                  // as encode_2d's
 };
 // Throws yolo::Error naming the rule a map breaks: encode_2d's alignment (swizzled_base_fits with a
-// swizzle), dimension and stride rules (the row and image strides follow from the pixel stride), corners within -128..127 (rank
-// 4) and a box of at least one pixel, 1..256 channels a pixel whose bytes are a multiple of 16
-// and fit the swizzle, 1..1024 pixels a load, a stride of 1..8.
+// swizzle), dimension and stride rules (the row and image strides follow from the pixel stride),
+// corners within -128..127 (rank 4) and a box of at least one pixel, 1..256 channels a pixel whose
+// bytes are a multiple of 16 and fit the swizzle, 1..1024 pixels a load, a stride of 1..8.
 TensorMap encode_im2col(const Im2colNhwc& tensor);
 
 // The im2col loads the emulated TMA has run (tests check which path a kernel took); 0 natively.

@@ -183,7 +183,7 @@ TEST_CASE("tma im2col: boxes of a slice only 16-byte aligned, under the driver's
   CHECK_MESSAGE(wrong == 0, first);
 #else
   MESSAGE("swizzled im2col boxes from a base 16 bytes past a 128-byte boundary: " << wrong << " elements wrong"
-                                                                                   << (wrong ? " (first " + first + ")" : ""));
+          << (wrong ? " (first " + first + ")" : ""));
 #endif
 }
 

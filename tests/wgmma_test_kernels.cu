@@ -179,7 +179,8 @@ __global__ void __launch_bounds__(160) wgmma_gemm_kernel(const uint16_t* a, cons
   unsigned char* smem = raw + (base - raw_address);
   const Swizzle s = Swizzle(swizzle);
   const uint32_t ring_bytes = kWgmmaStages * stage_layout(s, N).stage_bytes;
-  uint64_t* full = reinterpret_cast<uint64_t*>(smem + ring_bytes - (planted(fault, WgmmaFault::BarrierInStage) ? 64 : 0));
+  const uint32_t full_at = ring_bytes - (planted(fault, WgmmaFault::BarrierInStage) ? 64 : 0);
+  uint64_t* full = reinterpret_cast<uint64_t*>(smem + full_at);
   uint64_t* empty = reinterpret_cast<uint64_t*>(smem + ring_bytes) + kWgmmaStages;
   if (threadIdx.x == 0) {
     for (int st = 0; st < kWgmmaStages; ++st) {

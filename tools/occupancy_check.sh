@@ -61,8 +61,10 @@ for object in "$@"; do
       regs[arch " " fn] = $NF
     }
     sass && /Function : / { fn = $3 }
-    sass && /USETMAXREG\.DEALLOC/ { match($0, /0x[0-9a-f]+ ;/); dealloc[arch " " fn] = hex(substr($0, RSTART, RLENGTH - 2)) }
-    sass && /USETMAXREG\.TRY_ALLOC/ { match($0, /0x[0-9a-f]+ ;/); alloc[arch " " fn] = hex(substr($0, RSTART, RLENGTH - 2)) }
+    # setmaxnreg.dec / .inc: "USETMAXREG.DEALLOC.CTAPOOL 0x28 ;", "USETMAXREG.TRY_ALLOC.CTAPOOL UP0, 0xe8 ;"
+    function count(line) { match(line, /0x[0-9a-f]+ ;/); return hex(substr(line, RSTART, RLENGTH - 2)) }
+    sass && /USETMAXREG\.DEALLOC/ { dealloc[arch " " fn] = count($0) }
+    sass && /USETMAXREG\.TRY_ALLOC/ { alloc[arch " " fn] = count($0) }
     END {
       bad = 0; n = 0; m = 0
       for (key in maxreg) {
@@ -88,7 +90,8 @@ for object in "$@"; do
         }
         wanted = 128 * dealloc[key] + (t - 128) * alloc[key]; held = t * regs[key]
         if (wanted > held) {
-          printf "FAILED: %s %s: its warpgroups ask 128 x %d + %d x %d = %d registers, the block launched with %d x %d = %d (setmaxnreg.inc would wait forever)\n",
+          printf "FAILED: %s %s: its warpgroups ask 128 x %d + %d x %d = %d registers, the block launched " \
+                 "with %d x %d = %d (setmaxnreg.inc would wait forever)\n",
                  part[1], part[2], dealloc[key], t - 128, alloc[key], wanted, t, regs[key], held
           bad++
         } else if (wanted < held) {

@@ -63,8 +63,10 @@ struct BlockRun {
   unsigned warps = 0;
   std::vector<unsigned char> exchange;        // warps * 32 lanes * 8 bytes
   std::vector<unsigned char> wide;            // warps * 32 lanes * kWideSlotBytes
-  std::unique_ptr<unsigned char[], AlignedFree> block_shared;  // 1024-aligned; the window starts kDynamicSharedBase in
-  unsigned char* shared = nullptr;  // dynamic shared memory: exactly the bytes asked, at shared address kDynamicSharedBase
+  // Dynamic shared memory: exactly the bytes asked, at shared address kDynamicSharedBase, that far
+  // into a 1024-aligned allocation.
+  std::unique_ptr<unsigned char[], AlignedFree> block_shared;
+  unsigned char* shared = nullptr;
   std::unique_ptr<WarpgroupState, WarpgroupStateFree> warpgroup;  // mbarriers, wgmma queues (per block)
   size_t shared_bytes = 0;
   std::fenv_t fp_environment;                 // the launching thread's rounding mode etc.

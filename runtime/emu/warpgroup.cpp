@@ -310,7 +310,8 @@ void check_async_read(const WarpgroupState& state, const Clock& reader, unsigned
   }
   if (state.chunk_writer[c] != 0)
     throw Error("the async proxy (wgmma) reads " + at(address) + ", written through the generic proxy (cp.async or "
-                "a store) by thread " + std::to_string(state.chunk_writer[c] - 1) + " with no fence.proxy.async after it");
+                "a store) by thread " + std::to_string(state.chunk_writer[c] - 1) +
+                " with no fence.proxy.async after it");
 }
 
 // The dynamic shared memory's bytes, read as the twins read operand elements.
@@ -341,7 +342,8 @@ void async_proxy_read_elements(const uint32_t* addresses, uint32_t* bits, size_t
   const Clock& reader = state.threads[me].clock;
   const Window window;
   for (size_t i = 0; i < count; ++i) {
-    if (addresses[i] % bytes != 0) throw Error("the async proxy reads " + at(addresses[i]) + ", not aligned to its element");
+    if (addresses[i] % bytes != 0)
+      throw Error("the async proxy reads " + at(addresses[i]) + ", not aligned to its element");
     check_async_read(state, reader, me, addresses[i] / 16, addresses[i]);  // an aligned element lies in one chunk
     bits[i] = window.element(addresses[i], bytes);
   }
