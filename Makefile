@@ -11,10 +11,13 @@ CUDA_HOME   ?= /usr/local/cuda
 NVCC        ?= $(shell command -v nvcc 2>/dev/null || ls $(CUDA_HOME)/bin/nvcc 2>/dev/null)
 # CUDA=1 builds the CUDA backend (needs nvcc), CUDA=0 a CPU-only build; default: CUDA if nvcc is here.
 CUDA        ?= $(if $(NVCC),1,0)
-# GPU targets as compute capabilities: 75 = T4, 80 = A100, 90 = H100/H200. 90 (or 90a) builds
-# sm_90a code, which adds wgmma and setmaxnreg (kernels/wgmma.cuh) and runs on compute capability
-# 9.0 exactly, as sm_90 code does (no PTX for later GPUs is embedded either way).
-ARCH        ?= 75 80 90
+# GPU targets as compute capabilities: 75 = T4, 80 = A100 (its SASS also runs on 8.6 and 8.9,
+# and its PTX, embedded with it, on every newer GPU: B200, RTX 50), 90 = H100/H200 (sm_90a code:
+# wgmma and setmaxnreg, kernels/wgmma.cuh; it runs on 9.0 exactly). Default: the architectures of
+# the GPUs nvidia-smi reports (tools/gpu_arch.sh), all three where there is none.
+ifeq ($(origin ARCH),undefined)
+  ARCH := $(shell tools/gpu_arch.sh)
+endif
 STB_INC     ?= /usr/include/stb
 DOCTEST_INC ?= /usr/include
 NCCL_HOME   ?= $(firstword $(foreach d,$(CUDA_HOME) /usr/local /usr,$(if $(wildcard $(d)/include/nccl.h),$(d))))
@@ -57,8 +60,12 @@ CXXFLAGS_EMU := $(BASEFLAGS) $(EMU_OPT) $(WARN) $(SANITIZE) -DYOLO_CUDA=0 -DYOLO
 # .cu files as C++: g++ does not know `#pragma unroll` (nvcc's), which is only a hint.
 EMU_CU_FLAGS := -Wno-unknown-pragmas
 
+comma := ,
 ARCH_CODES := $(sort $(foreach a,$(ARCH),$(if $(filter 90 90a,$(a)),90a,$(a))))
-GENCODE   := $(foreach a,$(ARCH_CODES),-gencode=arch=compute_$(a),code=sm_$(a))
+# PTX rides with sm_80's SASS: what GPUs newer than the build run (runtime/gpu_code.h).
+PTX_ARCH  := $(if $(filter 80,$(ARCH_CODES)),80,0)
+GENCODE   := $(foreach a,$(ARCH_CODES),-gencode=arch=compute_$(a),code=sm_$(a)) \
+             $(if $(filter 80,$(PTX_ARCH)),-gencode=arch=compute_80$(comma)code=compute_80)
 NVCCFLAGS := -std=c++20 -O3 -g -lineinfo -I. -MMD -MP $(GENCODE) -DYOLO_CUDA=1 -DYOLO_EMU=0 \
              $(if $(filter 1,$(WERROR)),-Werror all-warnings) -Xcompiler -Wall,-Wextra \
              $(call sysinc,$(filter-out $(CUDA_HOME)/include,$(NCCL_HOME:%=%/include))) \
@@ -129,12 +136,16 @@ TEST_BINARIES += $(FUZZ_BINARIES)
 all: train_yolo $(TOOLS)
 test-binaries: $(TEST_BINARIES)
 
-# Objects depend on the flags they were built with: `make ARCH=90` after `make` rebuilds.
-FLAGS_STAMP := $(BUILD)/flags
+# Objects depend on the flags they were built with: `make ARCH=90` after `make` rebuilds the
+# native objects (the emulated build has a stamp of its own, so it stays).
+FLAGS_STAMP := $(BUILD)/flags.native
+EMU_FLAGS_STAMP := $(BUILD)/flags.emu
 $(FLAGS_STAMP): FORCE
 	@mkdir -p $(BUILD)
-	@echo '$(CXXFLAGS_NATIVE) | $(NVCCFLAGS) | $(CXXFLAGS_EMU)' | cmp -s - $@ || \
-	  echo '$(CXXFLAGS_NATIVE) | $(NVCCFLAGS) | $(CXXFLAGS_EMU)' > $@
+	@echo '$(CXXFLAGS_NATIVE) | $(NVCCFLAGS)' | cmp -s - $@ || echo '$(CXXFLAGS_NATIVE) | $(NVCCFLAGS)' > $@
+$(EMU_FLAGS_STAMP): FORCE
+	@mkdir -p $(BUILD)
+	@echo '$(CXXFLAGS_EMU)' | cmp -s - $@ || echo '$(CXXFLAGS_EMU)' > $@
 
 # Installs missing Debian packages (or prints the command) before anything compiles; clang and
 # libFuzzer only when a goal builds the fuzz targets (`make` alone does not need them).
@@ -160,7 +171,7 @@ $(BUILD)/native/%.S.o: %.S $(FLAGS_STAMP) | deps
 	$(CXX) $(CXXFLAGS_NATIVE) -c $< -o $@
 endif
 
-$(BUILD)/emu/%.cpp.o: %.cpp $(FLAGS_STAMP) | deps
+$(BUILD)/emu/%.cpp.o: %.cpp $(EMU_FLAGS_STAMP) | deps
 	@mkdir -p $(dir $@)
 	$(CXX) $(CXXFLAGS_EMU) $(EXTRA_FLAGS) -c $< -o $@
 
@@ -190,15 +201,20 @@ BN_ACT_CU := batchnorm.cu activation.cu
 $(foreach f,$(BN_ACT_CU),$(BUILD)/native/kernels/$(f).o $(BUILD)/emu/kernels/$(f).o): EXTRA_FLAGS := -ffp-contract=off
 $(BN_ACT_CU:%=$(BUILD)/native/kernels/%.o): NVCC_EXTRA_FLAGS := --fmad=false
 
+# The build's GPU targets, for runtime/gpu_code.cpp alone (which device runs which code).
+ifeq ($(CUDA),1)
+$(BUILD)/native/runtime/gpu_code.cpp.o: EXTRA_FLAGS := -DYOLO_GPU_SASS='"$(ARCH_CODES)"' -DYOLO_GPU_PTX=$(PTX_ARCH)
+endif
+
 # stb_image is third-party C compiled from the system header: UBSan's findings there (shifts
 # of negative values that its decoders rely on) are not ours to fix; ASan still covers it.
 $(BUILD)/emu/data/stb_impl.cpp.o: CXXFLAGS_EMU += -fno-sanitize=undefined
 
-$(BUILD)/emu/%.cu.o: %.cu $(FLAGS_STAMP) | deps
+$(BUILD)/emu/%.cu.o: %.cu $(EMU_FLAGS_STAMP) | deps
 	@mkdir -p $(dir $@)
 	$(CXX) $(CXXFLAGS_EMU) $(EMU_CU_FLAGS) $(EXTRA_FLAGS) -x c++ -c $< -o $@
 
-$(BUILD)/emu/%.S.o: %.S $(FLAGS_STAMP) | deps
+$(BUILD)/emu/%.S.o: %.S $(EMU_FLAGS_STAMP) | deps
 	@mkdir -p $(dir $@)
 	$(CXX) $(CXXFLAGS_EMU) -c $< -o $@
 
@@ -224,7 +240,7 @@ $(BUILD)/scaling_model: $(call obj,native,tools/scaling_model.cpp) $(NATIVE_LIB)
 	$(CXX) $^ -o $@ $(LDLIBS_NATIVE)
 
 test: $(TEST_BINARIES)
-	@BUILD=$(BUILD) tools/run_tests.sh tools/sharded_tests.sh $(BUILD)/tests tools/adversarial_tests.sh tools/emu_cli_check.sh tools/sass_test.sh tools/fuzz_tests.sh tools/isa_objects_check.sh tools/readme_commands_check.sh
+	@BUILD=$(BUILD) tools/run_tests.sh tools/sharded_tests.sh $(BUILD)/tests tools/adversarial_tests.sh tools/emu_cli_check.sh tools/gpu_arch_test.sh tools/sass_test.sh tools/fuzz_tests.sh tools/isa_objects_check.sh tools/readme_commands_check.sh
 
 clean:
 	rm -rf $(BUILD) train_yolo

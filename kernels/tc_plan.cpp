@@ -60,6 +60,38 @@ GpuDesc gpu_a100() {
   return g;
 }
 
+GpuDesc gpu_l4() {
+  GpuDesc g;  // the 8.6 / 8.9 SM (A10, L4, RTX 30 and 40): 1536 threads and 100 KB of shared memory an SM
+  g.name = "L4", g.cc = 89, g.sms = 58, g.threads_per_sm = 1536;
+  g.smem_per_sm = 100 * 1024, g.smem_per_block = 99 * 1024;
+  // 300 GB/s and 121 / 60 TFLOP/s dense on paper (FP16 / TF32); mma.sync assumed at 85% of them.
+  g.dram_gbs = 250, g.l2_gbs = 2500, g.l2_bytes = 48e6;
+  g.mma_tflops_16 = 103, g.mma_tflops_tf32 = 51;
+  g.rates_measured = false;
+  return g;
+}
+
+GpuDesc gpu_b200() {
+  GpuDesc g;  // Blackwell's data-centre SM, running the build's compute_80 PTX (no wgmma: sm_90a only)
+  g.name = "B200", g.cc = 100, g.sms = 148;
+  g.dram_gbs = 6800, g.l2_gbs = 10000, g.l2_bytes = 126e6;  // 8 TB/s on paper
+  // mma.sync's rate on Blackwell is not published: the H200's measured rate an SM, assumed.
+  g.mma_tflops_16 = 644.0 * 148 / 132, g.mma_tflops_tf32 = 319.0 * 148 / 132;
+  g.rates_measured = false;
+  return g;
+}
+
+GpuDesc gpu_rtx5090() {
+  GpuDesc g;  // Blackwell's consumer SM (12.0): the 8.9 SM's limits, through the compute_80 PTX
+  g.name = "RTX 5090", g.cc = 120, g.sms = 170, g.threads_per_sm = 1536;
+  g.smem_per_sm = 100 * 1024, g.smem_per_block = 99 * 1024;
+  // 1.8 TB/s and about 210 TFLOP/s FP16 with FP32 accumulation dense on paper; 85% of it assumed.
+  g.dram_gbs = 1500, g.l2_gbs = 5000, g.l2_bytes = 96e6;
+  g.mma_tflops_16 = 178, g.mma_tflops_tf32 = 89;
+  g.rates_measured = false;
+  return g;
+}
+
 GpuDesc gpu_h200() {
   GpuDesc g;  // the defaults: measured on an H200 (copy, mma.sync ceilings); L2 bandwidth estimated
   g.name = "H200";
@@ -69,8 +101,11 @@ GpuDesc gpu_h200() {
 
 GpuDesc gpu_preset(int compute_capability) {
   if (compute_capability < 80) return gpu_t4();
-  if (compute_capability < 90) return gpu_a100();
-  return gpu_h200();
+  if (compute_capability < 86) return gpu_a100();
+  if (compute_capability < 90) return gpu_l4();
+  if (compute_capability < 100) return gpu_h200();
+  if (compute_capability < 120) return gpu_b200();
+  return gpu_rtx5090();
 }
 
 namespace {
@@ -132,6 +167,8 @@ GpuDesc described_current_gpu() {
   GpuDesc g = resized_preset(props.cc_major * 10 + props.cc_minor, props.multiprocessors);
   g.name = props.name;
   g.l2_bytes = double(props.l2_bytes);
+  g.threads_per_sm = props.threads_per_sm;  // the device's limits, as a GPU's properties give them
+  g.smem_per_sm = props.shared_per_sm, g.smem_per_block = props.shared_per_block;
   g.wgmma = props.sm90a_code;
   return g;
 #endif

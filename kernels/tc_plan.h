@@ -43,8 +43,13 @@ struct GpuDesc {
 };
 GpuDesc gpu_t4();
 GpuDesc gpu_a100();
+GpuDesc gpu_l4();
 GpuDesc gpu_h200();
-// The preset of an architecture family: below 80 the T4, below 90 the A100, else the H200.
+GpuDesc gpu_b200();
+GpuDesc gpu_rtx5090();
+// The preset of an architecture family: 7.5 the T4, 8.0 the A100, 8.6-8.9 the L4, 9.0 the H200,
+// 10.x-11.x the B200, 12.0 on the RTX 5090. A GPU's own SM count, threads and shared memory
+// replace the preset's (current_gpu); its rates scale with the SMs.
 GpuDesc gpu_preset(int compute_capability);
 // The current device (CUDA, or the emulated one): its compute capability, SM count, shared
 // memory and threads per SM, whether it runs the build's sm_90a code (wgmma) and which passes
@@ -101,8 +106,9 @@ struct TcPlan {
 // ---- what the kernels are built with (shared-memory layouts: kernels/tc_layout.h) -------------
 
 // The architecture whose machine code a GPU of compute capability `cc` runs (the build's targets:
-// 75, 80, 90; an sm_86 or sm_89 runs the sm_80 code).
-constexpr int tc_code_arch(int cc) { return cc >= 90 ? 90 : cc >= 80 ? 80 : 75; }
+// 75, 80, 90; an sm_86 or sm_89 runs the sm_80 code, and 10.0 and newer its PTX:
+// runtime/gpu_code.h).
+constexpr int tc_code_arch(int cc) { return cc == 90 ? 90 : cc >= 80 ? 80 : 75; }
 
 // The blocks per SM each kernel is compiled for (its __launch_bounds__ minimum, so ptxas keeps
 // its registers within 65536 / (blocks * 256): every GPU here has 64K registers per SM), which

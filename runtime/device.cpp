@@ -1,6 +1,8 @@
 // Device discovery and the --devices choice (see device.h).
 #include "runtime/device.h"
 
+#include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <sstream>
 #include <thread>
@@ -28,6 +30,15 @@ int cpu_threads() {
 
 namespace {
 
+// The GPUs that cannot run this build, each with why: "gpu:0 (Tesla V100) cannot run this build: ...".
+std::string left_out(const GpuDiscovery& found) {
+  std::string text;
+  for (const GpuInfo& g : found.unusable)
+    text += (text.empty() ? "" : "; ") + std::string("gpu:") + std::to_string(g.index) + " (" + g.name +
+            ") cannot run this build: " + g.code.why;
+  return text;
+}
+
 GpuDiscovery discover() {
   GpuDiscovery found;
 #if YOLO_CUDA
@@ -40,6 +51,8 @@ GpuDiscovery discover() {
     cudaGetLastError();  // clear the sticky error so later calls start clean
     if (status == cudaErrorInsufficientDriver && found.driver_version == 0)
       found.why_no_gpu = "no CUDA driver on this machine";
+    else if (status == cudaErrorInsufficientDriver)
+      found.why_no_gpu = old_driver_message(found.driver_version, found.runtime_version);
     else if (status == cudaErrorNoDevice)
       found.why_no_gpu = "the CUDA driver reports no device";
     else
@@ -53,10 +66,12 @@ GpuDiscovery discover() {
       cudaGetLastError();
       continue;
     }
-    found.gpus.push_back({i, prop.name, prop.major, prop.minor, prop.multiProcessorCount,
-                          prop.totalGlobalMem, size_t(prop.l2CacheSize)});
+    GpuInfo gpu{i, prop.name, prop.major, prop.minor, prop.multiProcessorCount, prop.totalGlobalMem,
+                size_t(prop.l2CacheSize), choose_gpu_code(prop.major * 10 + prop.minor, this_build_gpu_code())};
+    (gpu.code.usable() ? found.gpus : found.unusable).push_back(gpu);
   }
-  if (found.gpus.empty()) found.why_no_gpu = "the CUDA driver reports no usable device";
+  if (found.gpus.empty()) found.why_no_gpu = found.unusable.empty() ? "the CUDA driver reports no usable device"
+                                                                    : left_out(found);
 #else
   found.why_no_gpu = "this is a CPU-only build (built without nvcc or with CUDA=0)";
 #endif
@@ -106,7 +121,7 @@ DeviceChoice choose_emulated(const std::string& spec, const std::string& list) {
       if (d.index == index) bad_devices(spec, "emu:" + index_text + " is listed twice");
     emu::DeviceProps props = emu::preset_for(90);
     for (std::string prop; std::getline(parts, prop, '@');) {
-      if (prop.size() == 4 && prop.rfind("sm", 0) == 0) {
+      if (prop.size() >= 4 && prop.rfind("sm", 0) == 0 && std::isdigit(static_cast<unsigned char>(prop[2]))) {
         int cc = parse_index(spec, prop.substr(2));
         try {
           props = emu::preset_for(cc);
@@ -150,6 +165,7 @@ DeviceChoice choose_devices(const std::string& spec, const GpuDiscovery& found) 
     } else {
       for (const GpuInfo& g : found.gpus) choice.devices.push_back(Device::cuda(g.index));
       choice.reason = "using " + std::to_string(found.gpus.size()) + " GPU(s)";
+      if (!found.unusable.empty()) choice.reason += " (" + left_out(found) + ")";
     }
     return choice;
   }
@@ -169,8 +185,12 @@ DeviceChoice choose_devices(const std::string& spec, const GpuDiscovery& found) 
   std::stringstream items(list);
   for (std::string item; std::getline(items, item, ',');) {
     int index = parse_index(spec, item);
-    if (index >= int(found.gpus.size()))
-      bad_devices(spec, "GPU " + item + " does not exist (found " + std::to_string(found.gpus.size()) + ")");
+    auto has_index = [index](const GpuInfo& g) { return g.index == index; };
+    if (auto g = std::find_if(found.unusable.begin(), found.unusable.end(), has_index); g != found.unusable.end())
+      bad_devices(spec, "GPU " + item + " (" + g->name + ") cannot run this build: " + g->code.why);
+    if (std::none_of(found.gpus.begin(), found.gpus.end(), has_index))
+      bad_devices(spec, "GPU " + item + " does not exist (found " +
+                            std::to_string(found.gpus.size() + found.unusable.size()) + ")");
     for (const Device& d : choice.devices)
       if (d.index == index) bad_devices(spec, "GPU " + item + " is listed twice");
     choice.devices.push_back(Device::cuda(index));
@@ -188,19 +208,23 @@ std::string describe_devices(const GpuDiscovery& found) {
     out << "CUDA: runtime " << version(found.runtime_version) << ", driver "
         << (found.driver_version ? version(found.driver_version) : std::string("none")) << "\n";
   }
-  if (found.gpus.empty()) {
+  if (found.cuda_built) out << "Built for: " << describe_build_gpu_code(this_build_gpu_code()) << "\n";
+  std::vector<GpuInfo> all = found.gpus;
+  all.insert(all.end(), found.unusable.begin(), found.unusable.end());
+  std::sort(all.begin(), all.end(), [](const GpuInfo& a, const GpuInfo& b) { return a.index < b.index; });
+  if (all.empty())
     out << "GPUs: none (" << found.why_no_gpu << ")\n";
-    out << "  -> training runs on the CPU backend\n";
-  } else {
-    out << "GPUs: " << found.gpus.size() << "\n";
-    for (const GpuInfo& g : found.gpus) {
-      char line[256];
-      std::snprintf(line, sizeof line, "  gpu:%d  %s  sm_%d%d  %d SMs  %.1f GiB  L2 %.0f MiB\n",
-                    g.index, g.name.c_str(), g.cc_major, g.cc_minor, g.multiprocessors,
-                    double(g.memory_bytes) / (1u << 30), double(g.l2_bytes) / (1u << 20));
-      out << line;
-    }
+  else
+    out << "GPUs: " << all.size() << (found.unusable.empty() ? "" : " (" + std::to_string(found.unusable.size()) + " unusable)")
+        << "\n";
+  for (const GpuInfo& g : all) {
+    char line[256];
+    std::snprintf(line, sizeof line, "  gpu:%d  %s  sm_%d%d  %d SMs  %.1f GiB  L2 %.0f MiB\n", g.index, g.name.c_str(),
+                  g.cc_major, g.cc_minor, g.multiprocessors, double(g.memory_bytes) / (1u << 30),
+                  double(g.l2_bytes) / (1u << 20));
+    out << line << "    runs " << gpu_code_name(g.code.code) << ": " << g.code.why << "\n";
   }
+  if (found.gpus.empty()) out << "  -> training runs on the CPU backend\n";
   const NcclStatusInfo& nccl = nccl_status();
   if (nccl.loaded)
     out << "NCCL: " << nccl.version / 10000 << "." << nccl.version / 100 % 100 << "." << nccl.version % 100

@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "runtime/gpu_code.h"
+
 // Builds whose .cu kernels are compiled by the host compiler against runtime/emu (build/tests_emu,
 // build/train_yolo_emu, CPU-only builds) offer emulated GPUs: DeviceKind::Emu.
 #define YOLO_EMULATED_KERNELS (!YOLO_CUDA)
@@ -37,13 +39,15 @@ struct GpuInfo {
   int multiprocessors = 0;
   size_t memory_bytes = 0;
   size_t l2_bytes = 0;
+  GpuCodeChoice code;  // which of the build's code it runs, and why (runtime/gpu_code.h)
 };
 
 // What the CUDA runtime found. Discovery never throws: a missing driver or no device is a
 // normal outcome, reported in `why_no_gpu`.
 struct GpuDiscovery {
   bool cuda_built = false;   // this binary has the CUDA backend
-  std::vector<GpuInfo> gpus;
+  std::vector<GpuInfo> gpus;      // the GPUs that can run this build's code
+  std::vector<GpuInfo> unusable;  // those that cannot (code.why says why): never chosen
   std::string why_no_gpu;    // empty when gpus is non-empty
   int driver_version = 0, runtime_version = 0;
 };
@@ -56,7 +60,8 @@ int cpu_threads();                     // hardware threads available to the CPU 
 //   "cpu", "cpu:N" (N in-process replicas), "gpu:0,2", "gpu" (all GPUs);
 //   "emu:0,1" (emulated GPUs, in builds with YOLO_EMULATED_KERNELS; "emu" = emu:0), each index
 //   optionally followed by properties: @smXY (compute capability, with that architecture's SM
-//   count and memory: sm75 T4, sm80 A100, sm90 H200, the default), @sms=N, @mem=SIZE (bytes,
+//   count and memory: sm75 T4, sm80 A100, sm89 L4, sm90 H200 (the default), sm100 B200, sm120
+//   RTX 5090; runtime/emu/device.h), @sms=N, @mem=SIZE (bytes,
 //   K/M/G suffixes), e.g. "emu:0@sm75@mem=512M,1@sm75". Emulated devices named are configured.
 // Throws yolo::Error naming the flag on a malformed or unavailable choice.
 struct DeviceChoice {

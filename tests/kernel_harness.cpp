@@ -17,7 +17,7 @@ std::optional<Device> kernel_device(std::string* why_not) {
     *why_not = "needs a GPU (" + found.why_no_gpu + "); build/tests_emu runs this kernel emulated";
     return std::nullopt;
   }
-  return Device::cuda(0);
+  return Device::cuda(found.gpus[0].index);  // the first GPU that runs this build's code
 #else
   (void)why_not;
   // An emulated GPU: device memory the host cannot touch outside kernels and copies, so a

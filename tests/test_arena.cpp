@@ -80,7 +80,7 @@ TEST_CASE("arena: gaps between sub-allocations are poisoned under AddressSanitiz
 
 TEST_CASE("memory: device buffers, pinned buffers and copies round-trip") {
   std::vector<Device> devices{Device::cpu()};
-  if (!discover_gpus().gpus.empty()) devices.push_back(Device::cuda(0));
+  if (!discover_gpus().gpus.empty()) devices.push_back(Device::cuda(discover_gpus().gpus[0].index));
   Rng rng;
   CAPTURE(rng.seed());
   for (Device device : devices) {

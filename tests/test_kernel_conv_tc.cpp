@@ -366,6 +366,26 @@ TEST_CASE("kernel: conv2d on tensor cores on an emulated sm_75: FP16 runs regist
 }
 #endif
 
+#if YOLO_EMULATED_KERNELS
+TEST_CASE("kernel: conv2d on tensor cores on an emulated sm_120 (the PTX's sm_80 path, 99 KB a block): every pass") {
+  KERNEL_TEST_DEVICE(device);
+  (void)device;  // emu:1 below, configured as an RTX 5090
+  EmulatedDevicesReset reset;
+  emu::DeviceProps rtx = emu::preset_for(120);
+  rtx.multiprocessors = 4;  // few SMs: the small cases still use several blocks
+  emu::configure_device(1, rtx);
+  emu::set_current_device(1);
+  CHECK_FALSE(tc::current_gpu().wgmma);
+  CHECK(tc::current_gpu().smem_per_block == 99 * 1024);
+  const unsigned long long wgmma_before = emu::wgmma_ops_run();
+  const std::vector<TcConvCase> cases = {TcConvCase{Conv2dShape{1, 7, 9, 64, 72, 3, 1}},
+                                         TcConvCase{Conv2dShape{2, 5, 6, 16, 24, 1, 1}}};
+  check_cases<Bf16>(Device::emu(1), cases);
+  check_cases<float>(Device::emu(1), cases);
+  CHECK(emu::wgmma_ops_run() == wgmma_before);  // mma.sync alone
+}
+#endif
+
 TEST_CASE("kernel: conv2d on tensor cores rejects bad arguments with the op's name") {
   KERNEL_TEST_DEVICE(device);
   if (current_compute_capability() < 75) SKIP_TEST("needs tensor cores");

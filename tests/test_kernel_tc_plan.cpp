@@ -231,6 +231,35 @@ TEST_CASE("tc plan: the choices for every YOLOv3-416 conv pass at batch 16 on th
   }
 }
 
+TEST_CASE("tc plan: each architecture family its own preset; GPUs after Hopper run the sm_80 code, within their limits") {
+  const std::pair<int, const char*> families[] = {{75, "T4"},  {80, "A100"}, {86, "L4"},      {89, "L4"},
+                                                  {90, "H200"}, {100, "B200"}, {120, "RTX 5090"}};
+  for (const auto& [cc, name] : families) {
+    CAPTURE(cc);
+    const GpuDesc gpu = gpu_preset(cc);
+    CHECK(gpu.name == name);
+    CHECK(gpu.wgmma == (cc == 90));  // sm_90a code loads on 9.0 alone (runtime/gpu_code.h)
+    CHECK(gpu.smem_per_block <= gpu.smem_per_sm);
+    CHECK(tc_code_arch(cc) == (cc == 90 ? 90 : cc >= 80 ? 80 : 75));
+    // Every YOLOv3 pass gets a plan whose blocks fit the SM (shared memory, threads, registers).
+    for (const bench::YoloConv& layer : bench::kYoloConvs)
+      for (TcPass pass : kConvPasses) {
+        const TcProblem problem = conv2d_tc_problem(shape_of(layer, 16), pass, auto_precision(gpu));
+        const TcPlan plan = choose_plan(problem, gpu);
+        CHECK(blocks_per_sm(problem, plan, gpu) >= 1);
+        CHECK((!plan.wgmma || cc == 90));
+      }
+  }
+  // The 100 KB SMs of 8.6, 8.9 and 12.0 hold fewer blocks than the A100's 164 KB where shared
+  // memory limits them: BF16 backward weights 64x64 cp.async (27 KiB of MN-major stages).
+  TcProblem weights;
+  weights.pass = TcPass::BackwardWeights, weights.elem = 2, weights.a_kmajor = false, weights.b_kmajor = false;
+  TcPlan small;
+  small.tile = 1, small.async = true;
+  CHECK(blocks_per_sm(weights, small, gpu_a100()) == 4);
+  CHECK(blocks_per_sm(weights, small, gpu_rtx5090()) == 3);
+}
+
 TEST_CASE("tc plan: split-K only where the tiles alone fill less than a wave; T4 never gets cp.async") {
   for (const GpuDesc& gpu : {gpu_t4(), gpu_a100(), gpu_h200()})
     for (const bench::YoloConv& layer : bench::kYoloConvs)

@@ -50,7 +50,7 @@ TEST_CASE("--devices: choices and clear errors") {
   GpuDiscovery none;
   none.why_no_gpu = "no CUDA driver on this machine";
   GpuDiscovery two;
-  two.gpus = {GpuInfo{0, "A", 9, 0, 132, 1, 1}, GpuInfo{1, "B", 9, 0, 132, 1, 1}};
+  two.gpus = {GpuInfo{0, "A", 9, 0, 132, 1, 1, {}}, GpuInfo{1, "B", 9, 0, 132, 1, 1, {}}};
 
   DeviceChoice fallback = choose_devices("auto", none);
   REQUIRE(fallback.devices.size() == 1);

@@ -9,7 +9,7 @@
 //   bench_kernels [--filter TEXT] [--batch N] [--repeats N] [--cpu] [--ceilings-only] [--normalized]
 //                 (--normalized: conv_tc also times each forward and weight gradient reading its
 //                 input through BatchNorm's apply, rows "+bn")
-//   bench_kernels --plans t4|a100|h200|h200-mma|this [--batch N] [--filter TEXT]   the tensor-core planner's
+//   bench_kernels --plans t4|a100|l4|h200|h200-mma|b200|rtx5090|this [--batch N] [--filter TEXT]   the tensor-core planner's
 //                 choices and predicted times per YOLOv3 conv pass (no GPU needed for the presets)
 //   bench_kernels --tune [--filter TEXT]   every candidate tensor-core plan timed beside its
 //                 prediction (tools/bench_tc_tune.cu; bf16, or the precision the filter names)

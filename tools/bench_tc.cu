@@ -193,13 +193,16 @@ void run_gpu(const Context& context, std::vector<Result>& out) {
 
 // --plans DEVICE: the planner's choice and predicted time, with their parts, for every pass at
 // the context's batch, in the device's default 16-bit precision (fp16 on sm_75, else bf16) and in
-// tf32 where it has one; a device description (t4, a100, h200; h200-mma: an H200 whose build has no
-// sm_90a code, mma.sync alone) or this machine's GPU ("this"). Each precision ends with the sum
+// tf32 where it has one; a device description (t4, a100, l4, h200, b200, rtx5090; h200-mma: an H200
+// whose build has no sm_90a code, mma.sync alone) or this machine's GPU ("this"). Each precision ends with the sum
 // of the predicted times.
 tc::GpuDesc gpu_by_name(const std::string& name) {
   if (name == "t4") return tc::gpu_t4();
   if (name == "a100") return tc::gpu_a100();
+  if (name == "l4") return tc::gpu_l4();
   if (name == "h200") return tc::gpu_h200();
+  if (name == "b200") return tc::gpu_b200();
+  if (name == "rtx5090") return tc::gpu_rtx5090();
   if (name == "h200-mma") {
     tc::GpuDesc gpu = tc::gpu_h200();
     gpu.name = "H200 without sm_90a code", gpu.wgmma = false;
@@ -207,10 +210,10 @@ tc::GpuDesc gpu_by_name(const std::string& name) {
   }
   if (name == "this") {
     const GpuDiscovery& found = discover_gpus();
-    if (found.gpus.empty()) throw Error("--plans this: no GPU here (" + found.why_no_gpu + "); name t4, a100 or h200");
+    if (found.gpus.empty()) throw Error("--plans this: no GPU here (" + found.why_no_gpu + "); name t4, a100, l4, h200, b200 or rtx5090");
     return tc::current_gpu();
   }
-  throw Error("--plans: unknown device '" + name + "' (t4, a100, h200, h200-mma, or this for this machine's GPU)");
+  throw Error("--plans: unknown device '" + name + "' (t4, a100, l4, h200, h200-mma, b200, rtx5090, or this for this machine's GPU)");
 }
 
 void print_plans(const tc::GpuDesc& gpu, int batch, const std::string& filter) {

@@ -60,6 +60,9 @@ check "map on emu:0" 0 "mAP@0.5 =" "$bin" map --cfg "$models/demo.cfg" --weights
   --size 64
 check "detect on emu:1@sm75" 0 " -> drawn/000000.png" "$bin" detect --devices emu:1@sm75 --cfg "$models/demo.cfg" \
   --weights out/last.weights --names set/shapes.names --size 64 --out drawn set/validation/images/000000.png
+check "detect on emu:1@sm120 (a GPU newer than the build: the sm_80 path)" 0 " -> drawn120/000000.png" "$bin" detect \
+  --devices emu:1@sm120 --cfg "$models/demo.cfg" --weights out/last.weights --names set/shapes.names --size 64 \
+  --out drawn120 set/validation/images/000000.png
 check "train in tf32 on emu:0" 0 "precision tf32: convolutions and connected layers on tensor cores" "$bin" \
   --devices emu:0 --precision tf32 --cfg "$models/demo.cfg" --data set/shapes.data --max-batches 1 --size 64 --batch 4 \
   --out out_tf32

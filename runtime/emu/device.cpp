@@ -185,13 +185,35 @@ void install_fault_handler() {
   sigaction(SIGSEGV, &action, nullptr);
 }
 
+namespace {
+DeviceProps preset(const char* name, int cc, int sms, size_t memory, size_t l2, int threads, int shared_kib) {
+  DeviceProps p;
+  p.name = name, p.cc_major = cc / 10, p.cc_minor = cc % 10, p.multiprocessors = sms;
+  p.memory_bytes = memory, p.l2_bytes = l2, p.threads_per_sm = threads;
+  p.shared_per_sm = shared_kib * 1024, p.shared_per_block = (shared_kib - 1) * 1024;
+  return p;
+}
+}  // namespace
+
 DeviceProps preset_for(int cc) {
   switch (cc) {
-    case 75: return {"emulated T4", 7, 5, 40, 15 * kGiB, 4 * kMiB};
-    case 80: return {"emulated A100", 8, 0, 108, 40 * kGiB, 40 * kMiB};
-    case 90: return {"emulated H200", 9, 0, 132, 140 * kGiB, 50 * kMiB, true};
+    case 75: {
+      DeviceProps t4 = preset("emulated T4", 75, 40, 15 * kGiB, 4 * kMiB, 1024, 64);
+      t4.shared_per_block = t4.shared_per_sm;  // Turing: 64 KB a block, the whole SM's
+      return t4;
+    }
+    case 80: return preset("emulated A100", 80, 108, 40 * kGiB, 40 * kMiB, 2048, 164);
+    case 89: return preset("emulated L4", 89, 58, 22 * kGiB, 48 * kMiB, 1536, 100);
+    case 90: {
+      DeviceProps h200 = preset("emulated H200", 90, 132, 140 * kGiB, 50 * kMiB, 2048, 228);
+      h200.sm90a_code = true;
+      return h200;
+    }
+    case 100: return preset("emulated B200", 100, 148, 180 * kGiB, 126 * kMiB, 2048, 228);
+    case 120: return preset("emulated RTX 5090", 120, 170, 31 * kGiB, 96 * kMiB, 1536, 100);
     default:
-      throw Error("no emulated GPU preset for sm_" + std::to_string(cc) + " (sm75 T4, sm80 A100, sm90 H200)");
+      throw Error("no emulated GPU preset for sm_" + std::to_string(cc) +
+                  " (sm75 T4, sm80 A100, sm89 L4, sm90 H200, sm100 B200, sm120 RTX 5090)");
   }
 }
 

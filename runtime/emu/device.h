@@ -31,14 +31,19 @@ struct DeviceProps {
   int multiprocessors = 132;
   size_t memory_bytes = 0;
   size_t l2_bytes = 0;
+  // Per SM and per block (opted in), as cudaDeviceProp's maxThreadsPerMultiProcessor,
+  // sharedMemPerMultiprocessor and sharedMemPerBlockOptin: the planner's limits.
+  int threads_per_sm = 2048;
+  int shared_per_sm = 228 * 1024, shared_per_block = 227 * 1024;
   // Whether the build's sm_90a code runs here (wgmma, kernels/hopper.h): true for the H200
   // preset, as `make` builds it; false emulates a device (or build) where only the mma.sync
   // kernels run.
   bool sm90a_code = false;
 };
 
-// The preset for an architecture: 75 (T4), 80 (A100 40 GB), 90 (H200, the default). Other
-// values throw yolo::Error naming them.
+// The preset for an architecture: 75 (T4), 80 (A100 40 GB), 89 (L4), 90 (H200, the default),
+// 100 (B200), 120 (RTX 5090); the newer two run the sm_80 code, as a GPU runs the build's PTX
+// (runtime/gpu_code.h). Other values throw yolo::Error naming them.
 DeviceProps preset_for(int compute_capability);
 // Device `index`'s properties (the H200 preset until configured). Throws for a bad index.
 DeviceProps device_props(int index);

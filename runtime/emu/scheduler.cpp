@@ -104,8 +104,9 @@ std::map<std::pair<int, const void*>, size_t> g_shared_opt_in;  // (device, kern
 
 void allow_dynamic_shared(const void* kernel, size_t bytes) {
   const int device = current_device_index();
-  const int cc = device < 0 ? 90 : device_props(device).cc_major * 10 + device_props(device).cc_minor;
-  const size_t limit = (cc >= 90 ? 227 : cc >= 80 ? 163 : 64) * size_t(1024);
+  const DeviceProps props = device < 0 ? preset_for(90) : device_props(device);
+  const int cc = props.cc_major * 10 + props.cc_minor;
+  const size_t limit = size_t(props.shared_per_block);
   if (bytes > limit)
     throw Error("cudaFuncSetAttribute (emulated): " + std::to_string(bytes) +
                 " bytes of dynamic shared memory exceed the " + std::to_string(limit) + " per block of sm_" +
