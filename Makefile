@@ -123,7 +123,9 @@ NATIVE_TEST := $(call obj,native,$(TEST_CPP) $(TEST_KERNEL) $(TEST_CU))
 EMU_LIB     := $(call obj,emu,$(RUNTIME_SRC) $(EMU_SRC) $(DATA_SRC) $(GRAPH_SRC) $(KERNEL_CPP) $(KERNEL_CU))
 EMU_TEST    := $(call obj,emu,$(TEST_CPP) $(TEST_KERNEL) $(TEST_CU))
 
-# What `make` builds: the trainer and the tools a user runs next.
+# What `make` builds: the trainer (TRAINER: ./train_yolo, elsewhere for the GPU bundle) and the
+# tools a user runs next.
+TRAINER     ?= train_yolo
 TOOLS       := $(BUILD)/bench_kernels $(BUILD)/bench_loader $(BUILD)/scaling_model
 # What `make test` builds and runs; train_yolo_emu is the real CLI over emulated GPUs
 # (--devices emu:0,1), for tools/emu_cli_check.sh and for debugging the GPU path.
@@ -132,8 +134,8 @@ TEST_BINARIES := $(BUILD)/tests $(BUILD)/tests_emu $(BUILD)/train_yolo_emu
 include tests/fuzz/fuzz.mk
 TEST_BINARIES += $(FUZZ_BINARIES)
 
-.PHONY: all test test-binaries deps clean FORCE
-all: train_yolo $(TOOLS)
+.PHONY: all test test-binaries deps clean gpu-bundle FORCE
+all: $(TRAINER) $(TOOLS)
 test-binaries: $(TEST_BINARIES)
 
 # Objects depend on the flags they were built with: `make ARCH=90` after `make` rebuilds the
@@ -218,7 +220,7 @@ $(BUILD)/emu/%.S.o: %.S $(EMU_FLAGS_STAMP) | deps
 	@mkdir -p $(dir $@)
 	$(CXX) $(CXXFLAGS_EMU) -c $< -o $@
 
-train_yolo: $(call obj,native,tools/train_yolo.cpp) $(NATIVE_LIB)
+$(TRAINER): $(call obj,native,tools/train_yolo.cpp) $(NATIVE_LIB)
 	$(CXX) $^ -o $@ $(LDLIBS_NATIVE)
 
 $(BUILD)/tests: $(NATIVE_TEST) $(NATIVE_LIB)
@@ -240,7 +242,21 @@ $(BUILD)/scaling_model: $(call obj,native,tools/scaling_model.cpp) $(NATIVE_LIB)
 	$(CXX) $^ -o $@ $(LDLIBS_NATIVE)
 
 test: $(TEST_BINARIES)
-	@BUILD=$(BUILD) tools/run_tests.sh tools/sharded_tests.sh $(BUILD)/tests tools/adversarial_tests.sh tools/emu_cli_check.sh tools/gpu_arch_test.sh tools/sass_test.sh tools/fuzz_tests.sh tools/isa_objects_check.sh tools/readme_commands_check.sh
+	@BUILD=$(BUILD) tools/run_tests.sh tools/sharded_tests.sh $(BUILD)/tests tools/adversarial_tests.sh tools/emu_cli_check.sh tools/gpu_check_emulated_test.sh tools/gpu_arch_test.sh tools/sass_test.sh tools/fuzz_tests.sh tools/isa_objects_check.sh tools/readme_commands_check.sh
+
+# The GPU bundle (tools/pack_gpu_bundle.sh): what a device run of tools/gpu_check.sh needs, built
+# here for sm_90a alone in a folder of its own (BUNDLE_ARCH=80 for other GPUs), with the sources,
+# the scripts and, where ../shared has it, the NCCL build that lets two ranks share one GPU; one
+# archive that compiles nothing where it runs.
+BUNDLE_ARCH  ?= 90
+BUNDLE_BUILD := $(BUILD)/bundle-sm$(BUNDLE_ARCH)
+BUNDLE       ?= $(BUILD)/gpu-bundle.tar.xz
+BUNDLE_NCCL  ?= ../shared/nccl-2.30.7-sm90/libnccl.so.2
+gpu-bundle:
+	$(MAKE) BUILD=$(BUNDLE_BUILD) ARCH=$(BUNDLE_ARCH) TRAINER=$(BUNDLE_BUILD)/train_yolo \
+	  $(BUNDLE_BUILD)/train_yolo $(BUNDLE_BUILD)/tests $(BUNDLE_BUILD)/bench_kernels $(BUNDLE_BUILD)/bench_loader \
+	  $(BUNDLE_BUILD)/scaling_model
+	tools/pack_gpu_bundle.sh $(BUNDLE_BUILD) $(BUNDLE) $(BUNDLE_NCCL)
 
 clean:
 	rm -rf $(BUILD) train_yolo
