@@ -129,7 +129,7 @@ TRAINER     ?= train_yolo
 TOOLS       := $(BUILD)/bench_kernels $(BUILD)/bench_loader $(BUILD)/scaling_model
 # What `make test` builds and runs; train_yolo_emu is the real CLI over emulated GPUs
 # (--devices emu:0,1), for tools/emu_cli_check.sh and for debugging the GPU path.
-TEST_BINARIES := $(BUILD)/tests $(BUILD)/tests_emu $(BUILD)/train_yolo_emu
+TEST_BINARIES := $(BUILD)/tests $(BUILD)/tests_emu $(BUILD)/train_yolo_emu $(TRAINER)
 # The libFuzzer targets (clang): FUZZ_BINARIES, `make fuzz FUZZ_SECONDS=N` (tests/fuzz/fuzz.mk).
 include tests/fuzz/fuzz.mk
 TEST_BINARIES += $(FUZZ_BINARIES)
@@ -242,7 +242,7 @@ $(BUILD)/scaling_model: $(call obj,native,tools/scaling_model.cpp) $(NATIVE_LIB)
 	$(CXX) $^ -o $@ $(LDLIBS_NATIVE)
 
 test: $(TEST_BINARIES)
-	@BUILD=$(BUILD) tools/run_tests.sh tools/sharded_tests.sh $(BUILD)/tests tools/adversarial_tests.sh tools/emu_cli_check.sh tools/gpu_check_emulated_test.sh tools/gpu_arch_test.sh tools/sass_test.sh tools/fuzz_tests.sh tools/isa_objects_check.sh tools/readme_commands_check.sh
+	@BUILD=$(BUILD) tools/run_tests.sh tools/sharded_tests.sh $(BUILD)/tests tools/adversarial_tests.sh tools/emu_cli_check.sh tools/checkpoint_check.sh tools/gpu_check_emulated_test.sh tools/gpu_arch_test.sh tools/sass_test.sh tools/fuzz_tests.sh tools/isa_objects_check.sh tools/readme_commands_check.sh
 
 # The GPU bundle (tools/pack_gpu_bundle.sh): what a device run of tools/gpu_check.sh needs, built
 # here for sm_90a alone in a folder of its own (BUNDLE_ARCH=80 for other GPUs), with the sources,

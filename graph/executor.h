@@ -20,6 +20,7 @@
 #include "kernels/sgd.h"
 #include "runtime/arena.h"
 #include "runtime/device.h"
+#include "runtime/memory.h"
 #include "runtime/stream.h"
 
 namespace yolo {
@@ -114,6 +115,7 @@ class Executor {
   size_t parameter_count() const { return param_count_; }
   // The parameters alone: the length of download("params") and of a checkpoint's tensors.
   size_t packed_parameter_count() const { return packed_count_; }
+  size_t stat_count() const;  // BatchNorm statistics: the length of download("stats")
   // Each layer's range [begin, end) of the flat buffers, gaps included, for the layers with
   // parameters in the order backward completes them (the graph's, reversed): back to back from 0
   // to parameter_count(), the `ready` prefixes set_gradients_ready reports.
@@ -175,6 +177,25 @@ class Executor {
   // "stats".
   std::vector<float> download(const std::string& what);
   void upload(const std::string& what, const std::vector<float>& values);
+
+  // The training state copied to host memory in stream order, so that a checkpoint is written
+  // while training goes on (graph/checkpoint_saver.h): the flat parameters and momentum (gaps
+  // included) and the BatchNorm statistics, as the work queued before the copy leaves them.
+  struct StateCopy {
+    PinnedHostBuffer params, momentum, stats;
+    std::unique_ptr<Event> done;  // reached once the copy is complete
+  };
+  // Queues the copy into `into` on the compute stream after the work queued so far (the buffers
+  // are allocated on first use); work queued later runs after it.
+  void queue_state_copy(StateCopy& into);
+  // From flat host buffers (a completed StateCopy): the packed values, as download() gives them,
+  // and the layers' parameters, as download_parameters() gives them (views into the buffers).
+  std::vector<float> pack(const float* flat) const;
+  std::vector<LayerParams> parameter_views(float* flat_params, float* stats) const;
+  // The update's skip flag in result slot s (device memory, an int; kernels/sgd.h SgdLive): made
+  // non-zero after set_step_values and before queue_update's work runs, the step's update leaves
+  // the parameters, momentum and loss scale's clean count as they were, as for a non-finite gradient.
+  int* update_skip_flag(int slot);
 
   // A node's output after forward (device pointer, NHWC view of the micro-batch), as FP32: with
   // bf16/fp16 a copy widened on the compute stream, valid until the next call.

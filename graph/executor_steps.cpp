@@ -280,6 +280,11 @@ std::vector<LayerParams> Executor::download_parameters() {
   set_current_device(device_);
   m.copy(m.host_params.data(), m.params, param_count_ * sizeof(float));
   m.copy(m.host_stats.data(), m.stats, m.stat_count * sizeof(float));
+  return parameter_views(m.host_params.data(), m.host_stats.data());
+}
+
+std::vector<LayerParams> Executor::parameter_views(float* flat_params, float* stats) const {
+  const Impl& m = *impl_;
   std::vector<LayerParams> layers;
   for (const Node& node : graph_.nodes) {
     if (node.spec.type != LayerType::Convolutional && node.spec.type != LayerType::Connected) continue;
@@ -297,16 +302,46 @@ std::vector<LayerParams> Executor::download_parameters() {
       lp.in_h = node.in.h;
       lp.in_w = node.in.w;
     }
-    lp.weights = m.host_params.data() + nb.w;
-    lp.biases = m.host_params.data() + nb.b;
-    if (nb.s >= 0) lp.scales = m.host_params.data() + nb.s;
+    lp.weights = flat_params + nb.w;
+    lp.biases = flat_params + nb.b;
+    if (nb.s >= 0) lp.scales = flat_params + nb.s;
     if (nb.mean >= 0) {
-      lp.rolling_mean = m.host_stats.data() + nb.mean;
-      lp.rolling_variance = m.host_stats.data() + nb.var;
+      lp.rolling_mean = stats + nb.mean;
+      lp.rolling_variance = stats + nb.var;
     }
     layers.push_back(lp);
   }
   return layers;
+}
+
+void Executor::queue_state_copy(StateCopy& into) {
+  Impl& m = *impl_;
+  set_current_device(device_);
+  const size_t flat = param_count_ * sizeof(float), stats = std::max<size_t>(m.stat_count, 1) * sizeof(float);
+  if (into.params.size() != flat) {
+    into.params = PinnedHostBuffer(flat);
+    into.momentum = PinnedHostBuffer(flat);
+    into.stats = PinnedHostBuffer(stats);
+    into.done = std::make_unique<Event>(device_);
+  }
+  copy_bytes(into.params.data(), m.params, flat, stream_.get());
+  copy_bytes(into.momentum.data(), m.momentum, flat, stream_.get());
+  if (m.stat_count > 0) copy_bytes(into.stats.data(), m.stats, m.stat_count * sizeof(float), stream_.get());
+  stream_->record(*into.done);
+}
+
+std::vector<float> Executor::pack(const float* flat) const {
+  std::vector<float> out;
+  out.reserve(packed_count_);
+  for (const auto& [offset, count] : impl_->packed) out.insert(out.end(), flat + offset, flat + offset + count);
+  return out;
+}
+
+size_t Executor::stat_count() const { return impl_->stat_count; }
+
+int* Executor::update_skip_flag(int slot) {
+  if (slot != 0 && slot != 1) throw Error("update_skip_flag: slot " + std::to_string(slot) + " is not 0 or 1");
+  return &impl_->slots[slot].live->nonfinite;
 }
 
 void Executor::upload_parameters() {
@@ -339,13 +374,9 @@ std::vector<float> Executor::download(const std::string& what) {
     m.copy(out.data(), src, out.size() * sizeof(float));
     return out;
   }
-  std::vector<float> flat(param_count_), out;  // the flat buffer, then its parameters packed
+  std::vector<float> flat(param_count_);  // the flat buffer, then its parameters packed
   m.copy(flat.data(), src, flat.size() * sizeof(float));
-  out.reserve(packed_count_);
-  for (const auto& [offset, count] : m.packed)
-    out.insert(out.end(), flat.begin() + static_cast<std::ptrdiff_t>(offset),
-               flat.begin() + static_cast<std::ptrdiff_t>(offset + count));
-  return out;
+  return pack(flat.data());
 }
 
 void Executor::upload(const std::string& what, const std::vector<float>& values) {

@@ -89,6 +89,9 @@ struct ReplicaGroup {
     int none = -1;
     first_failure.compare_exchange_strong(none, rank);
   }
+  // What the ranks that saved after a peer was lost said (TrainLoop::save_as_survivor).
+  std::mutex notes_mutex;
+  std::vector<std::string> survivor_notes;
 };
 
 struct Setup {
@@ -165,7 +168,20 @@ Setup batch_setup(const ModelSpec& spec, const TrainOptions& options, int world 
   return s;
 }
 
-Start prepare_start(const Graph& graph, Executor& executor, const TrainOptions& options, bool leader) {
+// A checkpoint's step shape against this run's. The number of replicas may change: the loader's
+// position counts rounds of batch / subdivisions images over all replicas, which it keeps.
+void check_step_shape(const std::string& path, const Checkpoint& ckpt, const Setup& setup) {
+  if (ckpt.batch == 0) return;  // not recorded (version 1)
+  if (ckpt.batch != setup.batch || ckpt.subdivisions != setup.subdivisions)
+    throw Error(path + " was written with --batch " + std::to_string(ckpt.batch) + " --subdivisions " +
+                std::to_string(ckpt.subdivisions) + ", this run has --batch " + std::to_string(setup.batch) +
+                " --subdivisions " + std::to_string(setup.subdivisions) +
+                ": resume with those (the data's order and position, the learning rate's schedule and the "
+                "multi-scale sizes follow them; the number of replicas may change)");
+}
+
+Start prepare_start(const Graph& graph, Executor& executor, const TrainOptions& options, const Setup& setup,
+                    bool leader) {
   Start start;
   if (options.resume) {
     // last.ckpt, or prev.ckpt when last.ckpt is missing or damaged (graph/checkpoint_files.h).
@@ -178,6 +194,7 @@ Start prepare_start(const Graph& graph, Executor& executor, const TrainOptions& 
                   ": resume with the same --cfg and --size");
     if (ckpt.seed != options.seed)
       throw Error(path + " was written with --seed " + std::to_string(ckpt.seed) + ": resume with the same seed");
+    check_step_shape(path, ckpt, setup);
     for (const auto& [name, values] : ckpt.tensors) {
       if (name != kLossScaleTensor) {
         executor.upload(name, values);
@@ -236,6 +253,13 @@ TrainResult run_replica(const Graph& graph, Executor& executor, Source& source, 
   dp.reduced = std::make_unique<Event>(executor.device());
   dp.stop_device = DeviceMemory(executor.device(), 2 * sizeof(float));
   dp.stop_host = PinnedHostBuffer(4 * sizeof(float));
+  dp.gate_host = PinnedHostBuffer(2 * sizeof(int));
+  static_cast<int*>(dp.gate_host.data())[0] = static_cast<int*>(dp.gate_host.data())[1] = -1;
+  if (group)
+    dp.survivor_saved = [group](const std::string& note) {
+      std::lock_guard lock(group->notes_mutex);
+      group->survivor_notes.push_back(note);
+    };
   // NCCL's documentation: several GPUs per process with graph-captured collectives may deadlock
   // (a cudaGraphLaunch can block until the other GPUs' kernels launch).
   if (executor.device().is_cuda() && group && comm->size() > 1)
@@ -366,7 +390,12 @@ TrainResult run_replicas(const std::vector<Device>& devices, const TrainOptions&
       }
     });
   for (std::thread& t : threads) t.join();
-  if (int r = shared.first_failure.load(); r >= 0) throw Error("rank " + std::to_string(r) + ": " + errors[r]);
+  if (int r = shared.first_failure.load(); r >= 0) {
+    std::string message = "rank " + std::to_string(r) + ": " + errors[r];
+    for (const std::string& note : shared.survivor_notes)
+      if (errors[r].find(note) == std::string::npos) message += "; " + note;
+    throw Error(message);
+  }
   std::vector<RankTrace>& traces = shared.traces.ranks;
   if (!traces.empty()) {
     std::sort(traces.begin(), traces.end(), [](const RankTrace& a, const RankTrace& b) { return a.rank < b.rank; });
@@ -422,7 +451,7 @@ TrainResult train_detector_replica(const ModelSpec& spec, const data::Dataset& d
   if (multiscale && leader)
     std::printf("train_yolo: multi-scale training (random=1): %dx%d .. %dx%d, a new size every 10 steps\n",
                 sizes.front().first, sizes.front().second, sizes.back().first, sizes.back().second);
-  Start start = prepare_start(graph, executor, options, leader);
+  Start start = prepare_start(graph, executor, options, setup, leader);
 
   data::LoaderOptions lo;
   lo.batch = setup.micro;
@@ -541,7 +570,7 @@ TrainResult train_classifier_replica(const ModelSpec& spec, const data::MnistSet
   Setup setup = batch_setup(spec, options, world);
   Executor executor(graph, device, setup.micro, options.seed, {}, chosen_precision(options, device, rank == 0),
                     options.fold_shortcuts, options.apply_in_loads);
-  Start start = prepare_start(graph, executor, options, rank == 0);
+  Start start = prepare_start(graph, executor, options, setup, rank == 0);
   // MNIST batches are cheap: built on the host per micro-batch and copied synchronously.
   const int n = setup.micro;
   const int64_t steps = mnist.count / (static_cast<int64_t>(n) * world);  // micro-batches per epoch and rank

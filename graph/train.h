@@ -38,7 +38,14 @@ struct TrainOptions {
   bool resume = false;          // continue from out_dir/last.ckpt
   std::string trace_file;       // Chrome trace of one step's layers
   std::string timeline_file;    // Chrome trace of the device's activity in three steps (graph/device_idle.h)
-  int checkpoint_every = 0;     // also write the checkpoint every N steps (0: only at the end)
+  // Checkpoints (last.ckpt and last.weights; the one before kept as prev.ckpt) besides the run's
+  // end: every checkpoint_every steps (0: none), and once checkpoint_minutes of training have
+  // passed since the last one (0: none); written on a thread of their own (graph/checkpoint_saver.h).
+  int checkpoint_every = 0;
+  double checkpoint_minutes = 10;
+  // The command that continues this run (printed by the ranks that save after a peer is lost);
+  // "": "--resume" is said instead.
+  std::string resume_command;
   int valid_every = 0;          // detector: mAP@0.5 on the validation split every N epochs; best.weights kept
   // Data parallel (several devices): gradient buckets of at most bucket_mb MiB (0: one layer each;
   // negative: default_bucket_mb of graph/scaling.h),

@@ -70,6 +70,19 @@ void all_reduce_gradients(Executor& executor, DataParallel& dp, size_t begin, si
   });
 }
 
+// After the step's collectives, on the comm stream: the update runs only if they completed on
+// this rank. A collective whose data did not all arrive ends only through the communicator's
+// failure, which is set before it ends (Communicator::failed), so the host function, which runs
+// after them, sees it; the copy then sets the update's skip flag (as a non-finite gradient does),
+// and the step leaves the parameters and momentum as the last step every replica completed left
+// them. A copy from pinned memory reads it when it runs, replayed graphs included.
+void gate_update(Executor& executor, DataParallel& dp, int slot) {
+  int* host = static_cast<int*>(dp.gate_host.data()) + slot;
+  Communicator* comm = dp.comm;
+  dp.stream->enqueue([host, comm] { *host = comm->failed() ? 1 : 0; });
+  copy_bytes(executor.update_skip_flag(slot), host, sizeof(int), dp.stream);
+}
+
 }  // namespace
 
 uint64_t fnv1a64(const void* data, size_t bytes) {
@@ -93,7 +106,19 @@ TrainResult run_loop(const Graph& graph, Executor& executor, Source& source, con
   return loop.run();
 }
 
+// A failure with a lost peer (the communicator failed): this rank saves what every replica
+// completed before it goes (save_as_survivor). Any other failure is this rank's own: its state is
+// not trusted.
 TrainResult TrainLoop::run() {
+  try {
+    return run_steps();
+  } catch (const std::exception& e) {
+    if (!dp_ || !dp_->comm->failed()) throw;
+    throw Error(e.what() + save_as_survivor());
+  }
+}
+
+TrainResult TrainLoop::run_steps() {
   std::optional<Step> ahead;  // the next step, queued before this one's loss was read
   // A stop decided after a step while the next was queued ahead: it comes after that one.
   std::optional<TrainStop> pending;
@@ -143,12 +168,8 @@ TrainResult TrainLoop::run() {
       result_.stop = TrainStop::Finished;
       continue;
     }
-    // Not while steps are being skipped: the failing forward passes may have reached BatchNorm's
-    // running statistics, and the checkpoint before them is the last good one.
-    const bool last = iteration + 1 == max_batches_;
-    if (leader_ && options_.checkpoint_every > 0 && (iteration + 1) % options_.checkpoint_every == 0 && !last &&
-        !divergence_.skipping())
-      save(iteration + 1);
+    if (step.save) keep_or_drop_copy(step);
+    report_saver_failure();
   }
   return finish();
 }
@@ -201,6 +222,7 @@ TrainLoop::Step TrainLoop::begin_step(int64_t iteration) {
   step.trace = trace_due(iteration);
   step.pipelined = subdivisions_ > 1 && pipeline_ok(step);
   step.lr = learning_rate_at(schedule_, iteration, options_.seed);
+  step.save = leader_ && save_due(iteration);
   if (step.trace && dp_) step.comm_trace = std::make_shared<CommTrace>();
   step.start_ms = Executor::clock_ms();
   if (step.trace && source_.trace_copies) source_.trace_copies(true);
@@ -216,8 +238,10 @@ void TrainLoop::queue_micro_batch_host(Step& step, int s) {
   if (look_ahead_) executor_.set_result_slot(step.slot(s));
   // Data parallel: this rank's stop request rides with the step's collectives (in its last
   // micro-batch). Its slot's previous step has been read by now: its copy of the flag is done.
-  if (dp_ && last)
+  if (dp_ && last) {
     static_cast<float*>(dp_->stop_host.data())[2 * step.last_slot()] = stop_requested(step.iteration) ? 1.0f : 0.0f;
+    static_cast<int*>(dp_->gate_host.data())[step.last_slot()] = -1;  // written by the step's gate (not yet run)
+  }
   // A traced step runs eagerly: its per-layer events are timed where they are queued. So does
   // the checked one: its outputs are read back from the host during backward.
   const bool replay = graphs_->on() && !step.trace && !step.check;
@@ -248,6 +272,9 @@ void TrainLoop::queue_micro_batch_host(Step& step, int s) {
   } else {
     queue();
   }
+  if (last) queued_through_ = step.iteration;
+  // After the step's update, before anything of the next step: the state a checkpoint keeps.
+  if (last && step.save) saver_->queue_copy();
   host_span(step, "queue micro-batch (host)", t);
   step.queued = s + 1;
   fetch_ahead(step, s);
@@ -280,7 +307,8 @@ bool TrainLoop::queue_ahead_ok(const Step& step) const {
   // (a stop asked of one rank is all-reduced with a step and comes after the step queued ahead).
   if (!dp_ && stop_requested(step.iteration)) return false;
   if (dp_ && dp_->check_every > 0 && (step.iteration + 1) % dp_->check_every == 0) return false;  // the hash check
-  if (options_.checkpoint_every > 0 && next % options_.checkpoint_every == 0) return false;  // a save after it
+  // A checkpoint's copy after it: the next step waits for its decision (its copy may be due too).
+  if (step.save) return false;
   // An epoch ends after it: the summary, validation and best.weights read the state after it.
   return step.loader_after && step.loader_after->epoch == last_epoch_reported_;
 }
@@ -323,6 +351,7 @@ void TrainLoop::queue_micro_batch(Step& step, int s, bool last) {
     else if (next_bucket != dp->buckets.size())
       throw Error("internal error: " + std::to_string(next_bucket) + " of " + std::to_string(dp->buckets.size()) +
                   " gradient buckets were all-reduced in backward");
+    gate_update(executor_, *dp, step.last_slot());
     dp->stream->record(*dp->reduced);  // the update waits for the reduced gradients on the device
     executor_.compute_stream().wait(*dp->reduced);
   }
@@ -332,15 +361,20 @@ void TrainLoop::queue_micro_batch(Step& step, int s, bool last) {
 // After the step's micro-batches: whether the update applied, the phase times, the loss, the
 // replicas' agreement, the trace, the counters.
 void TrainLoop::end_step(Step& step) {
-  if (idle_->due()) settle_idle(DeviceIdle::kKeepOpen);
+  // Done by now; rethrows an error of its host functions (a failed collective) before anything of
+  // the step is counted (a survivor saves the steps counted). With look-ahead it may hold the next
+  // step's collectives: its errors come with that step's wait (or at the end, finish()).
+  if (dp_ && !look_ahead_) dp_->stream->synchronize();
+  // The communicator failed after the collectives but before the gate: the update was skipped
+  // on this rank alone, so the step must not count (as a skipped one would).
+  if (dp_ && static_cast<const int*>(dp_->gate_host.data())[step.last_slot()] == 1)
+    throw Error("rank " + std::to_string(rank_) + ": step " + std::to_string(step.iteration + 1) +
+                "'s update was skipped: the communicator failed as its all-reduces ended");
   step.updated = look_ahead_ ? executor_.update_applied(step.last_slot()) : executor_.update_applied();
   consumed_ = step.loader_after ? *step.loader_after : source_.state();
   if (options_.step_read) options_.step_read(rank_, step.iteration);
   step.loss_scale = scaler_.scale();  // the steps before it are read: the scale it ran at
   scaler_.update(!step.updated);
-  // Done by now; rethrows an error of its host functions. With look-ahead it may hold the next
-  // step's collectives: its errors come with that step's wait (or at the end, finish()).
-  if (dp_ && !look_ahead_) dp_->stream->synchronize();
   const PhaseTimes phases = executor_.take_phase_times();
   step.split.forward_ms = phases.forward_ms;
   step.split.backward_ms = phases.backward_ms;
@@ -348,6 +382,9 @@ void TrainLoop::end_step(Step& step) {
   step.split.optimizer_ms = phases.update_ms;
   step.loss = executor_.take_loss();
   epoch_loss_ += step.loss;
+  seen_ += static_cast<uint64_t>(batch_);
+  images_this_run_ += batch_;
+  read_through_ = step.iteration + 1;  // counted: a survivor's save from here includes it
   check_replicas(step);
   step.split.steps = 1;
   step.split.images = batch_;
@@ -355,8 +392,6 @@ void TrainLoop::end_step(Step& step) {
   epoch_split_ += step.split;
   result_.split += step.split;
   if (step.trace) write_step_trace(step);
-  seen_ += static_cast<uint64_t>(batch_);
-  images_this_run_ += batch_;
   const double mean = step.loss.images ? step.loss.total / static_cast<double>(step.loss.images) : 0;
   if (step.iteration == start_iteration_) result_.first_loss = mean;
   result_.last_loss = mean;

@@ -63,6 +63,14 @@ struct DataParallel {
   // CUDA Graph of the step replays it.
   DeviceMemory stop_device;
   PinnedHostBuffer stop_host;
+  // The update's gate, one int per result slot (pinned host memory): after the step's last
+  // collective a host function on the comm stream writes 1 when the communicator has failed, else
+  // 0, and a copy takes it to the slot's skip flag, so a step whose all-reduces did not complete
+  // leaves the parameters unchanged. -1: not written yet. (TrainLoop::save_as_survivor reads it.)
+  PinnedHostBuffer gate_host;
+  // In-process replicas: what a rank that saved after a peer was lost says (the group's error
+  // names the failing rank; this is added to it). Empty: nothing to tell.
+  std::function<void(const std::string& note)> survivor_saved;
 };
 
 // Where training starts: step, images seen, the loader's position and (fp16) the loss scale.

@@ -7,11 +7,13 @@
 
 #include <chrono>
 #include <cstdint>
+#include <filesystem>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "graph/checkpoint_saver.h"
 #include "graph/device_idle.h"
 #include "graph/divergence.h"
 #include "graph/step_graphs.h"
@@ -28,6 +30,7 @@ class TrainLoop {
   TrainResult run();
 
  private:
+  TrainResult run_steps();
   // What one step keeps between its phases.
   struct Step {
     int64_t iteration = 0;
@@ -52,6 +55,7 @@ class TrainLoop {
     bool pipelined = false;
     // The loader's position after this step's micro-batches (before the next was taken ahead).
     std::optional<data::LoaderState> loader_after;
+    bool save = false;  // a checkpoint is due after it: the state's copy is queued after its update
     // The executor's result slot of micro-batch s: with look-ahead they alternate over the run's
     // micro-batches (two in flight at most); without, always 0. The step's last micro-batch's
     // slot also holds its update (flag, timing marks) and, data parallel, its stop request.
@@ -91,7 +95,18 @@ class TrainLoop {
   void write_chart();
   void settle_idle(size_t keep_open);
   void check_scale_mirror();
-  void save(int64_t iteration);
+  // Synchronous: the state now (check_mirror: the device's loss scale against the host's).
+  void save(int64_t iteration, bool check_mirror = true);
+  // Periodic saves on the saver's thread (graph/checkpoint_saver.h).
+  bool save_due(int64_t iteration) const;
+  void keep_or_drop_copy(const Step& step);
+  void report_saver_failure();
+  void announce_checkpoints();
+  Checkpoint checkpoint_header(int64_t iteration) const;  // all but the tensors
+  // A peer lost: this rank's state saved as the last step every replica completed, if it is
+  // that (the step under way dropped); returns what to add to the error.
+  std::string save_as_survivor();
+  std::string survivor_state(int64_t* steps) const;
   void write_timeline();
   TrainResult finish();
 
@@ -125,6 +140,11 @@ class TrainLoop {
   std::unique_ptr<DeviceIdle> idle_;  // the device's busy and idle time inside each micro-batch
   bool timeline_ = false;             // --timeline: idle_ keeps three steps' spans
   DivergenceWatch divergence_;
+  std::unique_ptr<CheckpointSaver> saver_;
+  std::chrono::steady_clock::time_point last_save_;
+  std::filesystem::file_time_type run_began_;  // a last.ckpt newer than this was written by this run
+  // Steps whose update has been queued, and steps read (end_step): those between are in flight.
+  int64_t queued_through_ = -1, read_through_ = 0;
   // The micro-batch taken ahead (Source::fetch_ahead), and the loader's position after the last
   // step read: what the steps so far consumed, which checkpoints, epochs and the progress line report.
   std::optional<MicroBatch> ahead_;

@@ -91,6 +91,12 @@ TrainLoop::TrainLoop(const Graph& graph, Executor& executor, Source& source, con
   chart_png_ = options.out_dir + "/chart.png";
   if (leader_ && start_iteration_ == 0) std::filesystem::remove(results_csv_);  // a fresh run starts a fresh record
   check_output_folder_fits();
+  saver_ = std::make_unique<CheckpointSaver>(executor, options.out_dir);
+  last_save_ = std::chrono::steady_clock::now();
+  run_began_ = std::filesystem::file_time_type::clock::now();
+  read_through_ = start_iteration_;
+  queued_through_ = start_iteration_ - 1;
+  announce_checkpoints();
   announce_graphs_and_idle();
   look_ahead_ = options.look_ahead && executor.device().runs_kernels() && graph.detection && source.fetch_ahead &&
                 graphs_->on();
@@ -225,23 +231,83 @@ void TrainLoop::check_scale_mirror() {
                 std::to_string(scaler_.clean_steps()));
 }
 
-void TrainLoop::save(int64_t iteration) {
-  std::vector<LayerParams> layers = executor_.download_parameters();
-  WeightsHeader header;
-  header.seen = seen_;
-  write_darknet_weights(result_.weights_path, layers, header);
+void TrainLoop::announce_checkpoints() {
+  if (!leader_) return;
+  std::string when;
+  if (options_.checkpoint_minutes > 0) {
+    char text[64];
+    std::snprintf(text, sizeof text, "every %g min", options_.checkpoint_minutes);
+    when = text;
+  }
+  if (options_.checkpoint_every > 0)
+    when += (when.empty() ? "every " : ", every ") +
+            (options_.checkpoint_every == 1 ? std::string("step") : std::to_string(options_.checkpoint_every) + " steps");
+  if (when.empty())
+    std::printf("train_yolo: checkpoints: at the end only (--checkpoint-every 0)\n");
+  else
+    std::printf("train_yolo: checkpoints: %s and at the end, in %s/last.ckpt (the one before kept as prev.ckpt), "
+                "written while training goes on (--checkpoint-minutes M, --checkpoint-every N steps; "
+                "--checkpoint-every 0: at the end only)\n",
+                when.c_str(), options_.out_dir.c_str());
+}
+
+// A periodic save after step `iteration` (decided as it is queued, so that its copy follows its
+// update); one copy at a time (look-ahead queues the next step only once this one is decided).
+bool TrainLoop::save_due(int64_t iteration) const {
+  if (iteration + 1 >= max_batches_ || saver_->copy_queued()) return false;  // the run's end saves anyway
+  if (options_.checkpoint_every > 0 && (iteration + 1) % options_.checkpoint_every == 0) return true;
+  return options_.checkpoint_minutes > 0 &&
+         std::chrono::duration<double>(std::chrono::steady_clock::now() - last_save_).count() >=
+             options_.checkpoint_minutes * 60;
+}
+
+// Once the step is read: its copy written, unless the step was skipped or steps are being skipped
+// (the failing forward passes may have reached BatchNorm's running statistics, and the checkpoint
+// before them is the last good one). A time-based save then comes at the next good step.
+void TrainLoop::keep_or_drop_copy(const Step& step) {
+  if (!step.updated || divergence_.skipping()) {
+    saver_->discard();
+    return;
+  }
+  Checkpoint ckpt = checkpoint_header(step.iteration + 1);
+  if (scaler_.enabled()) {
+    const LossScaler::State st = scaler_.state();
+    ckpt.tensors.emplace_back(kLossScaleTensor, std::vector<float>{st.scale, static_cast<float>(st.clean),
+                                                                   static_cast<float>(st.overflows)});
+  }
+  saver_->write(std::move(ckpt), seen_);
+  last_save_ = std::chrono::steady_clock::now();
+}
+
+void TrainLoop::report_saver_failure() {
+  if (const std::string failure = saver_->take_failure(); !failure.empty())
+    std::printf("%strain_yolo: %s\n", tty_ ? "\n" : "", failure.c_str());
+}
+
+Checkpoint TrainLoop::checkpoint_header(int64_t iteration) const {
   Checkpoint ckpt;
   ckpt.cfg_digest = cfg_digest(graph_);
   ckpt.iteration = iteration;
   ckpt.seen = seen_;
   ckpt.loader = loader_state();
   ckpt.seed = options_.seed;
+  ckpt.batch = batch_;
+  ckpt.subdivisions = subdivisions_;
+  return ckpt;
+}
+
+void TrainLoop::save(int64_t iteration, bool check_mirror) {
+  std::vector<LayerParams> layers = executor_.download_parameters();
+  WeightsHeader header;
+  header.seen = seen_;
+  write_darknet_weights(result_.weights_path, layers, header);
+  Checkpoint ckpt = checkpoint_header(iteration);
   ckpt.tensors.emplace_back("params", executor_.download("params"));
   ckpt.tensors.emplace_back("momentum", executor_.download("momentum"));
   ckpt.tensors.emplace_back("stats", executor_.download("stats"));
   if (scaler_.enabled()) {
     const LossScaler::State st = scaler_.state();
-    check_scale_mirror();
+    if (check_mirror) check_scale_mirror();
     ckpt.tensors.emplace_back(kLossScaleTensor, std::vector<float>{st.scale, static_cast<float>(st.clean),
                                                                    static_cast<float>(st.overflows)});
   }
@@ -340,6 +406,12 @@ void TrainLoop::signal_stop(int64_t steps_done) {
 
 TrainResult TrainLoop::finish() {
   if (dp_) dp_->stream->synchronize();  // rethrows an error of its host functions (see end_step)
+  if (const std::string failure = saver_->wait(); !failure.empty() && leader_)
+    std::printf("%strain_yolo: %s\n", tty_ ? "\n" : "", failure.c_str());
+  if (leader_ && saver_->written() > 0)
+    std::printf("%strain_yolo: %lld checkpoint%s saved while training went on, %.2f s each on the saver's thread\n",
+                tty_ ? "\n" : "", static_cast<long long>(saver_->written()), saver_->written() == 1 ? "" : "s",
+                saver_->write_seconds() / static_cast<double>(saver_->written()));
   if (tty_ && leader_) std::printf("\n");
   settle_idle(0);
   write_timeline();

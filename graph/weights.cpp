@@ -8,13 +8,16 @@
 #include <unistd.h>
 
 #include <bit>
+#include <chrono>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <memory>
 #include <optional>
+#include <thread>
 
 #include "runtime/check.h"
 
@@ -26,7 +29,9 @@ static_assert(std::endian::native == std::endian::little,
 
 constexpr uint64_t kHeaderBytes = 20;  // version 0.2.0: three int32 and a uint64 `seen`
 constexpr char kCheckpointMagic[8] = {'Y', 'O', 'L', 'O', 'C', 'K', 'P', 'T'};
-constexpr uint32_t kCheckpointVersion = 1;
+// Version 2 added the step's shape (batch, subdivisions) after the seed; version 1 is still read.
+constexpr uint32_t kCheckpointVersion = 2;
+bool readable_version(uint32_t version) { return version == 1 || version == kCheckpointVersion; }
 
 std::string errno_text() { return std::strerror(errno); }
 
@@ -149,6 +154,23 @@ class InputFile {
   uint64_t size_ = 0, position_ = 0;
 };
 
+// Test hooks at each step of a save that makes it durable (see weights.h).
+std::function<void(const std::string&)>& save_step_hook() {
+  static std::function<void(const std::string&)> hook;
+  return hook;
+}
+
+void save_step(const std::string& what) {
+  if (save_step_hook()) save_step_hook()(what);
+  static const int pause_ms = [] {
+    const char* text = std::getenv("YOLO_TEST_SAVE_PAUSE_MS");
+    return text ? std::atoi(text) : 0;
+  }();
+  if (pause_ms <= 0) return;
+  std::fprintf(stderr, "train_yolo: save step: %s\n", what.c_str());  // where a test's kill lands
+  std::this_thread::sleep_for(std::chrono::milliseconds(pause_ms));
+}
+
 // Written to PATH.tmp.<pid>, then flushed to disk and renamed over PATH, so PATH is always either
 // the old file or the whole new one. Until commit() succeeds, the destructor removes the temp.
 class AtomicFile {
@@ -166,20 +188,28 @@ class AtomicFile {
   AtomicFile& operator=(const AtomicFile&) = delete;
 
   const std::string& path() const { return path_; }
+  // A save-step hook's point in the middle of the file's data (before its bulk is written).
+  void midway() { save_step("write " + temp_); }
   void write(const void* data, size_t bytes) {
     if (bytes > 0 && std::fwrite(data, 1, bytes, file_.get()) != bytes) fail("write");
   }
   // Flushes the file to disk and renames it over path(). With keep_previous_as, an existing
   // path() is first renamed to that name (the previous checkpoint kept): a stop between the two
   // renames leaves no path() but the previous file under its new name.
+  // The order is what makes a crash at any point (a kill, a power cut) leave a whole file: the
+  // new one is on disk before any name changes, and the folder is synced after the renames.
   void commit(const std::string& keep_previous_as = "") {
     if (std::fflush(file_.get()) != 0) fail("write");
+    save_step("fsync " + temp_);
     if (fsync(fileno(file_.get())) != 0) fail("flush to disk");
     if (std::fclose(file_.release()) != 0) fail("close");
-    if (!keep_previous_as.empty() && std::filesystem::exists(path_) &&
-        std::rename(path_.c_str(), keep_previous_as.c_str()) != 0)
-      throw Error(path_ + ": cannot rename it to " + keep_previous_as + " to keep it (" + errno_text() +
-                  "); it is unchanged and the new file was not saved");
+    if (!keep_previous_as.empty() && std::filesystem::exists(path_)) {
+      save_step("rename " + path_ + " " + keep_previous_as);
+      if (std::rename(path_.c_str(), keep_previous_as.c_str()) != 0)
+        throw Error(path_ + ": cannot rename it to " + keep_previous_as + " to keep it (" + errno_text() +
+                    "); it is unchanged and the new file was not saved");
+    }
+    save_step("rename " + temp_ + " " + path_);
     if (std::rename(temp_.c_str(), path_.c_str()) != 0)
       throw Error(path_ + ": cannot rename " + temp_ + " to it (" + errno_text() + ")");
     committed_ = true;
@@ -190,6 +220,7 @@ class AtomicFile {
   // Makes the rename itself durable; best effort, as some file systems refuse to sync folders.
   void sync_directory() const {
     std::string folder = std::filesystem::path(path_).parent_path().string();
+    save_step("fsync-dir " + (folder.empty() ? std::string(".") : folder));
     int fd = open(folder.empty() ? "." : folder.c_str(), O_RDONLY | O_DIRECTORY);
     if (fd < 0) return;
     fsync(fd);
@@ -398,6 +429,7 @@ void write_darknet_weights(const std::string& path, std::span<const LayerParams>
   const int32_t version[3] = {0, 2, 0};
   out.write(version, sizeof version);
   out.write(&header.seen, sizeof header.seen);
+  out.midway();
   std::vector<float> values;
   for (const LayerParams& l : layers) {
     values.resize(size_t(float_count(l)));
@@ -412,8 +444,9 @@ void write_darknet_weights(const std::string& path, std::span<const LayerParams>
 // ---- checkpoints ----------------------------------------------------------------------------
 
 uint64_t checkpoint_bytes(const std::string& cfg_digest, std::span<const std::pair<std::string, uint64_t>> tensors) {
-  // magic, version, digest (length + text), iteration, seen, loader epoch/step/seed, seed, tensor count
-  uint64_t bytes = sizeof kCheckpointMagic + 4 + 8 + cfg_digest.size() + 6 * 8 + 8;
+  // magic, version, digest (length + text), iteration, seen, loader epoch/step/seed, seed, batch,
+  // subdivisions, tensor count
+  uint64_t bytes = sizeof kCheckpointMagic + 4 + 8 + cfg_digest.size() + 8 * 8 + 8;
   for (const auto& [name, count] : tensors) bytes += 8 + name.size() + 8 + count * sizeof(float);
   return bytes + 8;  // the checksum
 }
@@ -428,7 +461,7 @@ std::optional<int64_t> peek_checkpoint_iteration(const std::string& path) {
     file.read(magic, sizeof magic);
     file.read(&version, sizeof version);
     file.read(&digest_length, sizeof digest_length);
-    if (std::memcmp(magic, kCheckpointMagic, sizeof magic) != 0 || version != kCheckpointVersion ||
+    if (std::memcmp(magic, kCheckpointMagic, sizeof magic) != 0 || !readable_version(version) ||
         digest_length > 256 || file.remaining() < digest_length + 8)
       return std::nullopt;
     std::string digest(size_t(digest_length), '\0');
@@ -442,11 +475,14 @@ std::optional<int64_t> peek_checkpoint_iteration(const std::string& path) {
   }
 }
 
-void write_checkpoint(const std::string& path, const Checkpoint& checkpoint, const std::string& keep_previous_as) {
+namespace {
+
+void write_checkpoint_version(const std::string& path, const Checkpoint& checkpoint,
+                              const std::string& keep_previous_as, uint32_t version) {
   AtomicFile file(path);
   CheckpointWriter out(file);
   out.put(kCheckpointMagic, sizeof kCheckpointMagic);
-  out.value<uint32_t>(kCheckpointVersion);
+  out.value<uint32_t>(version);
   out.text(checkpoint.cfg_digest);
   out.value<int64_t>(checkpoint.iteration);
   out.value<uint64_t>(checkpoint.seen);
@@ -454,7 +490,12 @@ void write_checkpoint(const std::string& path, const Checkpoint& checkpoint, con
   out.value<int64_t>(checkpoint.loader.step);
   out.value<uint64_t>(checkpoint.loader.seed);
   out.value<uint64_t>(checkpoint.seed);
+  if (version >= 2) {
+    out.value<int64_t>(checkpoint.batch);
+    out.value<int64_t>(checkpoint.subdivisions);
+  }
   out.value<uint64_t>(checkpoint.tensors.size());
+  file.midway();
   for (const auto& [name, data] : checkpoint.tensors) {
     out.text(name);
     out.value<uint64_t>(data.size());
@@ -463,6 +504,12 @@ void write_checkpoint(const std::string& path, const Checkpoint& checkpoint, con
   const uint64_t checksum = out.checksum();
   file.write(&checksum, sizeof checksum);
   file.commit(keep_previous_as);
+}
+
+}  // namespace
+
+void write_checkpoint(const std::string& path, const Checkpoint& checkpoint, const std::string& keep_previous_as) {
+  write_checkpoint_version(path, checkpoint, keep_previous_as, kCheckpointVersion);
 }
 
 Checkpoint read_checkpoint(const std::string& path) {
@@ -476,9 +523,9 @@ Checkpoint read_checkpoint(const std::string& path) {
   CheckpointReader in(file, path);
   in.count(magic, sizeof magic);
   const auto version = in.value<uint32_t>("the version");
-  if (version != kCheckpointVersion)
-    throw Error(path + ": unsupported checkpoint version " + std::to_string(version) + " (this build reads version " +
-                std::to_string(kCheckpointVersion) + ")");
+  if (!readable_version(version))
+    throw Error(path + ": unsupported checkpoint version " + std::to_string(version) + " (this build reads versions 1 "
+                "to " + std::to_string(kCheckpointVersion) + ")");
   Checkpoint ckpt;
   ckpt.cfg_digest = in.text("the cfg digest");
   ckpt.iteration = in.value<int64_t>("the iteration");
@@ -487,6 +534,10 @@ Checkpoint read_checkpoint(const std::string& path) {
   ckpt.loader.step = in.value<int64_t>("the loader's step");
   ckpt.loader.seed = in.value<uint64_t>("the loader's seed");
   ckpt.seed = in.value<uint64_t>("the seed");
+  if (version >= 2) {
+    ckpt.batch = in.value<int64_t>("the batch");
+    ckpt.subdivisions = in.value<int64_t>("the subdivisions");
+  }
   const auto tensors = in.value<uint64_t>("the tensor count");
   // Each tensor takes at least 16 bytes (name length and count).
   if (tensors > in.left() / 16)
@@ -511,5 +562,12 @@ Checkpoint read_checkpoint(const std::string& path) {
     throw Error(path + ": checksum mismatch: the checkpoint is corrupt (damaged on disk or in a copy)");
   return ckpt;
 }
+
+namespace test_hooks {
+void set_save_step_hook(std::function<void(const std::string& step)> hook) { save_step_hook() = std::move(hook); }
+void write_checkpoint_version1(const std::string& path, const Checkpoint& checkpoint) {
+  write_checkpoint_version(path, checkpoint, "", 1);
+}
+}  // namespace test_hooks
 
 }  // namespace yolo::graph

@@ -12,6 +12,7 @@
 // converted on load and save.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <span>
 #include <string>
@@ -58,6 +59,10 @@ struct Checkpoint {
   uint64_t seen = 0;          // images trained on
   data::LoaderState loader;   // where the training loader continues
   uint64_t seed = 0;
+  // The step's shape: images per step over all replicas, and micro-batches it is split into (the
+  // loader's position counts micro-batch rounds of batch / subdivisions images). 0: not recorded
+  // (a version 1 file).
+  int64_t batch = 0, subdivisions = 0;
   // Named float arrays: parameters, momentum, BatchNorm statistics (the executor names them).
   std::vector<std::pair<std::string, std::vector<float>>> tensors;
 };
@@ -75,5 +80,17 @@ uint64_t checkpoint_bytes(const std::string& cfg_digest, std::span<const std::pa
 // The step count in a checkpoint's header, read without checking the rest (a damaged file's
 // messages); nullopt when even the header is unreadable.
 std::optional<int64_t> peek_checkpoint_iteration(const std::string& path);
+
+namespace test_hooks {
+// Called at each step of a save, with "write TEMP" (its header written, before the bulk of its
+// data), then "fsync TEMP", "rename FROM TO" and "fsync-dir DIR" (in the order done, before each
+// is done); a hook that throws stops the save there, as a crash would. Empty: none.
+// YOLO_TEST_SAVE_PAUSE_MS=N in the environment also prints "train_yolo: save step: STEP" on
+// stderr before each and pauses N ms there: tools/checkpoint_check.sh kills the trainer inside
+// each step of a save.
+void set_save_step_hook(std::function<void(const std::string& step)> hook);
+// A checkpoint as this program's version 1 wrote it (no batch and subdivisions).
+void write_checkpoint_version1(const std::string& path, const Checkpoint& checkpoint);
+}  // namespace test_hooks
 
 }  // namespace yolo::graph

@@ -49,6 +49,11 @@ std::string InProcessGroup::Shared::time_out(int rank) {
   return message;
 }
 
+bool InProcessGroup::Shared::failed() {
+  std::lock_guard lock(mutex);
+  return !aborted.empty();
+}
+
 std::string InProcessGroup::Shared::fail(const std::string& message) {
   std::vector<std::shared_ptr<EmulatedCollective>> pending;
   std::string why;
@@ -89,6 +94,8 @@ class InProcessCommunicator : public Communicator {
   std::vector<uint64_t> all_gather(uint64_t value) override { return shared_->all_gather(rank_, value); }
 
   void abort(const std::string& why) override { shared_->abort(rank_, why); }
+
+  bool failed() const override { return shared_->failed(); }
 
  private:
   // Reduce-scatter then all-gather through the shared scratch: rank r sums slice r of every

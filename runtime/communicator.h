@@ -34,6 +34,12 @@ class Communicator {
   virtual std::vector<uint64_t> all_gather(uint64_t value) = 0;
   // Makes every rank's pending and future collectives throw, naming this rank and `why`.
   virtual void abort(const std::string& why) = 0;
+  // Whether this communicator has failed (aborted here or by a peer, a peer lost, a wait past
+  // the timeout). Thread-safe and cheap: stream host functions ask it. A collective whose data
+  // did not all arrive ends only through such a failure, which is set before the collective
+  // ends, so work queued after a collective that asks false may trust its result (the
+  // training loop's gate on the update: graph/train_loop.cpp).
+  virtual bool failed() const = 0;
   // Blocks the host until the collectives enqueued on `stream` are done. Never forever: a
   // peer's failure or a wait past the communicator's timeout throws yolo::Error naming the
   // rank (and aborts the communicator, so the other ranks stop too).

@@ -41,6 +41,8 @@ class EmulatedGpuCommunicator : public Communicator {
 
   void abort(const std::string& why) override { shared_->abort(rank_, why); }
 
+  bool failed() const override { return shared_->failed(); }
+
   // Polls the stream (asking for its work in the adversarial mode) until done, an abort, or
   // the group's timeout.
   void wait(Stream& stream) override {

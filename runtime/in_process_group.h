@@ -57,6 +57,7 @@ struct InProcessGroup::Shared {
   // Aborts the group with `message` unless it already is (the first wins), wakes every waiter
   // and ends every emulated collective in flight with the group's message. Returns that.
   std::string fail(const std::string& message);
+  bool failed();  // aborted (by any rank, or a timeout)
 };
 
 // out[i] = parts[0][i] + parts[1][i] + ... in rank order, for i in [begin, end): the same bits

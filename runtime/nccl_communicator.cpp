@@ -3,6 +3,7 @@
 // after which the state is polled with ncclCommGetAsyncError (with a deadline) before the next.
 #include "runtime/nccl_communicator.h"
 
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <string>
@@ -92,6 +93,7 @@ class NcclCommunicator : public Communicator {
   void abort(const std::string& why) override {
     if (!aborted_.empty()) return;
     aborted_ = why.empty() ? "aborted" : why;
+    failed_ = true;  // before the abort ends the pending collectives (Communicator::failed)
     if (local_) {
       int none = -1;
       local_->failed_rank.compare_exchange_strong(none, rank_);
@@ -99,6 +101,8 @@ class NcclCommunicator : public Communicator {
     if (comm_) nccl().CommAbort(comm_);  // the pending collectives end; nothing more to check
     comm_ = nullptr;
   }
+
+  bool failed() const override { return failed_; }
 
   // Polls the stream's progress and NCCL's error state until done, a failure, or the deadline.
   void wait(Stream& stream) override {
@@ -186,6 +190,10 @@ class NcclCommunicator : public Communicator {
   uint64_t* gathered_ = nullptr;
   uint64_t* host_values_ = nullptr;
   std::string aborted_;
+  // Set before ncclCommAbort: NCCL's kernels on this rank wait for a lost peer's data until
+  // then (NCCL reports such errors and leaves the abort to us), so a collective that ends early
+  // ends after this is set.
+  std::atomic<bool> failed_{false};
 };
 
 }  // namespace

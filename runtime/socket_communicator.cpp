@@ -93,6 +93,7 @@ class SocketCommunicator final : public Communicator {
   }
 
   void abort(const std::string& why) override { fail(rank_text(rank_) + " failed: " + why, -1); }
+  bool failed() const override { return failed_; }
 
  private:
   struct Peer {

@@ -432,6 +432,8 @@ Checkpoint sample_checkpoint(Rng& rng) {
   c.seen = 0xFEDCBA9876543210ull;
   c.loader = {7, -3, 0x1122334455667788ull};
   c.seed = 42;
+  c.batch = 64;
+  c.subdivisions = 16;
   c.tensors.emplace_back("conv_0.weights", rng.floats(37));
   c.tensors.emplace_back("empty", std::vector<float>{});
   c.tensors.emplace_back("conv_0.momentum", std::vector<float>{-0.0f, std::numeric_limits<float>::denorm_min(), std::nanf("")});
@@ -452,8 +454,8 @@ TEST_CASE("checkpoint: write then read gives back every field and bit") {
   const Checkpoint c = sample_checkpoint(rng);
   const std::string path = dir / "run.ckpt";
   write_checkpoint(path, c);
-  // magic 8, version 4, digest 8 + 24, six 8-byte fields, tensor count 8, tensors, checksum 8.
-  CHECK(fs::file_size(path) == 8 + 4 + 32 + 48 + 8 + (22 + 8 + 148) + (13 + 8) + (23 + 8 + 12) + (23 + 8 + 20) + 8);
+  // magic 8, version 4, digest 8 + 24, eight 8-byte fields, tensor count 8, tensors, checksum 8.
+  CHECK(fs::file_size(path) == 8 + 4 + 32 + 64 + 8 + (22 + 8 + 148) + (13 + 8) + (23 + 8 + 12) + (23 + 8 + 20) + 8);
   Checkpoint r = read_checkpoint(path);
   CHECK(r.cfg_digest == c.cfg_digest);
   CHECK(r.iteration == c.iteration);
@@ -462,6 +464,8 @@ TEST_CASE("checkpoint: write then read gives back every field and bit") {
   CHECK(r.loader.step == -3);
   CHECK(r.loader.seed == c.loader.seed);
   CHECK(r.seed == 42);
+  CHECK(r.batch == 64);
+  CHECK(r.subdivisions == 16);
   REQUIRE(r.tensors.size() == c.tensors.size());
   for (size_t t = 0; t < c.tensors.size(); ++t) {
     CHECK(r.tensors[t].first == c.tensors[t].first);
@@ -473,6 +477,24 @@ TEST_CASE("checkpoint: write then read gives back every field and bit") {
   Checkpoint empty;
   write_checkpoint(path, empty);
   CHECK(read_checkpoint(path).tensors.empty());
+}
+
+TEST_CASE("checkpoint: a version 1 file (before the batch and subdivisions were kept) is still read") {
+  TempDir dir;
+  Rng rng;
+  INFO("seed " << rng.seed());
+  const Checkpoint c = sample_checkpoint(rng);
+  const std::string path = dir / "v1.ckpt";
+  yolo::graph::test_hooks::write_checkpoint_version1(path, c);
+  CHECK(fs::file_size(path) == 8 + 4 + 32 + 48 + 8 + (22 + 8 + 148) + (13 + 8) + (23 + 8 + 12) + (23 + 8 + 20) + 8);
+  const Checkpoint r = read_checkpoint(path);
+  CHECK(r.iteration == c.iteration);
+  CHECK(r.seed == 42);
+  CHECK(r.batch == 0);  // not recorded
+  CHECK(r.subdivisions == 0);
+  REQUIRE(r.tensors.size() == c.tensors.size());
+  CHECK(same_bits(r.tensors[3].second, c.tensors[3].second));
+  CHECK(yolo::graph::peek_checkpoint_iteration(path) == c.iteration);
 }
 
 TEST_CASE("checkpoint: every damaged byte and every truncation is refused") {
@@ -517,11 +539,12 @@ TEST_CASE("checkpoint: every damaged byte and every truncation is refused") {
     other[7] = 'X';
     CHECK(read_error(other).find("not a checkpoint") != std::string::npos);
     other = bytes;
-    other[8] = 2;
-    CHECK(read_error(other).find("unsupported checkpoint version 2 (this build reads version 1)") != std::string::npos);
+    other[8] = 3;
+    CHECK(read_error(other).find("unsupported checkpoint version 3 (this build reads versions 1 to 2)") !=
+          std::string::npos);
   }
   SUBCASE("absurd sizes") {
-    const size_t count_at = 8 + 4 + 8 + 24 + 48;  // the tensor count
+    const size_t count_at = 8 + 4 + 8 + 24 + 64;  // the tensor count
     auto huge = bytes;
     std::memcpy(huge.data() + count_at, std::array<uint64_t, 1>{1ull << 60}.data(), 8);
     CHECK(read_error(huge).find("1152921504606846976 tensors cannot fit") != std::string::npos);

@@ -60,7 +60,9 @@ const char* kUsage =
     "  --size N           network input N x N (the cfg's width/height)\n"
     "  --out DIR          where last.weights and last.ckpt go (runs/<cfg name>)\n"
     "  --resume           continue exactly from DIR/last.ckpt (DIR/prev.ckpt if last.ckpt is damaged)\n"
-    "  --checkpoint-every N   also save every N steps (the save before it is kept as prev.ckpt)\n"
+    "  --checkpoint-minutes M  save DIR/last.ckpt every M minutes of training (10), written while training\n"
+    "                     goes on; the save before it is kept as prev.ckpt\n"
+    "  --checkpoint-every N   also save every N steps; --checkpoint-every 0: save at the end only\n"
     "  --max-skipped-steps K  stop after K steps in a row skipped for NaN/Inf gradients (10; 0: never)\n"
     "                     SIGTERM/SIGINT: the step under way finishes and is saved, exit status 75; a\n"
     "                     second request stops at once (the same signal from the same sender within 1 s,\n"
@@ -134,7 +136,8 @@ struct Options {
   yolo::data::OpenOptions open;
   int size = 0, batch = 0, threads = 0, epochs = 0;
   std::string cfg, weights, out, trace, timeline;
-  int load_layers = -1, subdivisions = 0, checkpoint_every = 0, max_skipped_steps = 10;
+  int load_layers = -1, subdivisions = 0, checkpoint_every = -1, max_skipped_steps = 10;  // -1: not given
+  double checkpoint_minutes = -1;  // -1: not given (10, or 0 after --checkpoint-every 0)
   int64_t image_cache_mb = -1;    // --cache-mb; -1: the default
   std::vector<std::string> argv;  // as given, for the --resume command printed after a stop
   int64_t max_batches = 0;
@@ -261,7 +264,9 @@ Options parse(int argc, char** argv) {
     } else if (options.command == "detect" && !arg.empty() && arg[0] != '-') {
       options.images.push_back(arg);
     } else if (arg == "--checkpoint-every") {
-      options.checkpoint_every = to_int(arg, value(), 1, 2000000000);
+      options.checkpoint_every = to_int(arg, value(), 0, 2000000000);
+    } else if (arg == "--checkpoint-minutes") {
+      options.checkpoint_minutes = to_float(arg, value(), 0, 1e6);
     } else if (arg == "--max-skipped-steps") {
       options.max_skipped_steps = to_int(arg, value(), 0, 2000000000);
     } else if (arg == "--png") {
@@ -762,7 +767,13 @@ int train(const Options& options, const yolo::GpuDiscovery& found) {
   to.resume = options.resume;
   to.trace_file = options.trace;
   to.timeline_file = options.timeline;
-  to.checkpoint_every = options.checkpoint_every;
+  // Saved every 10 minutes unless asked otherwise: a run killed (OOM, a preempted machine, a lost
+  // peer) loses at most that; --checkpoint-every 0 alone means "at the end only", as before.
+  to.checkpoint_every = std::max(options.checkpoint_every, 0);
+  to.checkpoint_minutes = options.checkpoint_minutes >= 0 ? options.checkpoint_minutes
+                          : options.checkpoint_every == 0 ? 0
+                                                          : 10;
+  to.resume_command = resume_command(options.argv);
   to.max_skipped_steps = options.max_skipped_steps;
   to.valid_every = options.valid_every;
   to.bucket_mb = options.bucket_mb;
