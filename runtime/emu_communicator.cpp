@@ -123,16 +123,19 @@ class EmulatedGpuCommunicator : public Communicator {
     }
     if (!out_of_step.empty()) throw Error(s.fail(out_of_step));
     std::shared_ptr<InProcessGroup::Shared> shared = shared_;
-    const int rank = rank_;
-    uint64_t item = queue.push([shared, c, rank, data] { arrive(*shared, *c, rank, data); });
+    const int rank = rank_, device = device_.index;
+    uint64_t item = queue.push([shared, c, rank, device, data] { arrive(*shared, *c, rank, device, data); });
     add_host_event_producer(c->done, c->generation, queue, item);
     queue.wait(c->done, c->generation);
   }
 
   // Runs on the rank's stream: reads its contribution now; the last rank to arrive writes every
   // rank's result and completes the collective.
-  static void arrive(InProcessGroup::Shared& s, EmulatedCollective& c, int rank, float* data) {
+  static void arrive(InProcessGroup::Shared& s, EmulatedCollective& c, int rank, int device, float* data) {
     try {
+      // A device whose context a fault lost cannot run its part (NCCL's kernel would not launch;
+      // the error reaches the host and it aborts): no contribution, the group aborted.
+      if (const std::string lost = emu::device_failure(device); !lost.empty()) throw Error(lost);
       take_part(s, c, rank, data);
     } catch (const std::exception& e) {
       // Whatever went wrong, no rank's stream may wait for this collective forever.

@@ -372,6 +372,10 @@ TEST_CASE("emulated GPUs: an injected kernel failure surfaces at the stream's ne
   shortcut_forward_cuda(as_const(v), as_const(v), v, stream.native());
   CHECK_THROWS_WITH_AS(stream.synchronize(), doctest::Contains("an illegal memory access in"), Error);
   stream.synchronize();  // reported once
+  // As on a GPU, the fault lost the device's context: a kernel launched after it fails too.
+  CHECK(emu::device_failure(1).find("an illegal memory access in") == 0);
+  shortcut_forward_cuda(as_const(v), as_const(v), v, stream.native());
+  CHECK_THROWS_WITH_AS(stream.synchronize(), doctest::Contains("did not run"), Error);
   // A copy to pageable memory is a synchronisation too: it reports the error, as CUDA's would.
   emu::fail_kernel_launch(1, 1);
   shortcut_forward_cuda(as_const(v), as_const(v), v, stream.native());
@@ -380,6 +384,7 @@ TEST_CASE("emulated GPUs: an injected kernel failure surfaces at the stream's ne
                        Error);
   stream.synchronize();
   emu::fail_kernel_launch(1, 0);
+  CHECK(emu::device_failure(1).empty());  // disarming gives the context back
 }
 
 #endif

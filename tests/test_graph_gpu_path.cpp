@@ -277,12 +277,19 @@ TEST_CASE("emu:0,1: a replica whose kernel fails mid-step stops the other within
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   emu::fail_kernel_launch(1, 0);
   MESSAGE("the run stopped after " << seconds << " s: " << failed.error);
-  CHECK(failed.error.rfind("rank 1: ", 0) == 0);
+  // Rank 1 named as the one that failed: by its own error, or by rank 0's (its failed collective
+  // aborted the group, which rank 0 may report first).
+  CHECK((failed.error.rfind("rank 1: ", 0) == 0 || failed.error.find("rank 1 failed") != std::string::npos));
   CHECK(failed.error.find("an illegal memory access in") != std::string::npos);
   CHECK(seconds < o.comm_timeout);
-  // Nothing half-written: the checkpoint of step 2 is whole, and no temporary file is left.
+  // Nothing half-written: rank 1's context is lost mid-step 3, so its step-3 all-reduces never
+  // contribute, rank 0's step 3 is dropped (its update gated), and rank 0, surviving, saves step
+  // 2 (graph/train_loop_survivor.cpp). The checkpoint is whole, and no temporary file is left.
   Checkpoint saved = read_checkpoint(dir / "run/last.ckpt");
   CHECK(saved.iteration == 2);
+  // Rank 0 saved it, or found it saved (the save after step 2, or rank 1's own: it survives its
+  // device's fault as a process, its state gated like rank 0's).
+  CHECK(failed.error.find("the state after step 2") != std::string::npos);
   for (const auto& entry : std::filesystem::directory_iterator(dir / "run"))
     CHECK(entry.path().extension() != ".tmp");
 }
@@ -306,7 +313,7 @@ TEST_CASE("emu:0,1, adversarial schedule: a replica failing with collectives que
     emu::fail_kernel_launch(1, per_step + per_step * tenth / 10);
     Outcome failed = run(dataset, {Device::emu(0), Device::emu(1)}, o);
     emu::fail_kernel_launch(1, 0);
-    CHECK(failed.error.rfind("rank 1: ", 0) == 0);
+    CHECK((failed.error.rfind("rank 1: ", 0) == 0 || failed.error.find("rank 1 failed") != std::string::npos));
     CHECK(failed.error.find("an illegal memory access in") != std::string::npos);
   }
 }

@@ -50,6 +50,7 @@ DeviceProps g_props[kMaxDevices];
 bool g_configured[kMaxDevices] = {};
 size_t g_in_use[kMaxDevices] = {};
 int64_t g_fail_countdown[kMaxDevices] = {};
+std::string g_failure[kMaxDevices];  // an injected failure happened: the device's context is lost
 int64_t g_launches[kMaxDevices] = {};
 
 struct Region {
@@ -382,17 +383,25 @@ void fail_kernel_launch(int device, int64_t nth) {
   if (nth < 0) throw Error("fail_kernel_launch: negative launch number");
   std::lock_guard lock(g_mutex);
   g_fail_countdown[device] = nth;
+  g_failure[device].clear();  // a test arming or disarming starts from a working device
+}
+
+std::string device_failure(int device) {
+  if (device < 0 || device >= kMaxDevices) return "";
+  std::lock_guard lock(g_mutex);
+  return g_failure[device];
 }
 
 void count_kernel_launch(int device, const char* kernel) {
   if (device < 0 || device >= kMaxDevices) return;
-  {
-    std::lock_guard lock(g_mutex);
-    ++g_launches[device];
-    if (g_fail_countdown[device] == 0 || --g_fail_countdown[device] > 0) return;
-  }
-  throw Error(std::string("an illegal memory access in ") + kernel + " on emu:" + std::to_string(device) +
-              " (a failure injected by a test)");
+  std::lock_guard lock(g_mutex);
+  ++g_launches[device];
+  // As on a GPU, whose context an illegal access loses: every later kernel fails too.
+  if (!g_failure[device].empty()) throw Error(g_failure[device] + "; " + kernel + " did not run");
+  if (g_fail_countdown[device] == 0 || --g_fail_countdown[device] > 0) return;
+  g_failure[device] = std::string("an illegal memory access in ") + kernel + " on emu:" + std::to_string(device) +
+                      " (a failure injected by a test)";
+  throw Error(g_failure[device]);
 }
 
 int64_t kernel_launches(int device) {

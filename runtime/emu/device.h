@@ -97,8 +97,12 @@ class DeviceAccess {
 
 // ---- injected failures (tests) ----------------------------------------------------------
 // The `nth` (1-based) kernel launched on a stream of emu:`device` from now on throws yolo::Error
-// ("an illegal memory access (injected ...)") instead of running; 0 disarms.
+// ("an illegal memory access (injected ...)") instead of running, and, as on a GPU whose context
+// such a fault loses, so does every kernel and collective on the device after it; 0 disarms.
+// Either call gives the device back its context.
 void fail_kernel_launch(int device, int64_t nth);
+// The injected failure that lost emu:`device`'s context, or "" (collectives check it).
+std::string device_failure(int device);
 // Called by each stream launch on emu:`device`: throws when the armed failure is due.
 void count_kernel_launch(int device, const char* kernel);
 // Kernels launched on emu:`device`'s streams so far (to place an injected failure).
