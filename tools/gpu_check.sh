@@ -33,8 +33,11 @@
 #   verdict 4     2 ranks, --no-overlap                         12 s
 #   verdict 5     conv_tc vs cuBLAS                             60 s   the bf16 rows' verdict
 #   verdict 6     ours 3-class cfg                              15 s   as earlier GPU runs trained
+#   verdict 7     lost rank saves                               35 s   issue 54: rank 1 killed, rank 0
+#                                                                      saves (while the budget lasts)
 #                 summary (VERDICT_RESERVE)                     10 s
-#                 total                                        396 s   (6 min 36 s)
+#                 total                                        431 s   (7 min 11 s; the last step
+#                                                                      then runs only if others are quicker)
 #              Targets on the table: the default row >= 650 img/s; >= 1.5x the compiled peer (713
 #              img/s when it ran 475); bench_kernels' conv_tc verdict (met / not met / incomplete).
 #              The stock cfg trains as users train it (80 classes, so the 255-filter heads whose

@@ -125,6 +125,7 @@ peer torch.compile	unavailable|ok
 2 ranks, --no-overlap	ok
 conv_tc vs cuBLAS	ok
 ours 3-class cfg	ok
+lost rank saves	unavailable
 EOF
 expect "each step's status as the emulated build has it${unexpected:+: $unexpected}" test -z "$unexpected"
 expect "our rows have their images/s: '$(figure_of "$work/full.tsv" "ours default")'" \

@@ -196,6 +196,27 @@ verdict_three_class() {
   [[ -n $last_rate ]] && figure "$(awk '{ printf "%s img/s (%s ms/step)", $1, $2 }' <<<"$last_rate")"
 }
 
+# 7. Issue 54 on NCCL, while time allows: two ranks on gpu:0, rank 1 killed; rank 0 must save the
+# last step both completed (its update gated on the all-reduces that NCCL's abort ends) and say so.
+verdict_lost_rank() {
+  if ((emulated)); then
+    record "lost rank saves" "unavailable" "emulated GPUs are threads of one process (tests_emu covers them)"
+    return
+  fi
+  run_step "lost rank saves" lost_rank.log 60 env NCCL_MULTI_RANK_GPU_ENABLE=1 tools/launch_local.sh -n 2 \
+    -p "$OUT/lost_rank" --kill-rank 1 --kill-after 25 -- "$TRAIN" --devices gpu:0 --cfg models/demo.cfg \
+    --data "$v_shapes/shapes.data" --max-batches 100000 --comm-timeout 10 --out "$OUT/lost_rank"
+  local saved
+  saved=$(grep -o 'rank 0 saved the state after step [0-9]*' "$OUT/lost_rank.rank0.log" 2>/dev/null | head -n 1)
+  if [[ -n $saved ]]; then
+    restatus "ok" "$saved"
+    figure "${saved#rank 0 saved the state after }"
+  else
+    restatus "failed" "rank 0 did not save: $(tail -n 1 "$OUT/lost_rank.rank0.log" 2>/dev/null | cut -c1-200)"
+  fi
+  rm -f "$OUT/lost_rank"/*.weights "$OUT/lost_rank"/*.ckpt
+}
+
 # The targets beside their figures: "NAME<TAB>FIGURE<TAB>TARGET<TAB>VERDICT" lines.
 verdict_targets() {
   local ours=$v_default_rate want
@@ -305,7 +326,7 @@ section_verdict() {
   verdict_plan
   local task
   for task in verdict_dataset verdict_devices verdict_probes verdict_gpu_tests verdict_sanitizers verdict_ours \
-    verdict_peer verdict_two_ranks verdict_conv verdict_three_class; do
+    verdict_peer verdict_two_ranks verdict_conv verdict_three_class verdict_lost_rank; do
     "$task"
     verdict_save
   done
