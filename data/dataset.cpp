@@ -27,6 +27,7 @@ LabelCounts& LabelCounts::operator+=(const LabelCounts& o) {
   boxes_over_limit += o.boxes_over_limit;
   difficult_boxes += o.difficult_boxes;
   missing_images += o.missing_images;
+  polygon_rows += o.polygon_rows;
   return *this;
 }
 
@@ -42,6 +43,7 @@ std::string LabelCounts::summary() const {
   add(clipped_boxes, "boxes clipped to the image");
   add(empty_boxes, "empty boxes dropped");
   add(boxes_over_limit, "boxes beyond 90 per image dropped");
+  add(polygon_rows, "polygon rows read as their bounding boxes");
   return out.str();
 }
 
@@ -160,28 +162,69 @@ static bool parse_int(const std::string& token, int& value) {
   return true;
 }
 
+namespace {
+
+// A polygon row's bounds as a darknet box (class x_center y_center width height): the points
+// are tokens[1..], x y pairs, normalised like a box's.
+Box polygon_bounds(const std::vector<std::string>& tokens, const std::string& where) {
+  float x0 = 0, x1 = 0, y0 = 0, y1 = 0;
+  for (size_t k = 1; k < tokens.size(); ++k) {
+    float v = 0;
+    if (!parse_float(tokens[k], v) || !std::isfinite(v))
+      throw ItemError("malformed label file", where + ": '" + tokens[k] + "' is not a number (a polygon row: class x1 y1 "
+                                                       "x2 y2 x3 y3 ...)");
+    const bool is_x = k % 2 == 1;
+    float& lo = is_x ? x0 : y0;
+    float& hi = is_x ? x1 : y1;
+    if (k <= 2 || v < lo) lo = v;
+    if (k <= 2 || v > hi) hi = v;
+  }
+  Box box;
+  box.x = (x0 + x1) / 2;
+  box.y = (y0 + y1) / 2;
+  box.w = x1 - x0;
+  box.h = y1 - y0;
+  return box;
+}
+
+}  // namespace
+
 void parse_yolo_labels(const std::string& text, const std::string& file, int classes, Sample& sample,
                        LabelCounts& counts) {
-  std::istringstream in(text);
+  // A UTF-8 byte-order mark (Windows editors write one) is not part of the first row.
+  const bool bom = text.size() >= 3 && text.compare(0, 3, "\xEF\xBB\xBF") == 0;
+  std::istringstream in(bom ? text.substr(3) : text);
   std::string line;
   for (int number = 1; std::getline(in, line); ++number) {
     std::string where = file + ":" + std::to_string(number);
     if (size_t hash = line.find('#'); hash != std::string::npos) line.resize(hash);
     std::istringstream fields(line);
     std::vector<std::string> tokens;
-    for (std::string t; fields >> t && tokens.size() < 6;) tokens.push_back(t);
+    for (std::string t; fields >> t && tokens.size() <= kMaxPolygonValues;) tokens.push_back(t);
     if (tokens.empty()) continue;
-    if (tokens.size() != 5)
+    // class x1 y1 x2 y2 x3 y3 ... (segmentation sets): a polygon of three or more points, whose
+    // bounds are the box.
+    const bool polygon = tokens.size() >= 7 && tokens.size() % 2 == 1 && tokens.size() <= kMaxPolygonValues;
+    if (tokens.size() != 5 && !polygon)
       throw ItemError("malformed label file",
-                      where + ": expected 5 values 'class x_center y_center width height', found " +
-                          (tokens.size() > 5 ? std::string("more") : std::to_string(tokens.size())));
+                      where + ": expected 5 values 'class x_center y_center width height' (or a polygon: class x1 y1 "
+                              "x2 y2 x3 y3 ..., an odd count of 7 or more), found " +
+                          (tokens.size() > kMaxPolygonValues ? "more than " + std::to_string(kMaxPolygonValues)
+                                                             : std::to_string(tokens.size())));
     Box box;
     if (!parse_int(tokens[0], box.class_id))
       throw ItemError("malformed label file", where + ": class id '" + tokens[0] + "' is not an integer");
-    float* coords[4] = {&box.x, &box.y, &box.w, &box.h};
-    for (int k = 0; k < 4; ++k)
-      if (!parse_float(tokens[k + 1], *coords[k]))
-        throw ItemError("malformed label file", where + ": '" + tokens[k + 1] + "' is not a number");
+    if (polygon) {
+      const int class_id = box.class_id;
+      box = polygon_bounds(tokens, where);
+      box.class_id = class_id;
+      ++counts.polygon_rows;
+    } else {
+      float* coords[4] = {&box.x, &box.y, &box.w, &box.h};
+      for (int k = 0; k < 4; ++k)
+        if (!parse_float(tokens[k + 1], *coords[k]))
+          throw ItemError("malformed label file", where + ": '" + tokens[k + 1] + "' is not a number");
+    }
     add_normalized_box(sample, box, classes, where, counts);
   }
 }

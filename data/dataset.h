@@ -42,6 +42,7 @@ struct LabelCounts {
   int64_t boxes_over_limit = 0;     // beyond kMaxBoxes in one image, dropped
   int64_t difficult_boxes = 0;
   int64_t missing_images = 0;       // listed but not on disk: left out (an error with strict)
+  int64_t polygon_rows = 0;         // darknet rows of a polygon (class x1 y1 x2 y2 ...): their bounds
   LabelCounts& operator+=(const LabelCounts& o);
   std::string summary() const;  // one line, e.g. "120 images, 431 boxes, 2 clipped, ..."
 };
@@ -130,7 +131,11 @@ std::string beyond_image(double x0, double y0, double x1, double y1, double widt
 std::vector<std::string> read_names_file(const std::string& path);
 
 // Parses YOLO text labels ("class cx cy w h" per line, '#' comments and blank lines allowed)
-// into `sample`; errors name file and line.
+// into `sample`; errors name file and line. A UTF-8 byte-order mark at the start is skipped; a
+// row of a class and three or more points ("class x1 y1 x2 y2 x3 y3 ...", an odd count of 7 up
+// to kMaxPolygonValues values, as segmentation sets write them) is read as the polygon's bounding
+// box and counted in polygon_rows.
+constexpr size_t kMaxPolygonValues = 2001;  // a class and 1000 points
 void parse_yolo_labels(const std::string& text, const std::string& file, int classes, Sample& sample,
                        LabelCounts& counts);
 

@@ -36,6 +36,15 @@ Kind kind_of(const uint8_t* bytes, size_t size) {
   return Kind::Unknown;
 }
 
+// The message for bytes that are no JPEG, PNG or BMP: a format named where its signature is known
+// (an image we do not read is not a corrupt one).
+std::string not_read_message(const uint8_t* bytes, size_t size) {
+  const std::string format = unsupported_image_format(bytes, size);
+  if (format.empty()) return "not a JPEG, PNG or BMP image (unrecognised leading bytes)";
+  return "a " + format + " image: this program reads JPEG, PNG and BMP only; convert it first (for example "
+         "ImageMagick's `convert IMAGE IMAGE.png`, then point the labels at the new name)";
+}
+
 // stb's BMP decoder reads past the end as zeros (its JPEG and PNG decoders do notice a cut-off
 // file; the tests check both). The header's file-size field, when the writer filled it in,
 // says how many bytes there should be.
@@ -211,6 +220,26 @@ void append_bytes(void* context, void* data, int size) {
 
 }  // namespace
 
+std::string unsupported_image_format(const uint8_t* bytes, size_t size) {
+  auto at = [&](size_t offset, const char* text) {
+    const size_t n = std::strlen(text);
+    return size >= offset + n && std::memcmp(bytes + offset, text, n) == 0;
+  };
+  if (at(0, "RIFF") && at(8, "WEBP")) return "WebP";
+  if (at(0, "GIF87a") || at(0, "GIF89a")) return "GIF";
+  if (size >= 4 && ((bytes[0] == 'I' && bytes[1] == 'I' && bytes[2] == 42 && bytes[3] == 0) ||
+                    (bytes[0] == 'M' && bytes[1] == 'M' && bytes[2] == 0 && bytes[3] == 42)))
+    return "TIFF";
+  if (at(4, "ftyp")) {
+    for (const char* brand : {"heic", "heix", "hevc", "mif1", "msf1"})
+      if (at(8, brand)) return "HEIC";
+    if (at(8, "avif") || at(8, "avis")) return "AVIF";
+  }
+  if (size >= 2 && bytes[0] == 0xFF && bytes[1] == 0x0A) return "JPEG XL";
+  if (at(4, "jP  ")) return "JPEG 2000";
+  return "";
+}
+
 bool decode_image(const uint8_t* bytes, size_t size, const std::string& name, Image& image, std::string& error) {
   if (size == 0) {
     error = name + ": empty file, not an image";
@@ -222,7 +251,7 @@ bool decode_image(const uint8_t* bytes, size_t size, const std::string& name, Im
   }
   Kind kind = kind_of(bytes, size);
   if (kind == Kind::Unknown) {
-    error = name + ": not a JPEG, PNG or BMP image (unrecognised leading bytes)";
+    error = name + ": " + not_read_message(bytes, size);
     return false;
   }
   int width = 0, height = 0, channels = 0;
@@ -271,14 +300,14 @@ bool read_image(const std::string& path, Image& image, std::string& error) {
 bool read_image_size(const std::string& path, int& width, int& height, std::string& error) {
   File file = open_for_read(path, error);
   if (!file) return false;
-  uint8_t head[8] = {};
+  uint8_t head[16] = {};
   size_t got = std::fread(head, 1, sizeof head, file.get());
   if (got == 0) {
     error = path + ": empty file, not an image";
     return false;
   }
   if (kind_of(head, got) == Kind::Unknown) {
-    error = path + ": not a JPEG, PNG or BMP image (unrecognised leading bytes)";
+    error = path + ": " + not_read_message(head, got);
     return false;
   }
   std::rewind(file.get());

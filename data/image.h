@@ -21,6 +21,10 @@ bool read_image(const std::string& path, Image& image, std::string& error);
 // Decodes an in-memory encoded image (same rules); `name` is used in the error message.
 bool decode_image(const uint8_t* bytes, size_t size, const std::string& name, Image& image, std::string& error);
 
+// The name of an image format recognised by its leading bytes but not read here ("WebP", "GIF",
+// "TIFF", "HEIC", "AVIF", "JPEG XL", "JPEG 2000"), or "" (a JPEG, PNG or BMP, or no known format).
+std::string unsupported_image_format(const uint8_t* bytes, size_t size);
+
 // Reads only the header of `path` for its size (VOC files without a <size> element).
 bool read_image_size(const std::string& path, int& width, int& height, std::string& error);
 

@@ -23,7 +23,8 @@ namespace yolo::data {
 
 namespace {
 
-constexpr const char* kCacheHeader = "train_yolo image verification cache v1";
+// v2: formats not read got a kind of their own (they were "corrupt image").
+constexpr const char* kCacheHeader = "train_yolo image verification cache v2";
 
 bool starts_with(const std::vector<uint8_t>& b, std::initializer_list<uint8_t> magic) {
   return b.size() >= magic.size() && std::equal(magic.begin(), magic.end(), b.begin());
@@ -145,7 +146,10 @@ ImageVerdict verify_image_file(const std::string& path) {
     return {"truncated image", path + ": PNG without its IEND chunk (truncated)"};
   Image image;
   std::string error;
-  if (!decode_image(bytes.data(), bytes.size(), path, image, error)) return {"corrupt image", error};
+  if (!decode_image(bytes.data(), bytes.size(), path, image, error)) {
+    const bool unsupported = !unsupported_image_format(bytes.data(), bytes.size()).empty();
+    return {unsupported ? "image format not read" : "corrupt image", error};
+  }
   return {};
 }
 

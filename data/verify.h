@@ -14,8 +14,9 @@
 
 namespace yolo::data {
 
-// One image's verdict: kind "" when it is usable, else "unreadable image", "corrupt image" or
-// "truncated image" with a message naming the file.
+// One image's verdict: kind "" when it is usable, else "unreadable image", "corrupt image",
+// "truncated image" or "image format not read" (WebP, GIF, TIFF, HEIC...: named, with how to
+// convert it) with a message naming the file.
 struct ImageVerdict {
   std::string kind, message;
 };

@@ -45,6 +45,53 @@ TEST_CASE("YOLO label lines become boxes; comments, blank lines and exact values
   CHECK(counts.clipped_boxes == 0);
 }
 
+TEST_CASE("a label file's byte-order mark is skipped; polygon rows are read as their bounding boxes, counted") {
+  Sample sample;
+  LabelCounts counts;
+  // A UTF-8 BOM before the first row (Windows editors write one), CRLF line ends.
+  parse_yolo_labels("\xEF\xBB\xBF" "1 0.5 0.25 0.125 0.0625\r\n", "bom.txt", 3, sample, counts);
+  REQUIRE(sample.boxes.size() == 1);
+  CHECK(sample.boxes[0].class_id == 1);
+  CHECK(sample.boxes[0].x == 0.5f);
+  CHECK(sample.boxes[0].h == 0.0625f);
+  CHECK(counts.polygon_rows == 0);
+  // A triangle and a quadrilateral (class x1 y1 x2 y2 ...): their bounds, whatever the points' order.
+  Sample polygons;
+  parse_yolo_labels("2 0.25 0.75 0.5 0.125 0.75 0.5\n0 0.625 0.25 0.125 0.25 0.125 0.5 0.625 0.5\n"
+                    "1 0.5 0.5 0.25 0.25\n",
+                    "seg.txt", 3, polygons, counts);
+  REQUIRE(polygons.boxes.size() == 3);
+  CHECK(polygons.boxes[0].class_id == 2);
+  CHECK(polygons.boxes[0].x == 0.5f);  // x from 0.25 to 0.75
+  CHECK(polygons.boxes[0].w == 0.5f);
+  CHECK(polygons.boxes[0].y == 0.4375f);  // y from 0.125 to 0.75
+  CHECK(polygons.boxes[0].h == 0.625f);
+  CHECK(polygons.boxes[1].class_id == 0);
+  CHECK(polygons.boxes[1].x == 0.375f);  // x from 0.125 to 0.625
+  CHECK(polygons.boxes[1].y == 0.375f);  // y from 0.25 to 0.5
+  CHECK(polygons.boxes[1].w == 0.5f);
+  CHECK(polygons.boxes[1].h == 0.25f);
+  CHECK(polygons.boxes[2].w == 0.25f);  // a box row beside them, as ever
+  CHECK(counts.polygon_rows == 2);
+  CHECK(contains(counts.summary(), "2 polygon rows read as their bounding boxes"));
+  // Other counts stay errors naming the line: 6 values, 2 points (7 needed), an even count, a bad point.
+  auto parse = [&](const std::string& text) {
+    Sample s;
+    return error_of([&] { parse_yolo_labels(text, "seg.txt", 3, s, counts); });
+  };
+  CHECK(contains(parse("0 0.1 0.1 0.2 0.2 0.3\n"), "seg.txt:1: expected 5 values"));
+  CHECK(contains(parse("0 0.1 0.1 0.2 0.2 0.3 0.3 0.4\n"), "(or a polygon: class x1 y1 x2 y2 x3 y3 ..., an odd count "
+                                                          "of 7 or more), found 8"));
+  CHECK(contains(parse("\n0 0.1 0.1 0.2 zero 0.3 0.3\n"), "seg.txt:2: 'zero' is not a number (a polygon row"));
+  CHECK(contains(parse("0 0.1 0.1 0.2 0.2 0.3 nan\n"), "'nan' is not a number"));
+  CHECK(contains(parse("0 1 1 200 1 200 150\n"), "far outside [0, 1]"));  // pixel coordinates by mistake
+  std::string huge = "0";
+  for (int k = 0; k < 1001; ++k) huge += " 0.5 0.5";
+  CHECK(contains(parse(huge + "\n"), "found more than 2001"));
+  // The mark is skipped only at the start of the file.
+  CHECK(contains(parse("0 0.5 0.5 0.1 0.1\n\xEF\xBB\xBF" "0 0.5 0.5 0.1 0.1\n"), "seg.txt:2: class id"));
+}
+
 TEST_CASE("malformed label lines name the file and line") {
   Sample sample;
   LabelCounts counts;

@@ -233,6 +233,46 @@ TEST_CASE("image: bad files give an error naming the file, never a crash") {
   CHECK(error.find("empty.jpg: empty file") != std::string::npos);
 }
 
+TEST_CASE("image: WebP, GIF, TIFF, HEIC and AVIF are named as formats not read, with how to convert; not corrupt") {
+  TempDir dir;
+  // Each format's leading bytes as its writers put them, then some data.
+  auto with_tail = [](std::string head) {
+    for (int i = 0; i < 64; ++i) head.push_back(char(i * 7));
+    return std::vector<uint8_t>(head.begin(), head.end());
+  };
+  const std::vector<std::pair<std::string, std::vector<uint8_t>>> files = {
+      {"WebP", with_tail(std::string("RIFF\x24\0\0\0WEBPVP8 ", 16))},
+      {"GIF", with_tail("GIF89a")},
+      {"TIFF", with_tail(std::string("II*\0\x08\0\0\0", 8))},
+      {"TIFF", with_tail(std::string("MM\0*\0\0\0\x08", 8))},
+      {"HEIC", with_tail(std::string("\0\0\0\x18" "ftypheic", 12))},
+      {"AVIF", with_tail(std::string("\0\0\0\x1C" "ftypavif", 12))},
+  };
+  for (const auto& [format, bytes] : files) {
+    CAPTURE(format);
+    CHECK(unsupported_image_format(bytes.data(), bytes.size()) == format);
+    const std::string path = dir / ("photo." + format);
+    write_bytes(path, bytes);
+    Image image;
+    std::string error;
+    CHECK_FALSE(read_image(path, image, error));
+    CHECK(error.find(path + ": a " + format + " image: this program reads JPEG, PNG and BMP only; convert it first") ==
+          0);
+    CHECK(error.find("corrupt") == std::string::npos);
+    int width = 0, height = 0;
+    CHECK_FALSE(read_image_size(path, width, height, error));
+    CHECK(error.find("a " + format + " image") != std::string::npos);
+  }
+  // JPEG, PNG and BMP, and unknown bytes, are none of these.
+  Rng rng;
+  write_image(dir / "good.png", test_image(8, 8, rng));
+  const std::vector<uint8_t> png = file_bytes(dir / "good.png");
+  CHECK(unsupported_image_format(png.data(), png.size()).empty());
+  const std::string text = "RIFF but not a WebP, just text";
+  CHECK(unsupported_image_format(reinterpret_cast<const uint8_t*>(text.data()), text.size()).empty());
+  CHECK(unsupported_image_format(png.data(), 2).empty());
+}
+
 TEST_CASE("image: reading from many threads at once gives each its own result and error") {
   TempDir dir;
   Rng rng;

@@ -125,6 +125,11 @@ TEST_CASE("verify_image_file: truncated JPEG and PNG named as such, corrupt and 
   write_text_file(dir / "text.png", "\x89PNG this is not one ... IEND");
   CHECK(verify_image_file(dir / "text.png").kind == "corrupt image");
   CHECK(verify_image_file(dir / "none.jpg").kind == "unreadable image");
+  // A WebP saved as .jpg (scrapers do that) is a format not read, not a corrupt image.
+  write_text_file(dir / "scraped.jpg", std::string("RIFF\x24\0\0\0WEBPVP8 and its data", 27));
+  const ImageVerdict webp = verify_image_file(dir / "scraped.jpg");
+  CHECK(webp.kind == "image format not read");
+  CHECK(has(webp.message, "scraped.jpg: a WebP image: this program reads JPEG, PNG and BMP only"));
 }
 
 TEST_CASE("jpeg_has_end_marker: after the last scan only; an EXIF thumbnail's end does not count") {
