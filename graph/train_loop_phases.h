@@ -61,9 +61,15 @@ class TrainLoop {
     // slot also holds its update (flag, timing marks) and, data parallel, its stop request.
     int micro_batches = 1;
     bool look_ahead = false;
-    int slot(int s) const { return look_ahead ? static_cast<int>((iteration * micro_batches + s) % 2) : 0; }
+    int slot(int s) const { return result_slot(look_ahead, iteration, micro_batches, s); }
     int last_slot() const { return slot(micro_batches - 1); }
   };
+
+  // The executor's result slot of micro-batch s of step `iteration` (Step::slot; the survivor
+  // reads the slots of steps it no longer holds).
+  static int result_slot(bool look_ahead, int64_t iteration, int micro_batches, int s) {
+    return look_ahead ? static_cast<int>((iteration * micro_batches + s) % 2) : 0;
+  }
 
   // train_loop.cpp: the step.
   Step begin_step(int64_t iteration);

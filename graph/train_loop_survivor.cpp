@@ -51,7 +51,7 @@ class FolderLock {
 std::string TrainLoop::survivor_state(int64_t* steps) const {
   const int* gates = static_cast<const int*>(dp_->gate_host.data());
   for (int64_t it = read_through_; it <= queued_through_; ++it) {
-    const int slot = look_ahead_ ? static_cast<int>((it * subdivisions_ + subdivisions_ - 1) % 2) : 0;
+    const int slot = result_slot(look_ahead_, it, subdivisions_, subdivisions_ - 1);
     if (gates[slot] == 1) continue;  // dropped: its update left everything as it was
     return gates[slot] == 0 ? "step " + std::to_string(it + 1) + "'s all-reduces completed on this rank but it was not "
                                   "read, so this rank's state may be that of either step"
